@@ -1,0 +1,3 @@
+from prover_cli.cli import main
+
+main()

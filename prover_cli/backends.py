@@ -1,0 +1,87 @@
+"""Backends: where a library function runs. Neither changes what it computes.
+
+- `local` imports the library function and calls it in this process.
+- `modal` calls the same function, declared as a Modal function in `prover_cli/modal_app.py`,
+  remotely. The call goes through `MODAL_RUNNER`, a seam that tests replace with a fake.
+
+Every command names its work by a key of `FUNCTIONS`; the value is "module:function". A stage
+whose module is not present fails with one honest sentence instead of an ImportError.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from prover_cli.errors import BackendError, NotBuiltError
+
+FUNCTIONS: dict[str, str] = {
+    "prepare_data": "prover_cli.data:prepare_data",
+    "verify": "prover_cli.verify:verify_file",
+    "generate": "prover_cli.generate:generate_file",
+    "train_es": "prover_cli.es.train:train_es",
+    "train_grpo": "prover_cli.grpo:train_grpo",
+    "replay_seeds": "prover_cli.es.replay:replay_seeds",
+    "eval": "prover_cli.evaluate:run_eval",
+    "report": "prover_cli.report:report_runs",
+    "plan": "prover_cli.modal_plan:plan",
+}
+
+BACKENDS = ("local", "modal")
+
+
+def resolve(name: str) -> Callable[..., Any]:
+    module_name, _, attr = FUNCTIONS[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == module_name or module_name.startswith(exc.name + ".")):
+            raise NotBuiltError(f"`{name.replace('_', ' ')}` is not built in this version of prover "
+                                f"(module {module_name} is missing)") from None
+        raise
+    return getattr(module, attr)
+
+
+def run(backend: str, name: str, config: Any, **kwargs: Any) -> Any:
+    """Run library function `name` on `backend` with the config and keyword arguments."""
+    if backend == "local":
+        return resolve(name)(config, **kwargs)
+    if backend == "modal":
+        kwargs.pop("reporter", None)  # progress does not cross the wire; Modal shows its own logs
+        return MODAL_RUNNER(name, config, kwargs)
+    raise BackendError(f"--backend {backend!r}: unknown backend; use one of {', '.join(BACKENDS)}")
+
+
+def modal_credentials_present() -> bool:
+    """Modal reads a token from MODAL_TOKEN_ID/MODAL_TOKEN_SECRET or from ~/.modal.toml."""
+    if os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"):
+        return True
+    config_path = Path(os.environ.get("MODAL_CONFIG_PATH", Path.home() / ".modal.toml"))
+    try:
+        return "token_id" in config_path.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def _run_on_modal(name: str, config: Any, kwargs: dict[str, Any]) -> Any:
+    if not modal_credentials_present():
+        raise BackendError(
+            "--backend modal needs Modal credentials, and none were found "
+            "(no MODAL_TOKEN_ID/MODAL_TOKEN_SECRET and no ~/.modal.toml)",
+            hint="run `modal token new`, or use --backend local",
+        )
+    try:
+        modal_app = importlib.import_module("prover_cli.modal_app")
+    except ModuleNotFoundError as exc:
+        if exc.name == "modal":
+            raise BackendError("--backend modal needs the `modal` package: pip install 'modal==1.6.*'") from None
+        if exc.name == "prover_cli.modal_app":
+            raise NotBuiltError("--backend modal is not built in this version of prover") from None
+        raise
+    return modal_app.run_remote(name, config, kwargs)
+
+
+# Tests replace this with a fake runner: `monkeypatch.setattr(backends, "MODAL_RUNNER", fake)`.
+MODAL_RUNNER: Callable[[str, Any, dict[str, Any]], Any] = _run_on_modal

@@ -1,0 +1,438 @@
+"""One TOML config, typed and validated on load.
+
+Each TOML section is one dataclass below; each field documents itself once, beside it, through
+`_key(default, doc, ...)`. `docs/config.md` is generated from these (`python -m prover_cli.docgen`)
+and a test fails when it drifts. Loading rejects unknown keys, wrong types and out-of-range
+values with an error that names the file, the key, the value and what is allowed:
+
+    configs/x.toml: es.population = -4: must be >= 2
+
+`--set section.key=value` overrides any key after the file is read (value parsed as TOML, else
+taken as a string), and is validated the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from prover_cli.errors import ConfigError
+
+DEFAULT_MODEL = "AI-MO/Kimina-Prover-Preview-Distill-1.5B"
+DEFAULT_HEADER = (
+    "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
+    "open BigOperators Real Nat Topology Rat\n"
+)
+
+
+def _key(default: Any, doc: str, *, choices: tuple | None = None, min: float | None = None,
+         max: float | None = None, min_exclusive: bool = False) -> Any:
+    """A config field: default, one-line doc, and the range or choices it accepts."""
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+    if isinstance(default, list):
+        return field(default_factory=lambda d=default: list(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class ModelConfig:
+    """The policy model: what to load and how."""
+
+    name: str = _key(DEFAULT_MODEL, "Hugging Face model id, a local model directory, or `tiny` "
+                     "(a tiny random Qwen2-style model built offline into `cache_dir`, for CPU tests and the demo).")
+    revision: str = _key("main", "Hub revision (branch, tag or commit) to load; pin a commit for reproducible runs.")
+    dtype: str = _key("auto", "Weights dtype: `auto` (bfloat16 on CUDA, float32 on CPU), `float32`, `bfloat16`, `float16`.",
+                      choices=("auto", "float32", "bfloat16", "float16"))
+    device: str = _key("auto", "Where the transformers sampler runs: `auto` (CUDA if present), `cpu`, `cuda`.",
+                       choices=("auto", "cpu", "cuda"))
+    family: str = _key("auto", "Prompt template family: `auto` (from the model name), `kimina`, `deepseek`, `plain`.",
+                       choices=("auto", "kimina", "deepseek", "plain"))
+    cache_dir: str = _key(".prover-cache", "Where built artifacts (the tiny model) are kept.")
+    tiny_seed: int = _key(0, "Seed of the tiny random model's weights (only for `name = \"tiny\"`).", min=0)
+
+
+@dataclass
+class DataConfig:
+    """Problems: where they come from and how they are split."""
+
+    task: str = _key("lean", "Task: `lean` (reward = verified by Lean) or `countdown` (arithmetic, checked exactly in Python).",
+                     choices=("lean", "countdown", "toy"))
+    source: str = _key("", "Dataset for `prepare-data`: a Hugging Face dataset id, a local JSON/JSONL/Parquet file, "
+                       "or `examples` (the few Lean problems shipped with prover). Empty: use `problems` as is.")
+    preset: str = _key("auto", "Layout of `source`: `auto`, `lean-workbook`, `minif2f`, `problems` (our own schema), `countdown`.",
+                       choices=("auto", "lean-workbook", "minif2f", "problems", "countdown"))
+    problems: str = _key("", "Path of problems.jsonl. Empty: `<run.dir>/problems.jsonl`.")
+    train_split: str = _key("train", "Split the trainers draw problems from (miniF2F has `valid` and `test`).")
+    valid_fraction: float = _key(0.1, "Fraction put in `valid` by the seeded split, for sources without splits.", min=0.0, max=1.0)
+    dedupe: bool = _key(True, "Drop problems whose whitespace-normalized statement was already seen.")
+    status: str = _key("any", "Lean Workbook filter on the `status` column: `any`, `proved`, `unproved`.",
+                       choices=("any", "proved", "unproved"))
+    limit: int = _key(0, "Keep at most this many problems (0 = all).", min=0)
+    countdown_problems: int = _key(512, "Countdown: problems to generate.", min=1)
+    countdown_numbers: int = _key(3, "Countdown: how many numbers each problem gives.", min=2, max=6)
+    countdown_max_number: int = _key(20, "Countdown: numbers are drawn from 1..this.", min=2)
+
+
+@dataclass
+class GenerateConfig:
+    """Sampling proofs (used by `generate`, `eval` and the ES sampler)."""
+
+    backend: str = _key("transformers", "Sampler: `transformers` (CPU or GPU) or `vllm` (GPU extra).",
+                        choices=("transformers", "vllm"))
+    n: int = _key(8, "Samples per problem.", min=1)
+    temperature: float = _key(1.0, "Sampling temperature; 0 means greedy.", min=0.0)
+    top_p: float = _key(0.95, "Nucleus sampling mass.", min=0.0, max=1.0, min_exclusive=True)
+    max_tokens: int = _key(8192, "Maximum new tokens per sample.", min=1)
+    seed: int = _key(0, "Sampling seed (combined with the problem and sample index).", min=0)
+    batch_size: int = _key(16, "Prompts per transformers `generate` call.", min=1)
+    split: str = _key("", "Only generate for problems of this split (empty = all).")
+    gpu_memory_utilization: float = _key(0.85, "vLLM: fraction of GPU memory the engine may take.", min=0.05, max=1.0)
+    max_model_len: int = _key(0, "vLLM: context length (0 = the model's own).", min=0)
+
+
+@dataclass
+class VerifyConfig:
+    """Lean verification: the reward. See docs/verify.md for the verdict rules."""
+
+    backend: str = _key("repl", "Engine: `repl` (a pool of leanprover-community/repl processes) or `kimina` (a Kimina Lean Server).",
+                        choices=("repl", "kimina"))
+    repl_command: list[str] = _key(["lake", "env", "repl"], "argv that starts one Lean REPL, run in `project_dir`.")
+    project_dir: str = _key("", "Lake project with Mathlib where `repl_command` runs (empty = current directory).")
+    header: str = _key(DEFAULT_HEADER, "Header used when a proof has none; run once per REPL process.")
+    workers: int = _key(4, "REPL processes in the pool.", min=1)
+    timeout_s: float = _key(60.0, "Wall-clock limit per proof, seconds.", min=0.0, min_exclusive=True)
+    header_timeout_s: float = _key(600.0, "Wall-clock limit for running the header (`import Mathlib`), seconds.", min=0.0, min_exclusive=True)
+    memory_limit_gb: float = _key(8.0, "Address-space limit per REPL process, GiB (0 = none).", min=0.0)
+    max_proofs_per_process: int = _key(200, "Recycle a REPL process after this many proofs (Lean leaks memory).", min=1)
+    allowed_axioms: list[str] = _key(["propext", "Classical.choice", "Quot.sound"],
+                                     "Axioms a verified proof may depend on (`#print axioms`).")
+    allow_native_decide: bool = _key(False, "Accept `native_decide` (trusts the compiler; adds `Lean.ofReduceBool` to the allowed axioms).")
+    kimina_url: str = _key("http://localhost:8000", "Kimina Lean Server URL (backend `kimina`).")
+    lean_toolchain: str = _key("leanprover/lean4:v4.15.0", "Lean toolchain of the verifier (recorded in verdicts; used by the Modal image).")
+    mathlib_rev: str = _key("v4.15.0", "Mathlib revision of the verifier (recorded in verdicts; used by the Modal image).")
+
+
+@dataclass
+class ESConfig:
+    """Evolution Strategies. Defaults from the ES-at-scale paper (population 30, sigma 1e-3, lr 5e-4, z-score)."""
+
+    population: int = _key(30, "Members per iteration (with `antithetic`, an even number: +eps/-eps pairs).", min=2)
+    sigma: float = _key(1e-3, "Noise scale of each perturbation.", min=0.0, min_exclusive=True)
+    learning_rate: float = _key(5e-4, "Step size of the update theta += lr * mean(f_i * eps_i).", min=0.0, min_exclusive=True)
+    antithetic: bool = _key(True, "Evaluate +eps and -eps pairs (lower-variance gradient estimate).")
+    fitness_shaping: str = _key("zscore", "Reward normalisation: `zscore` or `centered_rank`.",
+                                choices=("zscore", "centered_rank"))
+    iterations: int = _key(100, "ES iterations.", min=1)
+    problems_per_iteration: int = _key(8, "Problems every member of an iteration is scored on.", min=1)
+    samples_per_problem: int = _key(1, "Samples per problem per member.", min=1)
+    snapshot_every: int = _key(0, "Also save the weights every K iterations so replay can start there (0 = never).", min=0)
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO through TRL's GRPOTrainer. Every value the reference work depends on is set explicitly."""
+
+    steps: int = _key(100, "Optimizer steps (TRL `max_steps`).", min=1)
+    num_generations: int = _key(8, "Completions per prompt (the group).", min=2)
+    per_device_train_batch_size: int = _key(8, "Completions per device per step (a multiple of num_generations' divisor).", min=1)
+    gradient_accumulation_steps: int = _key(1, "Gradient accumulation steps.", min=1)
+    learning_rate: float = _key(1e-6, "AdamW learning rate.", min=0.0, min_exclusive=True)
+    beta: float = _key(0.0, "KL coefficient; > 0 loads a reference model.", min=0.0)
+    epsilon: float = _key(0.2, "PPO-style clipping range.", min=0.0, min_exclusive=True)
+    loss_type: str = _key("grpo", "Loss aggregation: `grpo`, `dr_grpo`, `dapo`, `bnpo`.",
+                          choices=("grpo", "dr_grpo", "dapo", "bnpo"))
+    scale_rewards: str = _key("group", "Reward scaling: `group` (std of the group), `batch`, `none`.",
+                              choices=("group", "batch", "none"))
+    max_completion_length: int = _key(4096, "Maximum completion tokens.", min=1)
+    temperature: float = _key(1.0, "Sampling temperature during training.", min=0.0, min_exclusive=True)
+    use_vllm: bool = _key(False, "Generate with vLLM (colocate mode) instead of transformers.")
+    vllm_gpu_memory_utilization: float = _key(0.3, "vLLM colocate: GPU memory fraction for the engine.", min=0.05, max=1.0)
+
+
+@dataclass
+class EvalConfig:
+    """`prover eval`: generate + verify + pass@k."""
+
+    split: str = _key("test", "Split to evaluate (miniF2F: `test` or `valid`).")
+    n: int = _key(32, "Samples per problem.", min=1)
+    k: list[int] = _key([1, 8, 32], "k values of pass@k (each <= n).")
+    problems: str = _key("", "Problems to evaluate (empty = `data.problems`).")
+    plot: bool = _key(True, "Write a pass@k PNG into the run directory.")
+
+
+@dataclass
+class ModalConfig:
+    """`--backend modal`: the cloud resources. Prices are for `--dry-run` cost estimates only."""
+
+    app_name: str = _key("prover", "Modal app name.")
+    gpu: str = _key("H100", "GPU type for generation and ES members.")
+    gpus_per_container: int = _key(1, "GPUs per generation/ES container.", min=1, max=8)
+    max_containers: int = _key(30, "Upper bound on parallel GPU containers (ES: one per member).", min=1)
+    verify_cpus: float = _key(8.0, "CPU cores per verification container.", min=0.25)
+    verify_memory_gb: int = _key(32, "Memory per verification container, GiB.", min=1)
+    verify_batch_size: int = _key(64, "Proofs per verification call (each call is isolated).", min=1)
+    timeout_min: int = _key(60, "Timeout of one remote call, minutes.", min=1)
+    retries: int = _key(2, "Retries of a failed remote call.", min=0)
+    models_volume: str = _key("prover-models", "Volume holding base model weights.")
+    runs_volume: str = _key("prover-ledgers", "Volume holding run directories (ledgers, metrics, verdicts).")
+    gpu_price_per_hour: float = _key(3.95, "USD per GPU-hour (cost estimate).", min=0.0)
+    cpu_price_per_core_hour: float = _key(0.047, "USD per CPU core-hour (cost estimate).", min=0.0)
+
+
+@dataclass
+class RunConfig:
+    """Where a run writes, and its seed."""
+
+    dir: str = _key("runs/default", "Run directory (ledger, metrics, verdicts, final model).")
+    seed: int = _key(0, "Run seed: every other seed is derived from it.", min=0)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "generate": GenerateConfig,
+    "verify": VerifyConfig,
+    "es": ESConfig,
+    "grpo": GRPOConfig,
+    "eval": EvalConfig,
+    "modal": ModalConfig,
+    "run": RunConfig,
+}
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    es: ESConfig = field(default_factory=ESConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    modal: ModalConfig = field(default_factory=ModalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    source: str = "<defaults>"  # where the config came from, for error messages
+
+    # -- derived values, computed once -------------------------------------------------------
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir)
+
+    @property
+    def problems_path(self) -> Path:
+        return Path(self.data.problems) if self.data.problems else self.run_dir / "problems.jsonl"
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def to_toml(self) -> str:
+        """The resolved config as TOML (written into the run directory when a run starts)."""
+        lines = [f"# resolved from {self.source}"]
+        for name, values in self.to_dict().items():
+            lines.append(f"\n[{name}]")
+            for key, value in values.items():
+                lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and validation
+# --------------------------------------------------------------------------------------------
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a TOML file (or the defaults when `path` is None), apply `--set` overrides, validate."""
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: config file not found") from None
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read config file: {exc.strerror}") from None
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    for override in overrides:
+        section, key, value = parse_override(override)
+        raw.setdefault(section, {})
+        if not isinstance(raw[section], dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        raw[section][key] = value
+    return config_from_dict(raw, source=source)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` -> (section, key, value); value parsed as TOML, else a plain string."""
+    name, sep, value_text = text.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not section or not key:
+        raise ConfigError(f"--set {text!r}: expected section.key=value, e.g. --set es.population=8")
+    try:
+        value = tomllib.loads(f"v = {value_text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = value_text.strip()
+    return section, key.strip(), value
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
+    config = Config(source=source)
+    for section_name, values in raw.items():
+        if section_name not in SECTIONS:
+            raise ConfigError(
+                f"{source}: unknown section [{section_name}]; allowed: {', '.join(SECTIONS)}"
+            )
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{section_name}] must be a table of keys")
+        cls = SECTIONS[section_name]
+        known = {f.name: f for f in fields(cls)}
+        hints = get_type_hints(cls)
+        section = getattr(config, section_name)
+        for key, value in values.items():
+            where = f"{source}: {section_name}.{key}"
+            if key not in known:
+                close = _closest(key, known)
+                suggestion = f"; did you mean `{close}`?" if close else ""
+                raise ConfigError(
+                    f"{where}: unknown key{suggestion} (allowed: {', '.join(known)})"
+                )
+            value = _check_value(where, value, hints[key], known[key].metadata)
+            setattr(section, key, value)
+    _cross_checks(config)
+    return config
+
+
+def _check_value(where: str, value: Any, annotation: Any, meta: Any) -> Any:
+    shown = _toml_value(value)
+    expected = _type_name(annotation)
+    if not _type_ok(value, annotation):
+        raise ConfigError(f"{where} = {shown}: expected {expected}, got {type(value).__name__}")
+    if annotation is float:
+        value = float(value)
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{where} = {shown}: must be one of {', '.join(map(repr, choices))}")
+    low, high = meta.get("min"), meta.get("max")
+    if low is not None:
+        if meta.get("min_exclusive") and not value > low:
+            raise ConfigError(f"{where} = {shown}: must be > {low}")
+        if not meta.get("min_exclusive") and value < low:
+            raise ConfigError(f"{where} = {shown}: must be >= {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{where} = {shown}: must be <= {high}")
+    return value
+
+
+def _cross_checks(config: Config) -> None:
+    """Rules between keys, each with the values, the reason and the fix."""
+    src = config.source
+    if config.es.antithetic and config.es.population % 2:
+        raise ConfigError(
+            f"{src}: es.population = {config.es.population}: must be a positive even integer "
+            "with es.antithetic = true (members come in +eps/-eps pairs); use an even population "
+            "or set es.antithetic = false"
+        )
+    for k in config.eval.k:
+        if k < 1:
+            raise ConfigError(f"{src}: eval.k = {config.eval.k}: every k must be >= 1")
+        if k > config.eval.n:
+            raise ConfigError(
+                f"{src}: eval.k = {config.eval.k}: k = {k} exceeds eval.n = {config.eval.n} samples "
+                "per problem; raise eval.n or drop that k"
+            )
+    if not config.verify.repl_command:
+        raise ConfigError(f"{src}: verify.repl_command = []: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if get_origin(annotation) is list:
+        (item,) = get_args(annotation)
+        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    raise TypeError(f"unsupported config type {annotation}")  # a bug in this module, not user input
+
+
+def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is list:
+        return f"a list of {_type_name(get_args(annotation)[0])}"
+    return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}[annotation]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        import json
+
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def _closest(key: str, known: dict[str, Any]) -> str | None:
+    import difflib
+
+    matches = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def config_reference() -> str:
+    """Markdown reference of every key (the body of docs/config.md)."""
+    out = [
+        "# Configuration reference",
+        "",
+        "<!-- generated by `python -m prover_cli.docgen` from prover_cli/config.py; do not edit -->",
+        "",
+        "One TOML file with the sections below; every key is optional and has the default shown.",
+        "Unknown keys, wrong types and out-of-range values are errors that name the file and the key.",
+        "Override any key on the command line with `--set section.key=value` (the value is read as",
+        "TOML, so `--set es.sigma=0.002`, `--set verify.repl_command='[\"repl\"]'`; anything that is not",
+        "valid TOML is taken as a string: `--set model.name=tiny`).",
+        "",
+        "Cross-key rules: `es.population` must be even when `es.antithetic = true`; every `eval.k`",
+        "must be <= `eval.n`; `verify.repl_command` must not be empty.",
+    ]
+    for name, cls in SECTIONS.items():
+        out += ["", f"## [{name}]", "", (cls.__doc__ or "").strip(), "",
+                "| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+        hints = get_type_hints(cls)
+        defaults = cls()
+        for f in fields(cls):
+            meta = f.metadata
+            allowed = ""
+            if meta.get("choices"):
+                allowed = ", ".join(f"`{c}`" for c in meta["choices"])
+            else:
+                parts = []
+                if meta.get("min") is not None:
+                    parts.append(("> " if meta.get("min_exclusive") else ">= ") + str(meta["min"]))
+                if meta.get("max") is not None:
+                    parts.append(f"<= {meta['max']}")
+                allowed = ", ".join(parts)
+            default = _toml_value(getattr(defaults, f.name)).replace("\n", "\\n").replace("|", "\\|")
+            out.append(
+                f"| `{f.name}` | {_type_name(hints[f.name])} | `{default}` | {allowed} | {meta['doc']} |"
+            )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,105 @@
+"""`prover doctor`: what this machine has, and what to do about what it lacks.
+
+Each check returns a `Check(name, ok, detail, fix)`. Nothing here raises: a missing piece is a
+finding, not an error. Heavy packages are probed with `importlib.util.find_spec` first so that a
+missing one costs nothing, then imported only to read versions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_python() -> Check:
+    import sys
+
+    ok = sys.version_info >= (3, 10)
+    return Check("python", ok, platform.python_version(), "" if ok else "install Python >= 3.10")
+
+
+def check_torch() -> list[Check]:
+    if importlib.util.find_spec("torch") is None:
+        return [Check("torch", False, "not installed", "pip install torch==2.13.0 (CPU) or a CUDA build"),
+                Check("cuda", False, "no torch", "install a CUDA build of torch on a GPU machine")]
+    import torch
+
+    checks = [Check("torch", True, torch.__version__)]
+    if torch.cuda.is_available():
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        checks.append(Check("cuda", True, f"{torch.cuda.device_count()} GPU(s): {names}"))
+    else:
+        checks.append(Check("cuda", False, "no CUDA GPU visible to torch",
+                            "generation and training run on CPU (slow); use --backend modal for GPUs"))
+    return checks
+
+
+def check_package(name: str, fix: str) -> Check:
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return Check(name, False, "not installed", fix)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return Check(name, True, version(name))
+    except PackageNotFoundError:
+        return Check(name, True, "installed")
+
+
+def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.0) -> Check:
+    """Start the REPL and send one trivial command; it must answer with an environment."""
+    program = repl_command[0] if repl_command else ""
+    fix = ("install elan and build leanprover-community/repl in a Lake project with Mathlib, then set "
+           "verify.repl_command and verify.project_dir (see docs/verify.md), or use --backend modal")
+    if not program or shutil.which(program) is None:
+        return Check("lean repl", False, f"`{program}` not found on PATH", fix)
+    try:
+        completed = subprocess.run(
+            repl_command,
+            input='{"cmd": "def prover_doctor_probe : Nat := 1"}\n\n',
+            capture_output=True, text=True, timeout=timeout_s,
+            cwd=project_dir or None,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("lean repl", False, f"`{' '.join(repl_command)}` did not answer: {exc}", fix)
+    if '"env"' in completed.stdout:
+        return Check("lean repl", True, f"`{' '.join(repl_command)}` answers in {project_dir or Path.cwd()}")
+    tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
+    return Check("lean repl", False, f"`{' '.join(repl_command)}` gave no environment: {tail[0]}", fix)
+
+
+def check_modal_credentials() -> Check:
+    from prover_cli.backends import modal_credentials_present
+
+    if modal_credentials_present():
+        return Check("modal token", True, "found")
+    return Check("modal token", False, "no MODAL_TOKEN_ID/MODAL_TOKEN_SECRET and no ~/.modal.toml",
+                 "run `modal token new` to use --backend modal")
+
+
+def run_doctor(config: Any) -> list[Check]:
+    checks = [check_python()]
+    checks += check_torch()
+    checks.append(check_package("transformers", "pip install 'transformers>=4.57'"))
+    checks.append(check_package("trl", "pip install 'trl==1.16.*' (needed by `train grpo`)"))
+    checks.append(check_package("vllm", "optional, GPU only: pip install 'prover-cli[gpu]'"))
+    checks.append(check_package("modal", "pip install 'modal==1.6.*' (needed by --backend modal)"))
+    checks.append(check_lean(config.verify.repl_command, config.verify.project_dir))
+    checks.append(check_modal_credentials())
+    return checks

@@ -1,0 +1,68 @@
+"""metrics.jsonl: one line per iteration, the same schema for ES and GRPO (`prover report` reads it).
+
+Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
+
+| key | meaning |
+|---|---|
+| `iteration` | 1-based iteration (ES) or optimizer step (GRPO) |
+| `method` | `es` or `grpo` |
+| `task` | `lean`, `countdown`, ... |
+| `reward/mean`, `reward/max` | over all samples scored this iteration |
+| `verify/verified` | samples with reward 1.0 (Lean: verified proofs) this iteration |
+| `samples` | samples generated and scored this iteration |
+| `samples/total` | cumulative samples |
+| `time/wall_s` | wall seconds of this iteration |
+| `time/elapsed_s` | cumulative wall seconds |
+| `es/update_norm` | ES only: L2 norm of the update applied (0 when skipped) |
+| `es/skipped` | ES only: true when all rewards were equal and no update was made |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+REQUIRED_KEYS = ("iteration", "method", "task", "reward/mean", "reward/max", "verify/verified",
+                 "samples", "samples/total", "time/wall_s", "time/elapsed_s")
+
+
+def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
+    """Append one iteration's metrics (flushed and fsynced: metrics survive a kill)."""
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"metrics record lacks {missing}")  # a bug in the trainer, not user input
+    path = Path(run_dir) / METRICS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
+    """On resume: drop lines after `last_iteration` (written after the last ledger commit)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line from a kill
+        if record.get("iteration", 0) <= last_iteration:
+            kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_resolved_config(config: Any) -> Path:
+    """Write the resolved config into the run directory when a run starts."""
+    path = Path(config.run.dir) / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config.to_toml(), encoding="utf-8")
+    return path

@@ -1,0 +1,77 @@
+"""Samplers: one signature for transformers (CPU/GPU, embedded default) and vLLM (GPU extra).
+
+    sampler = load_sampler(config)          # reads [model] and [generate]
+    outputs = sampler.generate(prompts, SamplingParams(n=4, temperature=1.0, top_p=0.95,
+                                                       max_tokens=256, seed=0))
+    outputs[i][j].text                      # j-th sample of prompt i
+
+Both are imported inside `load_sampler`, so `prover --help` never touches torch or vLLM.
+Samplers register through `register_sampler`, the same seam tasks use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from prover_cli.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+
+
+@dataclass
+class Sample:
+    text: str
+    finish_reason: str  # "stop" (end of sequence) or "length" (hit max_tokens)
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Sampler(Protocol):
+    tokenizer: Any
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]: ...
+
+
+_REGISTRY: dict[str, Callable[..., Sampler]] = {}
+_BUILTIN = {
+    "transformers": "prover_cli.samplers.transformers_sampler",
+    "vllm": "prover_cli.samplers.vllm_sampler",
+}
+
+
+def register_sampler(name: str):
+    def decorator(factory):
+        _REGISTRY[name] = factory
+        return factory
+
+    return decorator
+
+
+def load_sampler(config: Any, model_path: str | None = None, **kwargs: Any) -> Sampler:
+    """The sampler named by `generate.backend`, loaded with `model_path` or `model.name`."""
+    name = config.generate.backend
+    if name not in _REGISTRY and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])
+    if name not in _REGISTRY:
+        raise ConfigError(f"generate.backend = {name!r}: unknown sampler; known: {', '.join(_BUILTIN)}")
+    return _REGISTRY[name](config, model_path=model_path, **kwargs)
+
+
+def sampling_params(config: Any, n: int | None = None, seed: int | None = None) -> SamplingParams:
+    g = config.generate
+    return SamplingParams(
+        n=g.n if n is None else n,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        max_tokens=g.max_tokens,
+        seed=g.seed if seed is None else seed,
+    )

@@ -1,0 +1,122 @@
+"""Sampling with `transformers.generate`: the embedded default, on CPU or GPU.
+
+Seeding: each batch reseeds torch's generator from (params.seed, batch index), so the same
+prompts, batch size and seed give the same samples on the same device, whatever ran before.
+The model stays accessible as `sampler.model` so ES can perturb its weights in place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from prover_cli.errors import BackendError
+from prover_cli.samplers import Sample, SamplingParams, register_sampler
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise BackendError("model.device = \"cuda\" but torch sees no CUDA device")
+    return requested
+
+
+def resolve_dtype(requested: str, device: str):
+    import torch
+
+    if requested == "auto":
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
+
+
+def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, device: str | None = None):
+    """Load (model, tokenizer, device) from a path, a hub id, or `tiny`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prover_cli.tiny_model import resolve_model_path
+
+    path = model_path or resolve_model_path(model_config.name, model_config.cache_dir, model_config.tiny_seed)
+    revision = None if Path(path).exists() else model_config.revision
+    device = device or resolve_device(model_config.device)
+    dtype = resolve_dtype(model_config.dtype, device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
+    except OSError as exc:
+        raise BackendError(f"cannot load model {path!r}: {exc}",
+                           hint="check model.name, or use model.name = \"tiny\" for an offline test model") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    model.eval()
+    return model, tokenizer, device
+
+
+@register_sampler("transformers")
+class TransformersSampler:
+    def __init__(self, config: Any, model_path: str | None = None, model=None, tokenizer=None):
+        if model is None:
+            model, tokenizer, device = load_model_and_tokenizer(config.model, model_path)
+        else:
+            device = str(next(model.parameters()).device)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.batch_size = config.generate.batch_size
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
+        import torch
+
+        results: list[list[Sample]] = []
+        eos_ids = self._eos_ids()
+        for batch_index, start in enumerate(range(0, len(prompts), self.batch_size)):
+            batch = list(prompts[start:start + self.batch_size])
+            encoded = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+            prompt_width = encoded["input_ids"].shape[1]
+            prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
+            torch.manual_seed(_batch_seed(params.seed, batch_index))
+            sampling = params.temperature > 0
+            with torch.no_grad():
+                output = self.model.generate(
+                    **encoded,
+                    do_sample=sampling,
+                    temperature=params.temperature if sampling else None,
+                    top_p=params.top_p if sampling else None,
+                    top_k=0 if sampling else None,
+                    max_new_tokens=params.max_tokens,
+                    num_return_sequences=params.n,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=eos_ids,
+                )
+            for i in range(len(batch)):
+                samples = []
+                for j in range(params.n):
+                    tokens = output[i * params.n + j, prompt_width:].tolist()
+                    finish = "length"
+                    for cut, token in enumerate(tokens):
+                        if token in eos_ids:
+                            tokens, finish = tokens[:cut], "stop"
+                            break
+                    samples.append(Sample(
+                        text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                        finish_reason=finish,
+                        prompt_tokens=int(prompt_lengths[i]),
+                        completion_tokens=len(tokens),
+                    ))
+                results.append(samples)
+        return results
+
+    def _eos_ids(self) -> list[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        return ids
+
+
+def _batch_seed(seed: int, batch_index: int) -> int:
+    return (seed * 1_000_003 + batch_index) % (2**63 - 1)

@@ -1,0 +1,120 @@
+"""Countdown: reach a target from given numbers with + - * /, each number used exactly once.
+
+The arithmetic task of the ES-at-scale paper (via TinyZero), here so that training can run end
+to end without Lean. Problems are generated offline from a seed and are solvable by
+construction (the target is the value of a random expression over the numbers). Answers are
+checked exactly: the expression is parsed with `ast` (numbers, + - * /, parentheses only),
+evaluated with `Fraction` (so 7/2*2 is exactly 7, and division by zero is a wrong answer), and
+the multiset of numbers used must equal the multiset given.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections import Counter
+from fractions import Fraction
+from typing import Any, Sequence
+
+from prover_cli.tasks import register_task
+
+PROMPT = (
+    "Using the numbers {numbers}, create an equation that equals {target}. You can use basic "
+    "arithmetic operations (+, -, *, /) and each number can only be used once. Show your work in "
+    "<think> </think> tags. And return the final answer in <answer> </answer> tags, for example "
+    "<answer> (1 + 2) / 3 </answer>."
+)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+        ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+
+
+def generate_problems(count: int, numbers_per_problem: int, max_number: int, seed: int) -> list[dict[str, Any]]:
+    """`count` solvable problems, a pure function of the arguments."""
+    rng = random.Random(f"countdown:{seed}")
+    problems = []
+    while len(problems) < count:
+        numbers = [rng.randint(1, max_number) for _ in range(numbers_per_problem)]
+        value = _random_value(numbers, rng)
+        if value is None or value.denominator != 1 or value <= 0:
+            continue  # keep targets positive integers, as in the paper's data
+        index = len(problems)
+        problems.append({
+            "id": f"countdown_{seed}_{index:05d}",
+            "numbers": numbers,
+            "target": int(value),
+            "split": "valid" if rng.random() < 0.1 else "train",
+            "source": f"countdown(seed={seed})",
+        })
+    return problems
+
+
+def _random_value(numbers: list[int], rng: random.Random) -> Fraction | None:
+    values = [Fraction(n) for n in numbers]
+    rng.shuffle(values)
+    while len(values) > 1:
+        a, b = values.pop(), values.pop()
+        op = rng.choice("+-*/")
+        if op == "/" and b == 0:
+            return None
+        values.append({"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op])
+    return values[0]
+
+
+def extract_answer(completion: str) -> str | None:
+    """The last <answer>...</answer> in the completion, stripped, or None."""
+    found = _ANSWER.findall(completion)
+    return found[-1].strip() if found else None
+
+
+def check_answer(expression: str, numbers: Sequence[int], target: int) -> bool:
+    """True only if `expression` uses exactly `numbers` once each and equals `target` exactly."""
+    if len(expression) > 200:
+        return False
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except (SyntaxError, ValueError):
+        return False
+    used: list[int] = []
+    try:
+        value = _evaluate(tree.body, used)
+    except (ZeroDivisionError, _Rejected):
+        return False
+    return Counter(used) == Counter(int(n) for n in numbers) and value == target
+
+
+class _Rejected(Exception):
+    pass
+
+
+def _evaluate(node: ast.AST, used: list[int]) -> Fraction:
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_evaluate(node.left, used), _evaluate(node.right, used))
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        used.append(node.value)
+        return Fraction(node.value)
+    raise _Rejected  # names, calls, unary minus, floats, powers...: not allowed
+
+
+def score(completion: str, problem: dict[str, Any]) -> float:
+    answer = extract_answer(completion)
+    if answer is None:
+        return 0.0
+    return 1.0 if check_answer(answer, problem["numbers"], problem["target"]) else 0.0
+
+
+@register_task("countdown")
+class CountdownTask:
+    name = "countdown"
+
+    def build_prompt(self, problem: dict[str, Any], tokenizer: Any, family: str) -> str:
+        text = PROMPT.format(numbers=problem["numbers"], target=problem["target"])
+        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+            )
+        return text
+
+    def rewards(self, problems, completions, config=None, reporter=None) -> list[float]:
+        return [score(c, p) for p, c in zip(problems, completions, strict=True)]

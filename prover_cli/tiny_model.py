@@ -1,0 +1,119 @@
+"""A tiny random causal LM and tokenizer, built offline, loadable like any hub model.
+
+Tests and the demo use it so that nothing downloads: `model.name = "tiny"` builds (once, into
+`model.cache_dir`) a Qwen2-architecture model with a byte-level BPE tokenizer trained on a small
+built-in corpus of Lean and arithmetic text, plus a Qwen-style chat template. The build is a
+pure function of `seed`: the same seed gives the same tokenizer and bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TINY_NAME = "tiny"
+TINY_VERSION = 1  # bump when the architecture or corpus changes: it is part of the cache key
+
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = [
+    "theorem mathd_algebra_10 (x : ℝ) (h₀ : x = 2) : x + 1 = 3 := by\n  subst h₀\n  norm_num",
+    "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n",
+    "```lean4\ntheorem foo (a b : ℕ) : a + b = b + a := by\n  omega\n```",
+    "<think> Let me try nlinarith [sq_nonneg (a - b), sq_nonneg (a + b)] </think>",
+    "Using the numbers [3, 5, 7], create an equation that equals 22. <answer> (3 + 5) * 7 / 2 </answer>",
+    "intro h\nsimp at h\nlinarith\nexact h\nrfl\ndecide\nring_nf\nfield_simp\npositivity",
+    "∀ ∃ → ↔ ≤ ≥ ≠ ∧ ∨ ¬ ⊢ ∑ ∏ ∈ ℕ ℤ ℚ ℝ ℂ λ ⟨ ⟩ ₀ ₁ ₂ · × ÷ √",
+    "# Problem:\n# Formal statement:\n/-- Show that 1 + 1 = 2. -/\n",
+    "0 1 2 3 4 5 6 7 8 9 10 100 1000 + - * / ( ) = < > : := by",
+]
+
+
+def tiny_model_dir(cache_dir: str | Path, seed: int = 0) -> Path:
+    return Path(cache_dir) / f"tiny-qwen2-v{TINY_VERSION}-seed{seed}"
+
+
+def build_tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=_SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = _CHAT_TEMPLATE
+    fast.padding_side = "left"  # decoder-only generation pads on the left
+    return fast
+
+
+def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
+    """Build (or reuse) the tiny model directory and return its path."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    marker = out / "prover_tiny.json"
+    if marker.exists():
+        return out
+    tokenizer = build_tiny_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "prover_tiny.json").write_text(json.dumps({"version": TINY_VERSION, "seed": seed}) + "\n")
+    if out.exists():  # a concurrent build finished first; keep its copy
+        import shutil
+
+        shutil.rmtree(tmp)
+        return out
+    tmp.rename(out)
+    return out
+
+
+def resolve_model_path(name: str, cache_dir: str | Path, seed: int = 0) -> str:
+    """The path or hub id transformers should load: builds the tiny model for `tiny`."""
+    if name == TINY_NAME:
+        return str(build_tiny_model(tiny_model_dir(cache_dir, seed), seed))
+    return name

@@ -375,7 +375,8 @@ def _type_ok(value: Any, annotation: Any) -> bool:
 
 def _type_name(annotation: Any) -> str:
     if get_origin(annotation) is list:
-        return f"a list of {_type_name(get_args(annotation)[0])}"
+        item = get_args(annotation)[0]
+        return "a list of " + {int: "integers", str: "strings", float: "numbers", bool: "booleans"}[item]
     return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}[annotation]
 
 

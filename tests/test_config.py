@@ -1,0 +1,127 @@
+"""Config: typed, validated on load, errors name the file and the key; --set overrides."""
+
+from pathlib import Path
+
+import pytest
+
+from prover_cli.config import Config, config_from_dict, config_reference, load_config, parse_override
+from prover_cli.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "x.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_the_paper_and_kimina_defaults():
+    cfg = load_config(None)
+    assert cfg.model.name == "AI-MO/Kimina-Prover-Preview-Distill-1.5B"
+    assert (cfg.es.population, cfg.es.sigma, cfg.es.learning_rate) == (30, 1e-3, 5e-4)
+    assert cfg.es.fitness_shaping == "zscore"
+    assert cfg.verify.repl_command == ["lake", "env", "repl"]
+    assert cfg.verify.allowed_axioms == ["propext", "Classical.choice", "Quot.sound"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.toml")))
+def test_shipped_configs_load(name):
+    cfg = load_config(REPO / "configs" / name)
+    assert cfg.source.endswith(name)
+
+
+def test_typo_in_key_names_file_key_and_suggestion(tmp_path):
+    path = write(tmp_path, "[es]\npopulaton = 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert str(path) in message and "es.populaton" in message and "did you mean `population`" in message
+
+
+def test_string_where_number_belongs(tmp_path):
+    path = write(tmp_path, '[es]\nsigma = "small"\n')
+    with pytest.raises(ConfigError, match=r"x\.toml: es\.sigma = \"small\": expected a number, got str"):
+        load_config(path)
+
+
+def test_negative_population_rejected(tmp_path):
+    path = write(tmp_path, "[es]\npopulation = -4\n")
+    with pytest.raises(ConfigError, match=r"x\.toml: es\.population = -4: must be >= 2"):
+        load_config(path)
+
+
+def test_odd_population_with_antithetic_explains_fix(tmp_path):
+    path = write(tmp_path, "[es]\npopulation = 5\n")
+    with pytest.raises(ConfigError, match="positive even integer.*antithetic"):
+        load_config(path)
+    cfg = load_config(path, ["es.antithetic=false"])
+    assert cfg.es.population == 5
+
+
+def test_unknown_section_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown section \[trainer\]"):
+        load_config(write(tmp_path, "[trainer]\nx = 1\n"))
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[es\n"))
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_choices_and_bool_and_list_types(tmp_path):
+    with pytest.raises(ConfigError, match="must be one of 'zscore', 'centered_rank'"):
+        config_from_dict({"es": {"fitness_shaping": "rank"}})
+    with pytest.raises(ConfigError, match="expected a boolean"):
+        config_from_dict({"es": {"antithetic": 1}})
+    with pytest.raises(ConfigError, match="expected a list of strings"):
+        config_from_dict({"verify": {"repl_command": "lake env repl"}})
+    with pytest.raises(ConfigError, match="expected an integer"):
+        config_from_dict({"es": {"population": 8.0}})
+
+
+def test_int_accepted_for_float_and_stored_as_float():
+    cfg = config_from_dict({"es": {"sigma": 1}})
+    assert isinstance(cfg.es.sigma, float) and cfg.es.sigma == 1.0
+
+
+def test_eval_k_larger_than_n_rejected():
+    with pytest.raises(ConfigError, match="k = 64 exceeds eval.n = 32"):
+        config_from_dict({"eval": {"k": [1, 64]}})
+
+
+def test_set_overrides_parse_toml_values(tmp_path):
+    path = write(tmp_path, "[es]\npopulation = 8\n")
+    cfg = load_config(path, ["es.population=12", "model.name=tiny", "verify.repl_command=[\"repl\"]",
+                             "es.antithetic=false", "run.dir=out/run 1"])
+    assert cfg.es.population == 12
+    assert cfg.model.name == "tiny"
+    assert cfg.verify.repl_command == ["repl"]
+    assert cfg.es.antithetic is False
+    assert cfg.run.dir == "out/run 1"
+
+
+@pytest.mark.parametrize("bad", ["population=3", "es.=3", ".x=1", "es.population"])
+def test_malformed_override(bad):
+    with pytest.raises(ConfigError, match="expected section.key=value"):
+        parse_override(bad)
+
+
+def test_override_is_validated_too():
+    with pytest.raises(ConfigError, match=r"<defaults>: es.sigma = -1.0: must be > 0.0"):
+        load_config(None, ["es.sigma=-1.0"])
+
+
+def test_resolved_toml_roundtrips():
+    cfg = load_config(REPO / "configs" / "demo.toml", ["es.sigma=0.5"])
+    import tomllib
+
+    again = config_from_dict(tomllib.loads(cfg.to_toml()))
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_reference_documents_every_key():
+    text = config_reference()
+    for section, values in Config().to_dict().items():
+        assert f"## [{section}]" in text
+        for key in values:
+            assert f"| `{key}` |" in text

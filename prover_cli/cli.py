@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, List, Optional
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from prover_cli.errors import ProverError
 
@@ -49,7 +49,7 @@ def _command(fn):
         except ProverError as exc:
             Out().error(str(exc), getattr(exc, "hint", None))
             raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort, click.ClickException, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, TyperException, KeyboardInterrupt):
             raise  # usage errors keep click's exit code 2
         except Exception as exc:  # an unexpected failure: say so in one line unless debugging
             if os.environ.get("PROVER_DEBUG"):

@@ -146,7 +146,7 @@ class GRPOConfig:
 
     steps: int = _key(100, "Optimizer steps (TRL `max_steps`).", min=1)
     num_generations: int = _key(8, "Completions per prompt (the group).", min=2)
-    per_device_train_batch_size: int = _key(8, "Completions per device per step (a multiple of num_generations' divisor).", min=1)
+    per_device_train_batch_size: int = _key(8, "Completions per device per step; times gradient_accumulation_steps it must be a multiple of num_generations (whole groups).", min=1)
     gradient_accumulation_steps: int = _key(1, "Gradient accumulation steps.", min=1)
     learning_rate: float = _key(1e-6, "AdamW learning rate.", min=0.0, min_exclusive=True)
     beta: float = _key(0.0, "KL coefficient; > 0 loads a reference model.", min=0.0)
@@ -183,12 +183,18 @@ class ModalConfig:
     verify_cpus: float = _key(8.0, "CPU cores per verification container.", min=0.25)
     verify_memory_gb: int = _key(32, "Memory per verification container, GiB.", min=1)
     verify_batch_size: int = _key(64, "Proofs per verification call (each call is isolated).", min=1)
+    verify_max_containers: int = _key(100, "Upper bound on parallel verification containers.", min=1)
     timeout_min: int = _key(60, "Timeout of one remote call, minutes.", min=1)
     retries: int = _key(2, "Retries of a failed remote call.", min=0)
     models_volume: str = _key("prover-models", "Volume holding base model weights.")
     runs_volume: str = _key("prover-ledgers", "Volume holding run directories (ledgers, metrics, verdicts).")
     gpu_price_per_hour: float = _key(3.95, "USD per GPU-hour (cost estimate).", min=0.0)
     cpu_price_per_core_hour: float = _key(0.047, "USD per CPU core-hour (cost estimate).", min=0.0)
+    est_decode_tokens_per_s: float = _key(100.0, "Cost estimate: decode speed of one sequence, tokens/s (a batch decodes its "
+                                          "sequences in parallel).", min=0.0, min_exclusive=True)
+    est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
+                                         min=0.0, min_exclusive=True)
+    est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)
 
 
 @dataclass

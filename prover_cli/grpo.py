@@ -1,0 +1,386 @@
+"""GRPO through TRL's `GRPOTrainer`: thin glue around our task reward, nothing more.
+
+    prover train grpo --config configs/demo.toml                 # tiny model, countdown, CPU
+    prover train grpo --config configs/kimina-grpo.toml --backend modal
+
+What happens, top to bottom:
+1. problems: `problems.jsonl` filtered to `data.train_split` (countdown and toy problems are
+   generated from `run.seed` when the file is missing; a missing Lean file is an error);
+2. dataset: one already chat-templated `prompt` string per problem plus the problem's columns;
+3. reward: the task's batched `rewards(problems, completions, config)` in TRL's reward signature,
+   so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
+4. `GRPOConfig`: every `[grpo]` key, and every TRL default we depend on, set explicitly;
+5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema;
+6. train, then save `final/` (safetensors model + tokenizer).
+
+Choices that differ from TRL 1.16's defaults, and why:
+- `loss_type = "grpo"` (TRL: `dapo`) and `scale_rewards = "group"`: the DeepSeekMath GRPO
+  objective, the one the ES-at-scale comparison used; both are `[grpo]` keys.
+- constant learning rate (TRL/transformers: linear decay to 0 over `max_steps`): ES takes a
+  constant step, and a schedule that depends on `steps` would make short and long runs differ.
+- one gradient step per generation batch (`num_iterations = 1`, `steps_per_generation =
+  gradient_accumulation_steps`): every optimizer step scores fresh samples, so one step is one
+  `iteration` of `metrics.jsonl`, as one ES iteration is.
+- progress goes to our reporter; transformers' printer (which writes to stdout) is removed so
+  `--json` output stays clean.
+Not covered: resuming. GRPO saves no checkpoints (`save_strategy = "no"`); a rerun in the same
+run directory starts again from the base model and rewrites `metrics.jsonl`. Multi-process
+(DDP) training is not wired: metrics count the samples of this process only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from prover_cli.errors import ConfigError, InputError
+from prover_cli.progress import NULL_REPORTER
+
+METHOD = "grpo"
+
+
+def train_grpo(config: Any, *, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """Train with GRPO; write `config.toml`, `metrics.jsonl` and `final/` into `run.dir`."""
+    from prover_cli.metrics import METRICS_FILE, truncate_metrics, write_resolved_config
+    from prover_cli.tasks import get_task
+
+    check_batch_shape(config)
+    run_dir = config.run_dir
+    task = get_task(config.data.task)
+    problems = load_train_problems(config, reporter)  # before the model: a missing file fails fast
+
+    write_resolved_config(config)
+    if (run_dir / METRICS_FILE).exists():
+        reporter.log(f"{run_dir / METRICS_FILE}: GRPO does not resume; starting again from the base model")
+        truncate_metrics(run_dir, 0)
+
+    model, tokenizer, device = load_policy(config)
+    cuda = device.startswith("cuda")
+    dataset = build_dataset(problems, task, tokenizer, config.model.family)
+    stats = StepRewards()
+    reward_fn = make_reward_function(task, config, stats, columns=problem_columns(problems))
+
+    args = grpo_args(config, output_dir=run_dir, cuda=cuda)  # TRL writes nothing there (no checkpoints)
+    samples_per_step = config.grpo.per_device_train_batch_size * config.grpo.gradient_accumulation_steps
+    reporter.log(
+        f"GRPO on {len(problems)} {config.data.task} problems ({config.data.train_split}): "
+        f"{config.grpo.steps} steps x {samples_per_step // config.grpo.num_generations} prompts x "
+        f"{config.grpo.num_generations} completions = {samples_per_step} samples/step, device {device}"
+    )
+
+    from transformers import PrinterCallback, ProgressCallback
+    from trl import GRPOTrainer
+
+    with reporter.task("grpo", total=config.grpo.steps, unit="steps") as progress, warnings.catch_warnings():
+        # TRL 1.16 still calls the old name inside the trainer; nothing for the user to change.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+        callback = make_metrics_callback(config, stats, progress)
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
+                              processing_class=tokenizer, callbacks=[callback])
+        for printer in (PrinterCallback, ProgressCallback):  # both print to stdout
+            trainer.remove_callback(printer)
+        trainer.train()
+
+    final_dir = run_dir / "final"
+    trainer.model.save_pretrained(final_dir)  # safetensors (the transformers >= 4.x default)
+    tokenizer.save_pretrained(final_dir)
+    return summarize(callback.records, final_dir, run_dir / METRICS_FILE)
+
+
+# --------------------------------------------------------------------------------------------
+# Problems and dataset
+# --------------------------------------------------------------------------------------------
+
+def load_train_problems(config: Any, reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
+    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing."""
+    from prover_cli.jsonl import load_jsonl_strict, write_jsonl_atomic
+
+    path = config.problems_path
+    if not path.exists():
+        generated = generate_problems(config)
+        if generated is None:
+            raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task})",
+                             hint="run `prover prepare-data` first, or set data.problems")
+        write_jsonl_atomic(path, generated)  # the run's problems stay inspectable and reusable
+        reporter.log(f"{path}: generated {len(generated)} {config.data.task} problems (seed {config.run.seed})")
+    problems = [p for p in load_jsonl_strict(path) if p.get("split") == config.data.train_split]
+    if not problems:
+        raise InputError(f"{path}: no problems with split {config.data.train_split!r} (data.train_split)",
+                         hint="check data.train_split against the `split` field of the problems")
+    return problems
+
+
+def generate_problems(config: Any) -> list[dict[str, Any]] | None:
+    """Seeded problems of the tasks that need no dataset (as `prepare-data` makes them); None for Lean."""
+    d = config.data
+    if d.task == "countdown":
+        from prover_cli.tasks import countdown
+
+        return countdown.generate_problems(d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
+                                           seed=config.run.seed)
+    if d.task == "toy":
+        from prover_cli.tasks import toy
+
+        return toy.generate_problems(toy.DEFAULT_COUNT, seed=config.run.seed)
+    return None
+
+
+def problem_columns(problems: list[dict[str, Any]]) -> list[str]:
+    """Every key of any problem, in first-seen order (TRL passes each as a reward kwarg)."""
+    columns: dict[str, None] = {}
+    for problem in problems:
+        columns.update(dict.fromkeys(problem))
+    columns.pop("prompt", None)  # the prompt column is ours
+    return list(columns)
+
+
+def build_dataset(problems: list[dict[str, Any]], task: Any, tokenizer: Any, family: str):
+    """A `datasets.Dataset`: a chat-templated `prompt` string plus the problem columns.
+
+    String prompts (not message lists) make TRL use them verbatim, so the prompt the policy is
+    trained on is byte-identical to the one `generate` and ES sample from.
+    """
+    from datasets import Dataset
+
+    columns = problem_columns(problems)
+    rows = [{**{c: p.get(c) for c in columns}, "prompt": task.build_prompt(p, tokenizer, family)}
+            for p in problems]
+    return Dataset.from_list(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Reward: the task's batched reward in TRL's signature
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class StepRewards:
+    """Rewards scored since the last optimizer step (the reward function fills it, the callback drains it)."""
+
+    rewards: list[float] = dataclasses.field(default_factory=list)
+
+    def take(self) -> list[float]:
+        taken, self.rewards = self.rewards, []
+        return taken
+
+
+def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: list[str]) -> Callable[..., list[float]]:
+    """TRL reward function: `(prompts, completions, **dataset_columns) -> one float each`.
+
+    TRL passes each dataset column as a list aligned with `completions` (prompts repeated
+    `num_generations` times); we rebuild the problem dicts and score the whole generation batch
+    in ONE task call, so Lean verification runs as one batch through the verify pool.
+    """
+
+    def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+        present = [c for c in columns if c in kwargs]
+        problems = [dict(zip(present, values)) for values in zip(*(kwargs[c] for c in present))]
+        if len(problems) != len(completions):
+            raise ValueError(f"reward got {len(completions)} completions but {len(problems)} problem rows")
+        rewards = [float(r) for r in task.rewards(problems, list(completions), config)]
+        stats.rewards.extend(rewards)
+        return rewards
+
+    reward.__name__ = f"{task.name}_reward"  # TRL logs rewards under the function's name
+    return reward
+
+
+# --------------------------------------------------------------------------------------------
+# Model: a local directory TRL (and vLLM) can reload by path
+# --------------------------------------------------------------------------------------------
+
+def load_policy(config: Any):
+    """(model, tokenizer, device). TRL reloads the reference model (beta > 0) and vLLM loads the
+    policy from `model.name_or_path`; both must see a local directory holding exactly these
+    initial weights, never a hub id that needs network (and would lose `model.revision`)."""
+    from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer
+
+    model, tokenizer, device = load_model_and_tokenizer(config.model)
+    if config.grpo.beta > 0 or config.grpo.use_vllm:
+        ensure_local_base(model, tokenizer, config.run_dir / "base")
+    return model, tokenizer, device
+
+
+def ensure_local_base(model: Any, tokenizer: Any, base_dir: Path) -> str:
+    """Point `model.name_or_path` at a local directory of the initial weights, saving one if needed."""
+    source = Path(str(model.name_or_path))
+    if source.is_dir() and (source / "config.json").exists():
+        return str(source)  # `tiny` and local models: already a saved directory
+    model.save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    model.name_or_path = str(base_dir)  # what vLLM loads
+    model.config._name_or_path = str(base_dir)  # what TRL reloads the reference model from
+    return str(base_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# GRPOConfig: our [grpo] keys plus every default we depend on
+# --------------------------------------------------------------------------------------------
+
+def check_batch_shape(config: Any) -> None:
+    """TRL needs whole groups in a generation batch; say so with our key names, before any import."""
+    g = config.grpo
+    batch = g.per_device_train_batch_size * g.gradient_accumulation_steps
+    if batch % g.num_generations:
+        raise ConfigError(
+            f"{config.source}: grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps = "
+            f"{g.per_device_train_batch_size} * {g.gradient_accumulation_steps} = {batch}: must be a multiple of "
+            f"grpo.num_generations = {g.num_generations} (each prompt's group of completions must fit in one "
+            "generation batch); change one of them"
+        )
+
+
+def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool):
+    """TRL `GRPOConfig` from our config. Everything the run depends on is set here, explicitly."""
+    from trl import GRPOConfig
+
+    check_batch_shape(config)
+    g = config.grpo
+    checkpointing_key = ("activation_checkpointing"  # transformers >= 5.x name; the old one warns
+                         if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+                         else "gradient_checkpointing")
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        # -- the [grpo] section ----------------------------------------------------------------
+        max_steps=g.steps,
+        num_generations=g.num_generations,
+        per_device_train_batch_size=g.per_device_train_batch_size,
+        gradient_accumulation_steps=g.gradient_accumulation_steps,
+        learning_rate=g.learning_rate,
+        beta=g.beta,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon,  # symmetric clipping, as in the GRPO paper (TRL: None -> epsilon)
+        loss_type=g.loss_type,
+        scale_rewards=g.scale_rewards,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        use_vllm=g.use_vllm,
+        vllm_mode="colocate",  # one process shares the GPU: no separate server to start
+        vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+        # -- sampling shared with `generate` ---------------------------------------------------
+        top_p=config.generate.top_p,
+        top_k=0,  # no top-k cut: only temperature and top_p shape the distribution
+        min_p=None,
+        repetition_penalty=1.0,
+        # -- the algorithm: one fresh batch per optimizer step ---------------------------------
+        num_iterations=1,
+        steps_per_generation=g.gradient_accumulation_steps,
+        importance_sampling_level="token",
+        mask_truncated_completions=False,  # a truncated proof scores 0, and that is learned from
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        disable_dropout=True,  # same logprobs for policy and reference on the same input
+        shuffle_dataset=True,
+        remove_unused_columns=False,  # the reward needs the problem columns
+        # -- determinism, logging, saving ------------------------------------------------------
+        seed=config.run.seed,
+        data_seed=config.run.seed,
+        logging_steps=1,
+        save_strategy="no",  # `final/` is saved by us, once, as safetensors
+        report_to="none",
+        log_completions=False,
+        disable_tqdm=True,  # progress goes through our reporter
+        # -- device and precision --------------------------------------------------------------
+        use_cpu=not cuda,
+        bf16=cuda,  # bf16 autocast only where it is fast and supported
+        fp16=False,
+        **{checkpointing_key: cuda},  # trade compute for memory on GPU; the tiny CPU model needs none
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics: one metrics.jsonl line per optimizer step, the ES schema
+# --------------------------------------------------------------------------------------------
+
+def step_record(config: Any, iteration: int, rewards: list[float], samples_total: int,
+                wall_s: float, elapsed_s: float) -> dict[str, Any]:
+    """The shared metrics.jsonl record (see prover_cli.metrics) for one optimizer step."""
+    return {
+        "iteration": iteration,
+        "method": METHOD,
+        "task": config.data.task,
+        "reward/mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "reward/max": max(rewards) if rewards else 0.0,
+        "verify/verified": sum(1 for r in rewards if r == 1.0),
+        "samples": len(rewards),
+        "samples/total": samples_total,
+        "time/wall_s": wall_s,
+        "time/elapsed_s": elapsed_s,
+    }
+
+
+# TRL's own per-step numbers worth keeping beside ours (missing ones are skipped).
+_TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo/kl",
+                 "entropy": "grpo/entropy", "learning_rate": "grpo/learning_rate"}
+
+
+def make_metrics_callback(config: Any, stats: StepRewards, progress: Any):
+    """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log."""
+    from transformers import TrainerCallback
+
+    from prover_cli.metrics import append_metrics
+
+    run_dir = config.run_dir
+
+    class MetricsCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.records: list[dict[str, Any]] = []
+            self.pending: dict[str, Any] | None = None
+            self.samples_total = 0
+            self.start = self.last = time.perf_counter()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = self.last = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self._flush()  # a step whose log never came still gets its line
+            now = time.perf_counter()
+            rewards = stats.take()
+            self.samples_total += len(rewards)
+            self.pending = step_record(config, state.global_step, rewards, self.samples_total,
+                                       wall_s=now - self.last, elapsed_s=now - self.start)
+            self.last = now
+            record = self.pending
+            progress.advance(1, reward=f"{record['reward/mean']:.3f}", verified=record["verify/verified"])
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            # logging_steps = 1: the log of step N follows on_step_end of step N.
+            if self.pending is not None and logs and "loss" in logs:
+                for key, name in _TRL_LOG_KEYS.items():
+                    if isinstance(logs.get(key), (int, float)):
+                        self.pending[name] = float(logs[key])
+                self._flush()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self._flush()
+
+        def _flush(self) -> None:
+            if self.pending is not None:
+                append_metrics(run_dir, self.pending)
+                self.records.append(self.pending)
+                self.pending = None
+
+    return MetricsCallback()
+
+
+def summarize(records: list[dict[str, Any]], final_dir: Path, metrics_path: Path) -> dict[str, Any]:
+    rows = [[r["iteration"], round(r["reward/mean"], 4), r["reward/max"], r["verify/verified"], r["samples"],
+             round(r["time/wall_s"], 2)] for r in records]
+    last = records[-1] if records else {}
+    return {
+        "ok": True,
+        "steps": len(records),
+        "samples": last.get("samples/total", 0),
+        "verified": sum(r["verify/verified"] for r in records),
+        "final_reward_mean": last.get("reward/mean", 0.0),
+        "elapsed_s": round(last.get("time/elapsed_s", 0.0), 2),
+        "metrics": str(metrics_path),
+        "final": str(final_dir),
+        "tables": [{"title": "grpo steps",
+                    "columns": ["step", "reward mean", "reward max", "verified", "samples", "wall s"],
+                    "rows": rows}],
+    }

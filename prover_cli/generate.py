@@ -1,0 +1,210 @@
+"""generate: `generate.n` samples per problem, written incrementally as `prover verify` input.
+
+    prover generate --config configs/demo.toml --out runs/demo/samples.jsonl
+
+Each line of samples.jsonl (docs/formats.md) is one sample: `id` = `<problem_id>/<sample_idx>`,
+`problem_id`, the problem's own fields (`formal_statement` and `header` for Lean; `numbers` and
+`target` for countdown; `split`...), `completion`, `finish_reason`, token counts, `seed` and
+`model`. For Lean, `completion` is text whose last ```lean4 block is the candidate proof
+(`prover_cli.prompts.answer_completion`): chat models' text as is, continuation prompts
+(DeepSeek-Prover-V1.5 style, plain) wrapped as prompt code + completion in one block.
+
+Determinism and resume: a problem's samples come from one sampler call seeded from
+(generate.seed, problem id), so they depend on the model, the prompt and that seed only, not on
+which other problems ran, in what order, or whether the run was interrupted. A rerun skips the
+problems whose n samples all exist; a problem cut short is sampled again with its seed and only
+its missing samples are written, so the file ends up identical to an uninterrupted run (on the
+same device and software). Samples already in the file from another seed or model are an error
+rather than a silent mix. The cost of one call per problem is that the transformers sampler
+batches the n samples of a problem but not several problems together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+from prover_cli.errors import InputError
+from prover_cli.jsonl import ResumableWriter
+from prover_cli.progress import NULL_REPORTER, Reporter
+
+# Fields a sample record sets itself; a problem's own fields are copied around them.
+SAMPLE_FIELDS = ("id", "problem_id", "sample_idx", "completion", "raw_completion", "finish_reason",
+                 "prompt_tokens", "completion_tokens", "seed", "model", "family")
+# What each task needs from a problem to prompt and to score it.
+REQUIRED_FIELDS = {"lean": ("formal_statement",), "countdown": ("numbers", "target")}
+
+
+def generate_file(config: Any, *, problems_path: str | Path | None = None, out_path: str | Path | None = None,
+                  model: str | None = None, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
+    """Sample `generate.n` completions for each problem (of `generate.split`, if set)."""
+    path = Path(problems_path) if problems_path else config.problems_path
+    problems = load_problems(path, split=config.generate.split or None)
+    out = Path(out_path) if out_path else config.run_dir / "samples.jsonl"
+    return generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
+                            problems_label=str(path))
+
+
+def load_problems(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Problems of `path` (of `split` if given); bad lines and duplicate ids are errors naming the line."""
+    from prover_cli.data import iter_problems
+
+    if not path.exists():
+        raise InputError(f"{path}: problems file not found",
+                         hint="write it with `prover prepare-data` (e.g. `prover prepare-data examples --out problems.jsonl`)")
+    problems, seen, splits = [], {}, set()
+    for line_no, problem in iter_problems(path):
+        pid = problem.get("id")
+        if not isinstance(pid, str) or not pid:
+            raise InputError(f"{path}:{line_no}: problem has no string `id`")
+        if pid in seen:
+            raise InputError(f"{path}:{line_no}: duplicate problem id {pid!r} (first on line {seen[pid]})")
+        seen[pid] = line_no
+        splits.add(problem.get("split"))
+        if split is None or problem.get("split") == split:
+            problems.append(problem)
+    if split is not None and not problems:
+        present = ", ".join(sorted(str(s) for s in splits)) or "none"
+        raise InputError(f"{path}: no problem has split {split!r} (splits present: {present})")
+    return problems
+
+
+def problem_seed(base_seed: int, problem_id: str) -> int:
+    """The sampling seed of one problem: a pure function of (generate.seed, problem id)."""
+    digest = hashlib.sha256(f"prover-generate:{base_seed}:{problem_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, n: int, model: str | None = None,
+                     model_label: str | None = None, family_name: str | None = None,
+                     reporter: Reporter = NULL_REPORTER, problems_label: str = "problems") -> dict[str, Any]:
+    """The work of `generate` (also used by `eval`): n samples per problem into `out`, resumable.
+
+    `model` is what the sampler loads (default `model.name`); `model_label` names it in the
+    records and the resume check (eval passes the ledger, not the rebuilt directory);
+    `family_name` is the name the prompt family is resolved from (a rebuilt directory's path
+    says nothing about the base model's family).
+    """
+    from prover_cli.prompts import answer_completion, resolve_family
+    from prover_cli.samplers import load_sampler, sampling_params
+    from prover_cli.tasks import get_task
+
+    task_name = config.data.task
+    task = get_task(task_name)
+    _check_fields(problems, task_name, problems_label)
+    if task_name == "lean":  # the prompt, the candidate and verify all see the same header
+        problems = [{**p, "header": p.get("header") or config.verify.header} for p in problems]
+    model_label = model_label or model or config.model.name
+    family = resolve_family(family_name or model or config.model.name, config.model.family)
+
+    with ResumableWriter(out) as writer:
+        existing = _existing_samples(writer.records)
+        todo = [p for p in problems if any(f"{p['id']}/{j}" not in writer.done_ids for j in range(n))]
+        skipped = sum(1 for p in problems for j in range(n) if f"{p['id']}/{j}" in writer.done_ids)
+        for problem in problems:
+            _check_resume(existing.get(problem["id"]), problem, config.generate.seed, model_label, out)
+
+        written = completion_tokens = length_cut = 0
+        start = time.monotonic()
+        sampling_s = 0.0
+        if todo:
+            sampler = load_sampler(config, model_path=model)
+            sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
+            with reporter.task("generate", total=len(todo) * n, unit="samples") as progress:
+                for problem in todo:
+                    seed = problem_seed(config.generate.seed, problem["id"])
+                    prompt = task.build_prompt(problem, sampler.tokenizer, family)
+                    (samples,) = sampler.generate([prompt], sampling_params(config, n=n, seed=seed))
+                    new_tokens = 0
+                    for j, sample in enumerate(samples):
+                        sample_id = f"{problem['id']}/{j}"
+                        if sample_id in writer.done_ids:
+                            continue
+                        completion = sample.text
+                        record = _problem_fields(problem)
+                        record.update(id=sample_id, problem_id=problem["id"], sample_idx=j)
+                        if task_name == "lean":
+                            completion = answer_completion(problem, sample.text, family)
+                            if completion != sample.text:
+                                record["raw_completion"] = sample.text
+                        record.update(completion=completion, finish_reason=sample.finish_reason,
+                                      prompt_tokens=sample.prompt_tokens, completion_tokens=sample.completion_tokens,
+                                      seed=seed, model=model_label, family=family)
+                        writer.write(_ordered(record))
+                        written += 1
+                        new_tokens += sample.completion_tokens
+                        length_cut += sample.finish_reason == "length"
+                    completion_tokens += new_tokens
+                    sampling_s = time.monotonic() - sampling_start
+                    progress.advance(n, tokens_per_s=f"{completion_tokens / max(sampling_s, 1e-9):,.0f}")
+        wall_s = time.monotonic() - start
+
+    return {
+        "ok": True,
+        "out": str(out),
+        "problems": len(problems),
+        "samples_per_problem": n,
+        "samples_written": written,
+        "samples_skipped": skipped,
+        "finished_by_length": length_cut,
+        "completion_tokens": completion_tokens,
+        "tokens_per_s": round(completion_tokens / sampling_s, 1) if written and sampling_s > 0 else 0.0,
+        "wall_s": round(wall_s, 2),
+        "model": model_label,
+        "family": family,
+    }
+
+
+def _check_fields(problems: list[dict[str, Any]], task_name: str, label: str) -> None:
+    required = REQUIRED_FIELDS.get(task_name, ())
+    for problem in problems:
+        missing = [key for key in required if key not in problem]
+        if missing:
+            raise InputError(f"{label}: problem {problem['id']!r} lacks {', '.join(missing)} needed by "
+                             f"data.task = {task_name!r}",
+                             hint="prepare the problems for this task, or set data.task to match them")
+
+
+def _problem_fields(problem: dict[str, Any]) -> dict[str, Any]:
+    """The problem's own fields (statement, header, numbers, split...), so eval can score a sample alone."""
+    from prover_cli.data import SOLUTION_FIELDS
+
+    return {key: value for key, value in problem.items() if key not in SAMPLE_FIELDS and key not in SOLUTION_FIELDS}
+
+
+_ORDER = ("id", "problem_id", "sample_idx", "formal_statement", "header", "completion", "finish_reason",
+          "prompt_tokens", "completion_tokens")
+
+
+def _ordered(record: dict[str, Any]) -> dict[str, Any]:
+    ordered = {key: record[key] for key in _ORDER if key in record}
+    ordered.update((key, value) for key, value in record.items() if key not in ordered)
+    return ordered
+
+
+def _existing_samples(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One existing sample per problem id (the first), to check a resume is consistent."""
+    first: dict[str, dict[str, Any]] = {}
+    for record in records:
+        pid = record.get("problem_id")
+        if isinstance(pid, str) and pid not in first:
+            first[pid] = record
+    return first
+
+
+def _check_resume(previous: dict[str, Any] | None, problem: dict[str, Any], base_seed: int, model_label: str,
+                  out: Path) -> None:
+    if previous is None:
+        return
+    expected_seed = problem_seed(base_seed, problem["id"])
+    if previous.get("seed") != expected_seed or previous.get("model") != model_label:
+        raise InputError(
+            f"{out}: samples of {problem['id']!r} were generated with model {previous.get('model')!r} and seed "
+            f"{previous.get('seed')!r}, but this run uses model {model_label!r} and seed {expected_seed} "
+            "(from generate.seed); resuming would mix them",
+            hint="pass another --out, or move the old file away")
+    if "formal_statement" in problem and previous.get("formal_statement") != problem["formal_statement"]:
+        raise InputError(f"{out}: samples of {problem['id']!r} are for a different formal_statement than the "
+                         "problems file now has; pass another --out")

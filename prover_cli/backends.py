@@ -44,7 +44,7 @@ def resolve(name: str) -> Callable[..., Any]:
     return getattr(module, attr)
 
 
-def run(backend: str, name: str, config: Any, **kwargs: Any) -> Any:
+def run(backend: str, name: str, config: Any, /, **kwargs: Any) -> Any:
     """Run library function `name` on `backend` with the config and keyword arguments."""
     if backend == "local":
         return resolve(name)(config, **kwargs)

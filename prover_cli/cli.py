@@ -84,7 +84,7 @@ def _render(out, result: dict[str, Any], title: str) -> None:
         raise typer.Exit(1)
 
 
-def _run(backend: str, name: str, config, out, title: str, **kwargs: Any) -> None:
+def _run(backend: str, name: str, config, out, title: str, /, **kwargs: Any) -> None:
     from prover_cli import backends
 
     result = backends.run(backend, name, config, reporter=out, **kwargs)

@@ -1,0 +1,728 @@
+"""`--backend modal`: declarations, in-process (`.local()`) runs of every wrapper, the CLI seam, the plan.
+
+No Modal credentials and no network: the declared objects are read back from the installed SDK
+(modal 1.6), the wrappers run in this process on a temp directory standing in for the runs
+Volume, and the CLI's remote calls go to a fake runner.
+"""
+
+import contextlib
+import json
+import math
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import modal
+import pytest
+from typer.testing import CliRunner
+
+from prover_cli import backends, modal_app, modal_plan
+from prover_cli.cli import app
+from prover_cli.config import Config, config_from_dict, load_config
+from prover_cli.errors import BackendError, InputError, NotBuiltError
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+# `.local()` warns that a function with Volumes runs without them: that is the point here.
+pytestmark = pytest.mark.filterwarnings("ignore:.*executing locally.*:UserWarning")
+
+
+# --------------------------------------------------------------------------------------------
+# Declarations: what each function asks Modal for, read from the objects the decorators built
+# --------------------------------------------------------------------------------------------
+
+def declared(obj):
+    """image, gpu, cpu, memory, timeout, retries, max_containers and volumes of a Function or Cls.
+
+    gpu/cpu/memory/volumes/image sit on the function spec; timeout, retries and max_containers
+    only in the closure modal 1.6 builds the function definition from (hence the pinned minor).
+    """
+    from modal._utils.async_utils import synchronizer
+
+    if isinstance(obj, modal.Cls):
+        obj = obj._get_class_service_function()
+    impl = synchronizer._translate_in(obj)
+    cells = dict(zip(impl._load.__code__.co_freevars, (c.cell_contents for c in impl._load.__closure__)))
+    images = {name: synchronizer._translate_in(getattr(modal_app, f"{name}_image"))
+              for name in ("orchestrator", "gpu", "trl", "lean")}
+    volumes = {synchronizer._translate_in(modal_app.models_volume): "models",
+               synchronizer._translate_in(modal_app.runs_volume): "runs"}
+    spec = impl._spec
+    return {
+        "image": next(name for name, image in images.items() if image is spec.image),
+        "gpu": spec.gpus,
+        "cpu": spec.cpu,
+        "memory_mb": spec.memory,
+        "timeout_s": cells["timeout"],
+        "retries": cells["retry_policy"].retries if cells["retry_policy"] else 0,
+        "max_containers": cells["max_containers"],
+        "volumes": {path: volumes[volume] for path, volume in spec.volumes.items()},
+    }
+
+
+BOTH = {"/models": "models", "/runs": "runs"}
+RUNS = {"/runs": "runs"}
+# One Lean batch may take: header 600 s + ceil(64 proofs / 4 workers) x (60 s + 5 s) + 120 s.
+LEAN_BATCH_TIMEOUT_S = 600 + 16 * 65 + 120
+INTENDED = {
+    # name: (image, gpu, cpu, memory MiB, timeout s, retries, max containers, volumes)
+    "download_model": ("gpu", None, 2.0, 8192, 2 * 3600, 2, 1, BOTH),
+    "prepare_data": ("orchestrator", None, 2.0, 8192, 2 * 3600, 2, 1, RUNS),
+    "verify": ("orchestrator", None, 1.0, 2048, 24 * 3600, 2, 1, RUNS),
+    "verify_shard": ("lean", None, 8.0, 32 * 1024, LEAN_BATCH_TIMEOUT_S, 2, 100, RUNS),
+    "verify_batch": ("lean", None, 8.0, 32 * 1024, LEAN_BATCH_TIMEOUT_S, 2, 100, RUNS),
+    "Generator": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 1, BOTH),
+    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, BOTH),
+    "train_es": ("gpu", "H100:1", 8.0, 65536, 24 * 3600, 2, 1, BOTH),
+    "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, BOTH),
+    "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, BOTH),
+    "evaluate": ("gpu", None, 8.0, 65536, 24 * 3600, 2, 1, BOTH),
+}
+FIELDS = ("image", "gpu", "cpu", "memory_mb", "timeout_s", "retries", "max_containers", "volumes")
+
+
+def test_module_imports_without_credentials_or_network(tmp_path):
+    probe = ("import prover_cli.modal_app as m; "
+             "print(sorted(m.app.registered_functions))")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    names = eval(out.stdout)  # a printed list of str
+    assert {"train_es", "ESMember.*", "Generator.*", "verify_batch", "verify_shard", "evaluate"} <= set(names)
+
+
+@pytest.mark.parametrize("name", sorted(INTENDED))
+def test_each_function_declares_its_intended_resources(name):
+    got = declared(getattr(modal_app, name))
+    assert {f: got[f] for f in FIELDS} == dict(zip(FIELDS, INTENDED[name]))
+
+
+@pytest.mark.parametrize("name,key", [("Generator", "generate"), ("ESMember", "es_member"),
+                                      ("evaluate", "eval")] + [(n, n) for n in INTENDED
+                                                              if n not in ("Generator", "ESMember", "evaluate")])
+def test_declarations_are_the_plan_table(name, key):
+    """The decorators receive `modal_plan.resources`, so the dry-run plan describes what deploys."""
+    table = modal_plan.resources(Config())[key]
+    got = declared(getattr(modal_app, name))
+    assert (got["image"], got["gpu"], got["cpu"], got["memory_mb"], got["timeout_s"], got["retries"],
+            got["max_containers"]) == (table.image, table.gpu, table.cpu, table.memory_mb, table.timeout_s,
+                                       table.retries, table.max_containers)
+    assert set(got["volumes"]) == set(table.volumes)
+
+
+def test_with_options_applies_the_callers_modal_section():
+    config = config_from_dict({"modal": {"gpu": "A100", "gpus_per_container": 2, "max_containers": 7,
+                                         "timeout_min": 5, "retries": 1, "verify_cpus": 4.0}})
+    assert modal_app._options("es_member", config) == dict(
+        gpu="A100:2", cpu=8.0, memory=65536, timeout=300, retries=1, max_containers=7)
+    lean = modal_app._options("verify_batch", config)
+    assert "gpu" not in lean and lean["cpu"] == 4.0
+    # eval and replay_seeds are CPU functions that get the GPU only when they need it
+    assert "gpu" not in modal_app._options("eval", config)
+    assert modal_app._options("eval", config, gpu=True)["gpu"] == "A100:2"
+
+
+def test_lean_image_pins_toolchain_repl_and_mathlib_and_fetches_the_cache():
+    assert "--default-toolchain leanprover/lean4:v4.15.0" in modal_app.ELAN_STEPS[1]
+    assert modal_app.PINS["elan"] in modal_app.ELAN_STEPS[0]
+    assert "--branch v4.15.0 https://github.com/leanprover-community/repl" in modal_app.REPL_STEPS[0]
+    assert 'rev = "v4.15.0"' in modal_app.LEAN_PROJECT_LAKEFILE
+    assert any("lake exe cache get" in step for step in modal_app.MATHLIB_STEPS)
+    # no step builds Mathlib itself: only `lake update`, the cache, and one `import Mathlib` check
+    assert not any("lake build" in step for step in modal_app.MATHLIB_STEPS)
+
+
+def test_config_values_shape_the_declarations_through_the_environment(tmp_path):
+    config = config_from_dict({"modal": {"runs_volume": "my-runs"},
+                               "verify": {"lean_toolchain": "leanprover/lean4:v4.16.0", "mathlib_rev": "v4.16.0"}})
+    settings = modal_app.deploy_settings(config)
+    probe = ("import prover_cli.modal_app as m; "
+             "print(repr(m.runs_volume)); print(m.REPL_STEPS[0]); print(m.LEAN_PROJECT_LAKEFILE)")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **settings}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "'my-runs'" in out.stdout and "--branch v4.16.0" in out.stdout and 'rev = "v4.16.0"' in out.stdout
+    assert modal_app.deploy_settings(Config()) == modal_app.SETTINGS  # this process: the defaults
+
+
+def test_lean_image_config_uses_the_image_project_and_fails_closed_on_version_mismatch(monkeypatch):
+    monkeypatch.setenv("PROVER_IMAGE_LEAN_TOOLCHAIN", "leanprover/lean4:v4.15.0")
+    monkeypatch.setenv("PROVER_IMAGE_MATHLIB_REV", "v4.15.0")
+    config = modal_app._config({"verify": {"project_dir": "/home/me/lean", "repl_command": ["my-repl"]}})
+    assert config.verify.project_dir == modal_app.LEAN_PROJECT_DIR
+    assert config.verify.repl_command == ["lake", "env", "repl"]
+    with pytest.raises(BackendError, match="v4.16.0.*this Lean image has 'leanprover/lean4:v4.15.0'"):
+        modal_app._config({"verify": {"lean_toolchain": "leanprover/lean4:v4.16.0"}})
+
+
+# --------------------------------------------------------------------------------------------
+# `.local()`: every wrapper, in this process, on the tiny model and countdown
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def volume(tmp_path_factory):
+    """A temp directory standing in for the runs Volume, shared by the in-process runs below."""
+    root = tmp_path_factory.mktemp("runs-volume")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(modal_app, "RUNS_MOUNT", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The config dict a remote call receives: tiny model, countdown, paths relative to the Volume."""
+    cache = tmp_path_factory.mktemp("model-cache")
+    return config_from_dict({
+        "model": {"name": "tiny", "cache_dir": str(cache), "device": "cpu", "dtype": "float32"},
+        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 24,
+                 "problems": "data/problems.jsonl", "valid_fraction": 0.5},
+        "generate": {"n": 1, "max_tokens": 6, "temperature": 1.0, "top_p": 1.0, "batch_size": 8},
+        "es": {"population": 2, "iterations": 1, "problems_per_iteration": 2, "sigma": 0.01, "learning_rate": 0.01},
+        "grpo": {"steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 6},
+        "eval": {"split": "valid", "n": 2, "k": [1, 2], "plot": False},
+        "run": {"dir": "runs/tiny"},
+    }).to_dict()
+
+
+def lines(path):
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def prepared(volume, tiny):
+    result = modal_app.prepare_data.local(tiny, {"source": None, "out_path": None, "limit": None, "preset": None})
+    return result
+
+
+@pytest.mark.slow
+def test_prepare_data_local_writes_problems_on_the_volume(volume, prepared):
+    problems = lines(volume / "data/problems.jsonl")
+    assert len(problems) == 24 and {p["split"] for p in problems} <= {"train", "valid"}
+    assert prepared["ok"] is not False
+
+
+@pytest.mark.slow
+def test_generator_local_writes_samples_on_the_volume(volume, tiny, prepared):
+    generator = modal_app.Generator(config_json=json.dumps(tiny))
+    result = generator.generate_file.local({"problems_path": "data/problems.jsonl",
+                                            "out_path": "runs/tiny/samples.jsonl"})
+    samples = lines(volume / "runs/tiny/samples.jsonl")
+    assert result["samples_written"] == len(samples) == 24
+    assert {s["problem_id"] for s in samples} == {p["id"] for p in lines(volume / "data/problems.jsonl")}
+
+
+@pytest.mark.slow
+def test_train_es_then_replay_seeds_local(volume, tiny, prepared):
+    result = modal_app.train_es.local(tiny, {"resume": False})
+    assert result["ok"] and result["iterations"] == 1
+    ledger = volume / "runs/tiny/ledger.json"
+    assert ledger.exists() and (volume / "runs/tiny/metrics.jsonl").exists()
+
+    replayed = modal_app.replay_seeds.local(tiny, {"ledger_path": "runs/tiny/ledger.json",
+                                                   "out_dir": "runs/tiny/replayed", "upto": None, "device": "cpu"})
+    assert replayed["ok"] and (volume / "runs/tiny/replayed/config.json").exists()
+
+
+@pytest.mark.slow
+def test_es_member_local_or_names_the_missing_building_block(volume, tiny, prepared):
+    member = modal_app.ESMember(config_json=json.dumps(tiny))
+    problems = lines(volume / "data/problems.jsonl")[:2]
+    try:
+        modal_app._building_block("es_member")
+    except NotBuiltError as exc:
+        assert "prover_cli.es.train:MemberEvaluator" in str(exc)
+        with pytest.raises(NotBuiltError):
+            member.completions.local(1, 0, problems)
+        return
+    completions = member.completions.local(1, 0, problems)
+    assert len(completions) == len(problems) * 1 and all(isinstance(c, str) for c in completions)
+
+
+@pytest.mark.slow
+def test_evaluate_local_scores_countdown(volume, tiny, prepared):
+    result = modal_app.evaluate.local(tiny, {"model": None, "ledger": None, "verdicts": None, "k": None})
+    valid = [p for p in lines(volume / "data/problems.jsonl") if p["split"] == "valid"]
+    assert result["ok"] and result["problems"] == len(valid) and result["samples"] == 2 * len(valid)
+    assert 0.0 <= result["pass@1"] <= result["pass@2"] <= 1.0
+    assert (volume / result["verdicts"]).exists()  # relative to the Volume, where the remote call writes
+
+
+@pytest.mark.slow
+def test_train_grpo_local(volume, tiny, prepared):
+    result = modal_app.train_grpo.local(tiny, {})
+    assert result["ok"] and (volume / "runs/tiny/metrics.jsonl").exists()
+
+
+FAKE_REPL = REPO / "tests" / "fake_repl.py"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FAKE_REPL.exists(), reason="tests/fake_repl.py (the REPL stand-in) is not in this tree yet")
+def test_verify_local_shards_through_the_real_library_with_the_repl_stand_in(volume, tiny):
+    config = json.loads(json.dumps(tiny))
+    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,
+                        "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["modal"] = {"verify_batch_size": 2}
+    config["data"]["task"] = "lean"
+    statement = "theorem t{i} : 1 + 1 = 2 := by"
+    proofs = [{"id": f"p{i}", "problem_id": f"t{i}", "formal_statement": statement.format(i=i), "proof": "norm_num"}
+              for i in range(3)]
+    (volume / "proofs").mkdir(exist_ok=True)
+    (volume / "proofs/in.jsonl").write_text("".join(json.dumps(p) + "\n" for p in proofs), encoding="utf-8")
+    result = modal_app.verify.local(config, {"proofs_path": "proofs/in.jsonl", "out_path": "proofs/out.jsonl"})
+    verdicts = lines(volume / "proofs/out.jsonl")
+    assert [v["id"] for v in verdicts] == ["p0", "p1", "p2"] and result["shards"] == 2
+    assert {v["verdict"] for v in verdicts} == {"verified"} and result["ok"]
+
+
+# --------------------------------------------------------------------------------------------
+# Isolation: a failed batch becomes `error` verdicts for its proofs, the rest goes on
+# --------------------------------------------------------------------------------------------
+
+class FakeShardFunction:
+    """Stands in for `verify_shard`: verifies every line, except that a shard holding `boom` dies."""
+
+    def __init__(self):
+        self.options = None
+
+    def with_options(self, **options):
+        self.options = options
+        return self
+
+    def local(self, config, proofs_path, out_path):
+        records = lines(proofs_path)
+        if any(r["id"] == "boom" for r in records):
+            raise RuntimeError("container lost")
+        Path(out_path).write_text("".join(json.dumps({**r, "verdict": "verified"}) + "\n" for r in records))
+        return {"ok": True}
+
+
+def test_verify_file_shards_in_order_and_a_failed_shard_becomes_error_verdicts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fake = FakeShardFunction()
+    monkeypatch.setattr(modal_app, "verify_shard", fake)
+    config = config_from_dict({"modal": {"verify_batch_size": 2}})
+    ids = ["a", "b", "boom", "c", "d"]
+    Path("in.jsonl").write_text("".join(json.dumps({"id": i, "problem_id": i.upper()}) + "\n" for i in ids))
+
+    result = modal_app._verify_file_in_lean_containers(config)(config, proofs_path=Path("in.jsonl"),
+                                                              out_path=Path("out.jsonl"))
+    verdicts = lines("out.jsonl")
+    assert [v["id"] for v in verdicts] == ids  # input order, across shards
+    assert [v["verdict"] for v in verdicts] == ["verified", "verified", "error", "error", "verified"]
+    assert "container lost" in verdicts[2]["reason"] and verdicts[3]["problem_id"] == "C"
+    assert verdicts[2]["verifier"]["lean_toolchain"] == config.verify.lean_toolchain  # who (would have) verified
+    assert result["ok"] is False and result["failed_shards"] == 1 and result["shards"] == 3
+    assert result["verified"] == 3 and result["error"] == 2
+    assert sorted(p.name for p in Path("out.jsonl.shards").glob("*.jsonl") if "verdicts" not in p.name) == [
+        "lines-0000001-0000002.jsonl", "lines-0000003-0000004.jsonl", "lines-0000005-0000005.jsonl"]
+    assert fake.options["timeout"] == modal_plan.verify_batch_timeout_s(config)
+
+
+def test_verify_records_batches_and_isolates_a_failed_batch(monkeypatch):
+    calls = []
+
+    class FakeBatch:
+        def with_options(self, **options):
+            return self
+
+        def local(self, verify_section, records):
+            calls.append([r["id"] for r in records])
+            if any(r["id"] == "bad" for r in records):
+                raise TimeoutError("batch wedged")
+            return [{**r, "verdict": "verified", "reason": ""} for r in records]
+
+    monkeypatch.setattr(modal_app, "verify_batch", FakeBatch())
+    config = config_from_dict({"modal": {"verify_batch_size": 2}, "data": {"task": "lean"}})
+    records = [{"id": i} for i in ("a", "b", "bad", "c", "d")]
+    verdicts = modal_app._verify_records_in_lean_containers(config)(records, config.verify)
+    assert calls == [["a", "b"], ["bad", "c"], ["d"]]
+    assert [(v["id"], v["verdict"]) for v in verdicts] == [
+        ("a", "verified"), ("b", "verified"), ("bad", "error"), ("c", "error"), ("d", "verified")]
+
+
+def test_fan_out_on_modal_uses_starmap_with_the_requested_exception_policy(monkeypatch):
+    seen = {}
+
+    class FakeFunction:
+        def starmap(self, inputs, order_outputs, return_exceptions):
+            seen.update(inputs=list(inputs), order_outputs=order_outputs, return_exceptions=return_exceptions)
+            return iter(["r1", "r2"])
+
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
+    assert modal_app._fan_out(FakeFunction(), [(1,), (2,)], return_exceptions=True) == ["r1", "r2"]
+    assert seen == {"inputs": [(1,), (2,)], "order_outputs": True, "return_exceptions": True}
+
+
+def test_es_members_fail_the_iteration_instead_of_returning_exceptions(monkeypatch):
+    """A missing member would bias the update: the ES fan-out never uses return_exceptions."""
+    seen = {}
+
+    class FakeMembers:
+        def __init__(self, **parameters):
+            self.completions = self
+
+        def starmap(self, inputs, order_outputs, return_exceptions):
+            seen.update(inputs=list(inputs), return_exceptions=return_exceptions)
+            return iter([["x"], ["y"]])
+
+    class FakeCls:
+        def with_options(self, **options):
+            seen["options"] = options
+            return FakeMembers
+
+    monkeypatch.setattr(modal_app, "ESMember", FakeCls())
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
+    monkeypatch.setattr(modal_app, "_commit", lambda volume: seen.setdefault("committed", True))
+    config = config_from_dict({"es": {"population": 2}})
+    generate = modal_app._population_on_modal(config, config.to_dict())
+    assert generate(3, [{"id": "p"}]) == [["x"], ["y"]]
+    assert seen["return_exceptions"] is False and seen["committed"]
+    assert seen["inputs"] == [(3, 0, [{"id": "p"}]), (3, 1, [{"id": "p"}])]
+    assert seen["options"]["max_containers"] == config.modal.max_containers
+
+
+def test_routing_sends_lean_verification_to_lean_containers_and_restores(monkeypatch):
+    fake_verify = types.ModuleType("prover_cli.verify")
+    fake_verify.verify_records = original_records = object()
+    fake_verify.verify_file = original_file = object()
+    monkeypatch.setitem(sys.modules, "prover_cli.verify", fake_verify)
+    monkeypatch.setattr(sys.modules["prover_cli"], "verify", fake_verify, raising=False)
+    lean = config_from_dict({"data": {"task": "lean"}})
+    with modal_app._verification_in_lean_containers(lean):
+        assert fake_verify.verify_records is not original_records
+        assert fake_verify.verify_records.__qualname__.startswith("_verify_records_in_lean_containers")
+        assert fake_verify.verify_file.__qualname__.startswith("_verify_file_in_lean_containers")
+    assert fake_verify.verify_records is original_records and fake_verify.verify_file is original_file
+    with modal_app._verification_in_lean_containers(config_from_dict({"data": {"task": "countdown"}})):
+        assert fake_verify.verify_records is original_records  # Python-checked tasks never reach Lean
+
+
+def test_a_retried_training_call_resumes_from_the_ledger(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(modal_app.modal, "current_function_call_id", lambda: "fc-1")
+    config = config_from_dict({"run": {"dir": "runs/x"}})
+    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": False}  # first attempt
+    assert (tmp_path / "runs/x/.modal-call").read_text() == "fc-1"
+    # the retry comes before any iteration finished: nothing to resume from yet
+    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": False}
+    (tmp_path / "runs/x/ledger.json").write_text("{}")
+    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": True}
+    monkeypatch.setattr(modal_app.modal, "current_function_call_id", lambda: "fc-2")  # a new command
+    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": False}
+
+
+# --------------------------------------------------------------------------------------------
+# From your machine: paths onto the Volume, uploads, outputs
+# --------------------------------------------------------------------------------------------
+
+def test_to_wire_maps_paths_onto_the_volume_and_lists_uploads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("samples.jsonl").write_text("{}\n")
+    config = config_from_dict({"run": {"dir": str(tmp_path / "runs/a")}})
+    config_dict, kwargs, uploads = modal_app.to_wire(
+        "verify", config, {"proofs_path": tmp_path / "samples.jsonl", "out_path": Path("out/v.jsonl")})
+    assert kwargs == {"proofs_path": "samples.jsonl", "out_path": "out/v.jsonl"}
+    assert uploads == [(tmp_path / "samples.jsonl", "samples.jsonl")]
+    assert config_dict["run"]["dir"] == "runs/a" and config_dict["model"]["name"] == config.model.name
+
+    # a hub id stays an id; a ledger only on the Volume (from an earlier Modal run) passes through
+    _, kwargs, uploads = modal_app.to_wire("eval", config, {"model": "AI-MO/x", "ledger": Path("runs/a/ledger.json"),
+                                                            "verdicts": None, "k": [1]})
+    assert kwargs == {"model": "AI-MO/x", "ledger": "runs/a/ledger.json", "verdicts": None, "k": [1]} and uploads == []
+
+    with pytest.raises(InputError, match="inside"):
+        modal_app.to_wire("verify", config, {"proofs_path": Path("/etc/hosts"), "out_path": None})
+    with pytest.raises(BackendError, match="no Modal function"):
+        modal_app.to_wire("report", config, {})
+
+
+def test_outputs_brought_back_are_small_files_only():
+    config_dict = config_from_dict({"run": {"dir": "runs/a"}}).to_dict()
+    assert modal_app._outputs("train_es", config_dict, {}) == ["runs/a/ledger.json", "runs/a/metrics.jsonl",
+                                                               "runs/a/config.toml"]
+    assert modal_app._outputs("verify", config_dict, {"out_path": "v.jsonl"}) == ["v.jsonl"]
+    assert modal_app._outputs("replay_seeds", config_dict, {"out_dir": "w"}) == []  # weights stay on the Volume
+
+
+# --------------------------------------------------------------------------------------------
+# The CLI: `--backend modal` goes through the MODAL_RUNNER seam
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    calls = []
+
+    def fake(name, config, kwargs):
+        calls.append((name, config, kwargs))
+        return {"ok": True, "ran": name}
+
+    monkeypatch.setattr(backends, "MODAL_RUNNER", fake)
+    return calls
+
+
+@pytest.mark.parametrize("argv,name,expected", [
+    (["prepare-data", "examples", "--out", "p.jsonl"], "prepare_data", {"source": "examples", "out_path": Path("p.jsonl")}),
+    (["verify", "s.jsonl", "--out", "v.jsonl"], "verify", {"proofs_path": Path("s.jsonl"), "out_path": Path("v.jsonl")}),
+    (["generate", "--out", "s.jsonl"], "generate", {"out_path": Path("s.jsonl"), "problems_path": None, "model": None}),
+    (["train", "es", "--detach"], "train_es", {"resume": False, "detach": True}),
+    (["train", "es", "--resume"], "train_es", {"resume": True, "detach": False}),
+    (["train", "grpo", "--detach"], "train_grpo", {"detach": True}),
+    (["replay-seeds", "l.json", "--out", "w", "--device", "cuda"], "replay_seeds",
+     {"ledger_path": Path("l.json"), "out_dir": Path("w"), "device": "cuda", "upto": None}),
+    (["eval", "--verdicts", "v.jsonl", "--k", "1,2"], "eval", {"verdicts": Path("v.jsonl"), "k": [1, 2]}),
+])
+def test_cli_routes_backend_modal_through_the_runner_seam(fake_runner, argv, name, expected):
+    result = runner.invoke(app, [*argv, "--backend", "modal", "--json", "--set", "run.dir=runs/z"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"ok": True, "ran": name}
+    [(got_name, config, kwargs)] = fake_runner
+    assert got_name == name and config.run.dir == "runs/z"
+    assert "reporter" not in kwargs  # progress does not cross the wire
+    assert {k: kwargs[k] for k in expected} == expected
+
+
+@pytest.fixture
+def no_modal_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    monkeypatch.delenv("MODAL_CONFIG_PATH", raising=False)
+
+
+@pytest.mark.parametrize("argv", [["train", "es"], ["verify", "s.jsonl"], ["eval"]])
+def test_cli_without_credentials_fails_with_one_sentence(no_modal_token, monkeypatch, argv):
+    monkeypatch.setattr(modal_app, "run_remote", lambda *a: pytest.fail("must not reach Modal"))
+    result = runner.invoke(app, [*argv, "--backend", "modal"])
+    assert result.exit_code == 1 and result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Modal credentials" in errors[0]
+    assert "Traceback" not in result.stderr and "modal token new" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# `--dry-run`: the plan for the Kimina-1.5B configs, figures checked by hand
+# --------------------------------------------------------------------------------------------
+
+def test_dry_run_kimina_es_on_modal(fake_runner):
+    result = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"),
+                                 "--backend", "modal", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert fake_runner == []  # a plan runs nothing remotely
+    # 30 members x 8 problems x 1 sample; 240 proofs in ceil(240 / 64) = 4 Lean batches
+    assert plan["samples_per_iteration"] == 240 and plan["iterations"] == 100
+    generation_s = 8192 / 100                 # max_tokens at 100 tokens/s: 81.92 s
+    batch_s = 60 + math.ceil(64 / 4) * 5      # header + 16 rounds of 4 proofs: 140 s
+    wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 batches
+    gpu_h = wall_s / 3600 + 30 * generation_s / 3600  # the loop's GPU + 30 member GPUs
+    core_h = 4 * batch_s * 8 / 3600
+    assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
+    assert plan["est_gpu_hours_per_iteration"] == round(gpu_h, 4)
+    assert plan["est_usd_per_iteration"] == round(gpu_h * 3.95 + core_h * 0.047, 4)
+    assert plan["est_usd_total"] == round((gpu_h * 3.95 + core_h * 0.047) * 100, 2)
+
+    human = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"),
+                                "--backend", "modal", "--dry-run"], env={"COLUMNS": "160"})
+    assert human.exit_code == 0 and human.stdout == ""
+    for text in ("ESMember", "verify_batch", "H100 x 1", "leanprover/lean4:v4.15.0", "Mathlib v4.15.0",
+                 "vllm==0.33.*", "est_usd_per_iteration"):
+        assert text in human.stderr
+
+
+def test_dry_run_kimina_grpo_on_modal_and_es_locally():
+    grpo = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"),
+                               "--backend", "modal", "--dry-run", "--json"])
+    assert grpo.exit_code == 0, grpo.stderr
+    plan = json.loads(grpo.stdout)
+    step_s = 4096 / 100 + (60 + math.ceil(8 / 4) * 5)  # generation + one Lean batch of 8 proofs
+    assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
+    assert plan["est_usd_per_step"] == round(step_s / 3600 * 3.95 + 70 * 8 / 3600 * 0.047, 4)
+
+    local = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"), "--dry-run", "--json"])
+    assert local.exit_code == 0
+    plan = json.loads(local.stdout)
+    assert plan["backend"] == "local" and plan["samples_total"] == 24000
+    assert not any(key.startswith("est_usd") for key in plan)
+
+
+def test_plan_warns_when_repls_outgrow_the_verification_container():
+    config = load_config(REPO / "configs/kimina-es.toml", ["verify.workers=16", "modal.verify_memory_gb=32"])
+    notes = modal_plan.plan(config, command="train_es", backend="modal")["tables"][-1]["rows"]
+    warnings = [text for kind, text in notes if kind == "warning"]
+    assert any("16 REPLs share" in w for w in warnings) and any("128 GiB" in w for w in warnings)
+
+
+def test_countdown_plan_has_no_verification_containers():
+    config = config_from_dict({"data": {"task": "countdown"}})
+    rows = modal_plan.plan(config, command="train_es", backend="modal")["tables"][0]["rows"]
+    assert [r[0] for r in rows] == ["train_es", "ESMember", "download_model"]
+
+
+def test_es_arguments_hand_the_population_to_members_when_the_loop_takes_the_hook(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def train_with_hook(config, *, resume=False, reporter=None, generate_population=None):
+        raise AssertionError("not called here")
+
+    monkeypatch.setattr(modal_app, "resolve", lambda name: train_with_hook)
+    config = config_from_dict({"run": {"dir": "runs/h"}})
+    arguments = modal_app._es_arguments(config.to_dict())(config, {"resume": False})
+    assert callable(arguments["generate_population"]) and arguments["resume"] is False
+
+
+# --------------------------------------------------------------------------------------------
+# run_remote with Modal's client objects replaced: uploads, the call, downloads, --detach
+# --------------------------------------------------------------------------------------------
+
+class FakeVolume:
+    def __init__(self, files=None):
+        self.uploaded, self.files = [], dict(files or {})
+
+    @contextlib.contextmanager
+    def batch_upload(self, force=False):
+        yield types.SimpleNamespace(put_file=lambda local, remote: self.uploaded.append((Path(local), remote)),
+                                    put_directory=lambda local, remote: self.uploaded.append((Path(local), remote)))
+
+    def read_file(self, path):
+        if path not in self.files:
+            raise modal.exception.NotFoundError(path)
+        yield self.files[path]
+
+
+class FakeApp:
+    app_id = "ap-123"
+
+    def __init__(self):
+        self.detach = None
+
+    @contextlib.contextmanager
+    def run(self, detach=False):
+        self.detach = detach
+        yield self
+
+
+class FakeRemote:
+    def __init__(self, result):
+        self.result, self.calls, self.options = result, [], None
+
+    def with_options(self, **options):
+        self.options = options
+        return self
+
+    def remote(self, *args):
+        self.calls.append(("remote", args))
+        return self.result
+
+    def spawn(self, *args):
+        self.calls.append(("spawn", args))
+        return types.SimpleNamespace(object_id="fc-9")
+
+
+@pytest.fixture
+def fake_modal(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    volume, fake_app = FakeVolume(), FakeApp()
+    monkeypatch.setattr(modal_app, "runs_volume", volume)
+    monkeypatch.setattr(modal_app, "app", fake_app)
+    return types.SimpleNamespace(volume=volume, app=fake_app)
+
+
+def test_run_remote_uploads_inputs_calls_and_pulls_outputs(fake_modal, monkeypatch):
+    Path("samples.jsonl").write_text('{"id": "a"}\n')
+    function = FakeRemote({"ok": True, "verified": 1})
+    monkeypatch.setitem(modal_app.REMOTE_FUNCTIONS, "verify", function)
+    fake_modal.volume.files["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
+    config = config_from_dict({"modal": {"verify_batch_size": 8}})
+
+    result = modal_app.run_remote("verify", config, {"proofs_path": Path("samples.jsonl"),
+                                                     "out_path": Path("out/v.jsonl")})
+    assert fake_modal.volume.uploaded == [(Path("samples.jsonl"), "/samples.jsonl")]
+    [(kind, (config_dict, kwargs))] = function.calls
+    assert kind == "remote" and fake_modal.app.detach is False
+    assert kwargs == {"proofs_path": "samples.jsonl", "out_path": "out/v.jsonl"}
+    assert config_from_dict(config_dict).modal.verify_batch_size == 8  # the config crosses as a dict
+    assert function.options["max_containers"] == 1 and "gpu" not in function.options
+    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume.files["out/v.jsonl"]
+    assert result["verified"] == 1 and result["modal_pulled"] == "out/v.jsonl"
+
+
+def test_run_remote_detach_spawns_and_returns_how_to_watch(fake_modal, monkeypatch):
+    function = FakeRemote({"ok": True})
+    monkeypatch.setitem(modal_app.REMOTE_FUNCTIONS, "train_es", function)
+    result = modal_app.run_remote("train_es", config_from_dict({"run": {"dir": "runs/d"}}),
+                                  {"resume": False, "detach": True})
+    [(kind, (config_dict, kwargs))] = function.calls
+    assert kind == "spawn" and kwargs == {"resume": False} and fake_modal.app.detach is True
+    assert result["detached"] and result["function_call_id"] == "fc-9"
+    assert result["watch"] == "modal app logs ap-123" and "runs/d" in result["results"]
+    assert function.options["gpu"] == "H100:1"
+
+
+def test_run_remote_gives_eval_a_gpu_only_when_it_generates(fake_modal, monkeypatch):
+    function = FakeRemote({"ok": True})
+    monkeypatch.setitem(modal_app.REMOTE_FUNCTIONS, "eval", function)
+    Path("v.jsonl").write_text("")
+    modal_app.run_remote("eval", Config(), {"model": None, "ledger": None, "verdicts": Path("v.jsonl"), "k": None})
+    assert "gpu" not in function.options
+    modal_app.run_remote("eval", Config(), {"model": None, "ledger": None, "verdicts": None, "k": None})
+    assert function.options["gpu"] == "H100:1"
+
+
+def test_to_wire_rebuilds_an_outside_model_cache_on_the_volume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = config_from_dict({"model": {"cache_dir": "/var/cache/elsewhere"}})
+    config_dict, _, _ = modal_app.to_wire("train_es", config, {"resume": False})
+    assert config_dict["model"]["cache_dir"] == Config().model.cache_dir
+
+
+@pytest.mark.slow
+def test_eval_of_the_lean_task_sends_proofs_to_the_lean_functions(volume, tiny):
+    """In a GPU function, Lean verification goes through verify_shard (here: in-process, on the stand-in)."""
+    config = json.loads(json.dumps(tiny))
+    config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl"})
+    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,
+                        "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["modal"] = {"verify_batch_size": 3}
+    config["eval"].update({"split": "test"})
+    config["run"]["dir"] = "runs/lean-eval"
+    modal_app.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
+
+    result = modal_app.evaluate.local(config, {"model": None, "ledger": None, "verdicts": None, "k": None})
+    verdicts = lines(volume / result["verdicts"])
+    assert result["problems"] == 2 and len(verdicts) == result["samples"] == 4
+    assert all(v["verifier"]["lean_toolchain"] == "leanprover/lean4:v4.15.0" for v in verdicts)
+    shards = sorted((volume / (result["verdicts"] + ".shards")).glob("lines-*.verdicts.jsonl"))
+    assert [s.name for s in shards] == ["lines-0000001-0000003.verdicts.jsonl", "lines-0000004-0000004.verdicts.jsonl"]
+    assert modal_app._UNROUTED == {}  # routing undone when the function returns
+
+
+@pytest.mark.slow
+def test_train_es_on_the_lean_task_scores_rewards_in_the_lean_functions(volume, tiny, monkeypatch):
+    batches = []
+    real_verify_batch = modal_app.verify_batch
+
+    class CountingBatch:
+        def with_options(self, **options):
+            return self
+
+        def local(self, section, records):
+            batches.append(len(records))
+            return real_verify_batch.local(section, records)
+
+    monkeypatch.setattr(modal_app, "verify_batch", CountingBatch())
+    config = json.loads(json.dumps(tiny))
+    config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl",
+                           "train_split": "train"})
+    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,
+                        "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["modal"] = {"verify_batch_size": 3}
+    config["run"]["dir"] = "runs/lean-es"
+    modal_app.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
+
+    result = modal_app.train_es.local(config, {"resume": False})
+    # 2 members x 2 problems x 1 sample = 4 proofs, in batches of 3, through the library's verify_records
+    assert result["ok"] and batches == [3, 1]
+    metrics = lines(volume / "runs/lean-es/metrics.jsonl")
+    assert metrics[0]["samples"] == 4 and metrics[0]["task"] == "lean"

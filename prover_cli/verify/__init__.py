@@ -1,0 +1,19 @@
+"""Lean verification: the reward. Fails closed; see `rules.py` for what counts as verified.
+
+Modules, in the order a proof meets them:
+
+    lexer.py      Lean-faithful tokens; comments blanked, strings kept, what we cannot lex refused
+    denylist.py   cheats found in the text before anything runs (sorry, axiom, #exit, debug.*, …)
+    statement.py  record -> code: `proof` appended to the trusted statement, or a `completion`'s
+                  last ```lean4 block checked against it and rebuilt around it
+    repl.py       one REPL process: framing, deadlines on every read and write, process-group kill
+    pool.py       `verify.workers` processes: header once per process, proofs in its env, restarts
+    kimina.py     the same rules against a Kimina Lean Server
+    rules.py      the verdict rules (`Verdict`), and what they do not protect against
+    engine.py     `verify_file` (the `prover verify` command) and `verify_records` (the RL reward)
+"""
+
+from prover_cli.verify.engine import Verifier, verify_file, verify_records
+from prover_cli.verify.rules import VERDICTS, Verdict
+
+__all__ = ["VERDICTS", "Verdict", "Verifier", "verify_file", "verify_records"]

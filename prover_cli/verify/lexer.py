@@ -1,0 +1,273 @@
+"""A Lean 4 lexer just precise enough to decide what is code, what is a comment and what is a string.
+
+The denylist and the statement check both read untrusted text, so they must agree with Lean about
+where code is. Two rules make disagreement harmless:
+
+- Comments are *blanked* (replaced by spaces, newlines kept) in the text that is sent to Lean, so
+  Lean never sees a comment we did not see as one. If we end a comment earlier than Lean would,
+  Lean simply sees the code we scanned; if we think a region is code that Lean thinks is a comment,
+  we scanned more than needed. Either way every token Lean reads went through the denylist.
+- Strings cannot be blanked (that would change the proof), so string lexing must match Lean's
+  exactly. We lex plain strings (`\\`-escapes), raw strings (`r"…"`, `r#"…"#`) and char literals
+  (`'a'`, `'\\n'`) as Lean does, and refuse (`LexError`) what we cannot lex with certainty: a
+  string with an unescaped `{` (Lean may read it as an interpolated string, whose `{…}` holds code
+  with its own nested strings: `s!"…"`, `m!"…"`, `throwError "…"`), and unterminated strings,
+  comments and `«…»` identifiers.
+
+Identifier characters follow Lean's `isLetterLike` / `isSubScriptAlnum` exactly (ASCII letters,
+`_`, most Greek except `λ Π Σ`, the letter-like block that holds `ℕ ℝ`, subscripts, and `'`, `!`,
+`?` after the first character), so `λsorry` lexes as `λ` + `sorry`, as in Lean. Numerals include
+`0x…`, `0b…`, `0o…` so that `0xadsorry` is `0xad` + `sorry`, as in Lean. Any character we do not know
+is a one-character symbol: that can only split a token Lean would keep whole, which makes the
+denylist stricter, never looser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LexError(ValueError):
+    """Text we cannot lex with certainty; callers reject it (fail closed). `offset` is 0-based."""
+
+    def __init__(self, message: str, offset: int):
+        super().__init__(message)
+        self.offset = offset
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str        # "ident", "number", "symbol", "hash" (#cmd), "string", "char"
+    text: str        # the source text of the token
+    start: int       # offsets into the lexed text
+    end: int
+    components: tuple[str, ...] = ()  # identifiers: dotted parts with «» removed
+
+
+@dataclass(frozen=True)
+class Lexed:
+    text: str             # the original text
+    code: str             # the same text with every comment replaced by spaces (newlines kept)
+    tokens: list[Token]   # every token outside comments, strings and chars included
+
+    def code_tokens(self) -> list[Token]:
+        """Tokens that are code: strings and char literals excluded."""
+        return [t for t in self.tokens if t.kind not in ("string", "char")]
+
+
+# -- character classes, after Lean 4's `Lean.isLetterLike`, `isSubScriptAlnum`, `isIdFirst/Rest` --
+
+def is_letter_like(ch: str) -> bool:
+    c = ord(ch)
+    return ((0x3B1 <= c <= 0x3C9 and c != 0x3BB)                       # α-ω except λ
+            or (0x391 <= c <= 0x3A9 and c != 0x3A0 and c != 0x3A3)      # Α-Ω except Π, Σ
+            or 0x3CA <= c <= 0x3FB                                      # Coptic
+            or 0x1F00 <= c <= 0x1FFE                                    # polytonic Greek
+            or 0x2100 <= c <= 0x214F                                    # letter-like block (ℕ ℝ ℤ ℚ ℂ)
+            or 0x1D49C <= c <= 0x1D59F)                                 # script/fraktur letters
+
+
+def is_subscript_alnum(ch: str) -> bool:
+    c = ord(ch)
+    return (0x2080 <= c <= 0x2089 or 0x2090 <= c <= 0x209C or 0x1D62 <= c <= 0x1D6A
+            or c == 0x2C7C)
+
+
+def is_id_first(ch: str) -> bool:
+    return ("a" <= ch <= "z") or ("A" <= ch <= "Z") or ch == "_" or is_letter_like(ch)
+
+
+def is_id_rest(ch: str) -> bool:
+    return (is_id_first(ch) or ch.isascii() and ch.isdigit() or ch in "'!?"
+            or is_subscript_alnum(ch))
+
+
+_CHAR_ESCAPES = set("\\\"'ntr")
+_HEX = set("0123456789abcdefABCDEF")
+
+
+def lex(text: str) -> Lexed:
+    """Split Lean source into tokens and blank its comments. Raises LexError (see module doc)."""
+    code = list(text)
+    tokens: list[Token] = []
+    i, n = 0, len(text)
+
+    def blank(a: int, b: int) -> None:
+        for k in range(a, b):
+            if code[k] != "\n":
+                code[k] = " "
+
+    while i < n:
+        ch = text[i]
+        if ch in " \t\r\n":
+            i += 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            blank(i, end)
+            i = end
+        elif text.startswith("/-", i):
+            end = _block_comment_end(text, i)
+            blank(i, end)
+            i = end
+        elif ch == '"':
+            end = _string_end(text, i + 1, i)
+            tokens.append(Token("string", text[i:end], i, end))
+            i = end
+        elif ch == "r" and _raw_string_start(text, i):
+            end = _raw_string_end(text, i)
+            tokens.append(Token("string", text[i:end], i, end))
+            i = end
+        elif ch == "'" and (end := _char_literal_end(text, i)) is not None:
+            tokens.append(Token("char", text[i:end], i, end))
+            i = end
+        elif ch.isascii() and ch.isdigit():
+            end = _number_end(text, i)
+            tokens.append(Token("number", text[i:end], i, end))
+            i = end
+        elif is_id_first(ch) or ch == "«":
+            end, components = _ident_end(text, i)
+            tokens.append(Token("ident", text[i:end], i, end, components))
+            i = end
+        elif ch == "#" and i + 1 < n and (is_id_first(text[i + 1]) or text[i + 1] == "«"):
+            end, components = _ident_end(text, i + 1)
+            tokens.append(Token("hash", text[i:end], i, end, components))
+            i = end
+        else:
+            tokens.append(Token("symbol", ch, i, i + 1))
+            i += 1
+    return Lexed(text=text, code="".join(code), tokens=tokens)
+
+
+def _block_comment_end(text: str, start: int) -> int:
+    """End offset of the nested `/- … -/` comment starting at `start` (doc comments included)."""
+    depth, i, n = 1, start + 2, len(text)
+    while i < n:
+        if text.startswith("-/", i):
+            depth -= 1
+            i += 2
+            if depth == 0:
+                return i
+        elif text.startswith("/-", i):
+            depth += 1
+            i += 2
+        else:
+            i += 1
+    raise LexError("unterminated comment `/-` (no matching `-/`)", start)
+
+
+def _string_end(text: str, i: int, start: int) -> int:
+    n = len(text)
+    while i < n:
+        if text[i] == "\\":
+            i += 2          # any escape consumes the next character, `\` + newline (a gap) included
+        elif text[i] == '"':
+            return i + 1
+        elif text[i] == "{":
+            raise LexError("a string literal containing `{` is not allowed (Lean may read it as an "
+                           "interpolated string, whose `{…}` parts are code)", start)
+        else:
+            i += 1
+    raise LexError("unterminated string literal", start)
+
+
+def _raw_string_start(text: str, i: int) -> bool:
+    # `r"…"` or `r#…#"…"#…#`. The lexer only looks at token starts (`attr"…"` never gets here:
+    # the identifier ate the `r`), and a token start after a numeral counts, as in Lean (`2r"…"`).
+    j = i + 1
+    while j < len(text) and text[j] == "#":
+        j += 1
+    return j < len(text) and text[j] == '"'
+
+
+def _raw_string_end(text: str, i: int) -> int:
+    j = i + 1
+    while text[j] == "#":
+        j += 1
+    hashes = j - (i + 1)
+    closing = '"' + "#" * hashes
+    end = text.find(closing, j + 1)
+    if end < 0:
+        raise LexError("unterminated raw string literal", i)
+    return end + len(closing)
+
+
+def _char_literal_end(text: str, i: int) -> int | None:
+    """`'a'`, `'\\n'`, `'\\x41'`, `'\\u0041'`; anything else is not a char literal (a symbol).
+
+    Only called at a token start (the `'` of `h'` belongs to the identifier), including right after
+    a numeral: Lean reads `2'"'` as `2` and the char `'"'`, and so must we, or a quote would flip
+    our idea of what is inside a string.
+    """
+    n = len(text)
+    if i + 2 < n and text[i + 1] != "\\" and text[i + 1] not in "\n'" and text[i + 2] == "'":
+        return i + 3
+    if i + 1 < n and text[i + 1] == "\\":
+        if i + 3 < n and text[i + 2] in _CHAR_ESCAPES and text[i + 3] == "'":
+            return i + 4
+        if text.startswith("x", i + 2) and all(c in _HEX for c in text[i + 3:i + 5]) \
+                and text[i + 5:i + 6] == "'":
+            return i + 6
+        if text.startswith("u", i + 2) and all(c in _HEX for c in text[i + 3:i + 7]) \
+                and text[i + 7:i + 8] == "'":
+            return i + 8
+    return None
+
+
+def _number_end(text: str, i: int) -> int:
+    n = len(text)
+    if text[i] == "0" and i + 1 < n and text[i + 1] in "xXbBoO":
+        digits = {"x": _HEX, "b": set("01"), "o": set("01234567")}[text[i + 1].lower()]
+        j = i + 2
+        while j < n and text[j] in digits:
+            j += 1
+        if j > i + 2:
+            return j
+        return i + 1  # `0x` with no digits: Lean errors; we take `0` and lex `x…` as an identifier
+    j = i
+    while j < n and (text[j].isascii() and text[j].isdigit()
+                     or text[j] == "_" and j + 1 < n and text[j + 1].isascii() and text[j + 1].isdigit()):
+        j += 1  # `1_000`: newer Lean reads digit separators; taking them can only split more
+    if j + 1 < n and text[j] == "." and text[j + 1].isascii() and text[j + 1].isdigit():
+        j += 1
+        while j < n and text[j].isascii() and text[j].isdigit():
+            j += 1
+    if j < n and text[j] in "eE":
+        k = j + 1
+        if k < n and text[k] in "+-":
+            k += 1
+        if k < n and text[k].isascii() and text[k].isdigit():
+            while k < n and text[k].isascii() and text[k].isdigit():
+                k += 1
+            j = k
+    return j
+
+
+def _ident_end(text: str, i: int) -> tuple[int, tuple[str, ...]]:
+    """A dotted identifier `a.b.«c d»` starting at `i`; returns its end and its parts."""
+    n = len(text)
+    components = []
+    while True:
+        if text[i] == "«":
+            close = text.find("»", i + 1)
+            if close < 0:
+                raise LexError("unterminated `«` identifier", i)
+            components.append(text[i + 1:close])
+            i = close + 1
+        else:
+            j = i + 1
+            while j < n and is_id_rest(text[j]):
+                j += 1
+            components.append(text[i:j])
+            i = j
+        if i + 1 < n and text[i] == "." and (is_id_first(text[i + 1]) or text[i + 1] == "«"):
+            i += 1
+            continue
+        return i, tuple(components)
+
+
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and 0-based column of `offset`, as Lean reports positions."""
+    line = text.count("\n", 0, offset) + 1
+    col = offset - (text.rfind("\n", 0, offset) + 1)
+    return line, col

@@ -1,0 +1,174 @@
+"""`prover verify`: one verdict per input line, written as known; resume; malformed lines by number;
+the command through the CLI; and a `kill -9` mid-run that loses and duplicates nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from typer.testing import CliRunner
+
+from conftest import REPO, fake_repl_command
+from prover_cli.cli import app
+from prover_cli.config import load_config
+from prover_cli.verify import verify_file
+from test_verify_statement import STATEMENT
+
+runner = CliRunner()
+
+
+def write_config(path, repl_args=(), **verify):
+    keys = {"repl_command": fake_repl_command(*repl_args), "workers": 2, "timeout_s": 2.0,
+            "header_timeout_s": 10.0, "memory_limit_gb": 0.0, **verify}
+    lines = ["[verify]"] + [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_proofs(path, records):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def proof(record_id, text="  linarith", **extra):
+    return {"id": record_id, "formal_statement": STATEMENT, "proof": text, **extra}
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_verdict_lines_carry_input_fields_and_the_verifier(tmp_path):
+    config = load_config(write_config(tmp_path / "c.toml"))
+    proofs = write_proofs(tmp_path / "samples.jsonl", [
+        proof("a", problem_id="amc_p1", sample=0),
+        proof("b", "  sorry", problem_id="amc_p1", sample=1),
+        proof("c", "  fake_hang", problem_id="amc_p1", sample=2),
+    ])
+    out = tmp_path / "verdicts.jsonl"
+    summary = verify_file(config, proofs_path=proofs, out_path=out)
+    rows = {r["id"]: r for r in read_jsonl(out)}
+    assert {k: rows[k]["verdict"] for k in rows} == {"a": "verified", "b": "rejected", "c": "timeout"}
+    for row in rows.values():
+        assert row["problem_id"] == "amc_p1" and "sample" in row and "proof" in row
+        assert {"reason", "messages", "axioms", "time_s"} <= set(row)
+        assert row["verifier"]["backend"] == "repl"
+        assert row["verifier"]["repl_command"][-1].endswith("fake_repl.py")  # never mistaken for Lean
+        assert row["verifier"]["lean_toolchain"] and row["verifier"]["mathlib_rev"]
+    assert rows["a"]["axioms"] == ["propext", "Classical.choice", "Quot.sound"]
+    assert summary["ok"] is True and summary["proofs"] == 3
+    assert (summary["verified"], summary["rejected"], summary["timeout"], summary["error"]) == (1, 1, 1, 0)
+    assert summary["checked"] == 3 and summary["resumed"] == 0 and summary["proofs_per_s"] > 0
+    [table] = summary["tables"]
+    assert table["rows"][0][:2] == ["verified", 1]
+    json.dumps({k: v for k, v in summary.items() if k != "tables"})  # JSON-serialisable
+
+
+def test_rerun_skips_ids_that_have_a_verdict_and_drops_a_torn_tail(tmp_path):
+    config = load_config(write_config(tmp_path / "c.toml"))
+    proofs = write_proofs(tmp_path / "p.jsonl", [proof(f"p{k}") for k in range(4)])
+    out = tmp_path / "v.jsonl"
+    first = verify_file(config, proofs_path=proofs, out_path=out)
+    assert first["checked"] == 4
+    rows = read_jsonl(out)
+    # Simulate a kill in the middle of writing the last line.
+    text = "".join(json.dumps(r) + "\n" for r in rows[:2]) + json.dumps(rows[2])[:25]
+    out.write_text(text, encoding="utf-8")
+    second = verify_file(config, proofs_path=proofs, out_path=out)
+    assert (second["resumed"], second["checked"], second["verified"]) == (2, 2, 4)
+    assert Counter(r["id"] for r in read_jsonl(out)) == Counter({f"p{k}": 1 for k in range(4)})
+    third = verify_file(config, proofs_path=proofs, out_path=out)
+    assert (third["resumed"], third["checked"]) == (4, 0)
+
+
+def test_malformed_lines_are_reported_by_number_and_the_rest_is_processed(tmp_path):
+    config = load_config(write_config(tmp_path / "c.toml"))
+    proofs = tmp_path / "p.jsonl"
+    proofs.write_text("\n".join([
+        json.dumps(proof("ok1")),
+        "{not json",
+        "[1, 2]",
+        json.dumps({"formal_statement": STATEMENT, "proof": "x"}),
+        json.dumps(proof("ok1")),
+        json.dumps({"id": "nofields", "proof": "  linarith"}),
+        json.dumps(proof("ok2")),
+    ]) + "\n", encoding="utf-8")
+    out = tmp_path / "v.jsonl"
+    summary = verify_file(config, proofs_path=proofs, out_path=out)
+    assert summary["ok"] is False
+    assert [m["line"] for m in summary["malformed"]] == [2, 3, 4, 5, 6]
+    assert "duplicate id 'ok1' (first on line 1)" in summary["malformed"][3]["reason"]
+    rows = {r["id"]: r for r in read_jsonl(out)}
+    assert set(rows) == {"ok1", "ok2", "nofields"}
+    assert rows["ok1"]["verdict"] == rows["ok2"]["verdict"] == "verified"
+    assert rows["nofields"]["verdict"] == "error" and rows["nofields"]["reason"].startswith("line 6:")
+    assert summary["tables"][1]["title"] == "malformed input lines"
+
+
+def test_cli_verify_json_and_exit_codes(tmp_path):
+    cfg = write_config(tmp_path / "c.toml")
+    good = write_proofs(tmp_path / "good.jsonl", [proof("a"), proof("b", "  admit")])
+    result = runner.invoke(app, ["verify", str(good), "--config", str(cfg), "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["verified"], summary["rejected"]) == (1, 1) and "tables" not in summary
+    default_out = tmp_path / "good.verdicts.jsonl"
+    assert summary["out"] == str(default_out) and len(read_jsonl(default_out)) == 2
+
+    human = runner.invoke(app, ["verify", str(good), "--config", str(cfg), "--out", str(tmp_path / "h.jsonl")])
+    assert human.exit_code == 0 and human.stdout == ""
+    assert "verified" in human.stderr and "proofs_per_s" in human.stderr
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(proof("a")) + "\nnot json\n", encoding="utf-8")
+    failed = runner.invoke(app, ["verify", str(bad), "--config", str(cfg), "--json"])
+    assert failed.exit_code == 1
+    assert json.loads(failed.stdout)["malformed"] == [
+        {"line": 2, "reason": "not valid JSON (Expecting value at column 1)"}]
+    assert "bad.jsonl:2" in failed.stderr
+
+    missing = runner.invoke(app, ["verify", str(tmp_path / "nope.jsonl"), "--config", str(cfg)])
+    assert missing.exit_code == 1 and "Error:" in missing.stderr and "nope.jsonl" in missing.stderr
+
+    broken = write_config(tmp_path / "broken.toml", repl_command=["/nonexistent/lake", "env", "repl"])
+    down = runner.invoke(app, ["verify", str(good), "--config", str(broken), "--out", str(tmp_path / "d.jsonl")])
+    assert down.exit_code == 1 and "cannot start" in down.stderr and "Traceback" not in down.stderr
+    # The denylist verdict is the proof's own and stays; nothing records the broken REPL as a verdict.
+    assert [(r["id"], r["verdict"]) for r in read_jsonl(tmp_path / "d.jsonl")] == [("b", "rejected")]
+
+
+def test_kill_9_mid_run_loses_and_duplicates_no_verdict(tmp_path):
+    n = 24
+    cfg = write_config(tmp_path / "c.toml", repl_args=["--delay", "0.1"])
+    proofs = write_proofs(tmp_path / "p.jsonl",
+                          [proof(f"p{k}", "  linarith" if k % 3 else "  nlinarith\n  fake_error")
+                           for k in range(n)])
+    out = tmp_path / "v.jsonl"
+    argv = [sys.executable, "-m", "prover_cli", "verify", str(proofs), "--out", str(out),
+            "--config", str(cfg), "--json"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    victim = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if out.exists() and out.read_text(encoding="utf-8").count("\n") >= 5:
+            break
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    written_before = len(read_jsonl(out))  # a torn last line, if any, is not counted here
+    assert 5 <= written_before < n, "the run must be killed mid-way for this test to mean anything"
+
+    rerun = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["resumed"] >= written_before - 1 and summary["resumed"] + summary["checked"] == n
+    rows = read_jsonl(out)
+    assert Counter(r["id"] for r in rows) == Counter({f"p{k}": 1 for k in range(n)})
+    for row in rows:
+        expected = "rejected" if int(row["id"][1:]) % 3 == 0 else "verified"
+        assert row["verdict"] == expected, row

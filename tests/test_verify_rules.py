@@ -1,0 +1,86 @@
+"""The verdict rules on REPL answers: axioms messages, errors, sorries, names."""
+
+from __future__ import annotations
+
+import pytest
+
+from prover_cli.config import VerifyConfig
+from prover_cli.verify.rules import (
+    Verdict,
+    allowed_axioms,
+    judge_axioms_response,
+    judge_proof,
+    parse_axioms_message,
+    protocol_problem,
+)
+
+ALLOWED = {"propext", "Classical.choice", "Quot.sound"}
+
+
+@pytest.mark.parametrize("data, parsed", [
+    ("'foo' depends on axioms: [propext, Classical.choice, Quot.sound]",
+     ("foo", ["propext", "Classical.choice", "Quot.sound"])),
+    ("'foo' does not depend on any axioms", ("foo", [])),
+    ("`foo` does not depend on any axioms", ("foo", [])),                  # newer quoting
+    ("'Scope.fromBytes'_append' depends on axioms: [propext]", ("Scope.fromBytes'_append", ["propext"])),
+    ("'foo' depends on axioms: [propext,\n  Classical.choice,\n  Quot.sound]\n",   # wrapped list
+     ("foo", ["propext", "Classical.choice", "Quot.sound"])),
+    ("'foo' depends on axioms: propext", None),
+    ("'foo' depends on axioms: []", None),
+    ("foo depends on axioms: [propext]", None),
+    ("Try this: exact h", None),
+    ("'foo' depends on axioms: [propext] and more", None),
+    (None, None),
+])
+def test_parse_axioms_message(data, parsed):
+    assert parse_axioms_message(data) == parsed
+
+
+def info(data):
+    return {"severity": "info", "pos": {"line": 1, "column": 0}, "endPos": {"line": 1, "column": 13}, "data": data}
+
+
+def test_axioms_answer_must_be_one_message_naming_the_target_with_allowed_axioms():
+    ok = {"env": 3, "messages": [info("'t' depends on axioms: [propext]")]}
+    assert judge_axioms_response(ok, "t", ALLOWED, []).status == "verified"
+    other = {"env": 3, "messages": [info("'Foo.t' depends on axioms: [propext]")]}
+    assert "not the target" in judge_axioms_response(other, "t", ALLOWED, []).reason
+    cheat = {"env": 3, "messages": [info("'t' depends on axioms: [propext, sorryAx]")]}
+    verdict = judge_axioms_response(cheat, "t", ALLOWED, [])
+    assert verdict.status == "rejected" and "sorryAx" in verdict.reason and verdict.axioms == ["propext", "sorryAx"]
+    assert judge_axioms_response({"env": 3}, "t", ALLOWED, []).status == "rejected"
+    twice = {"env": 3, "messages": [info("'t' depends on axioms: [propext]")] * 2}
+    assert judge_axioms_response(twice, "t", ALLOWED, []).status == "rejected"
+    warned = {"env": 3, "messages": [dict(info("'t' depends on axioms: [propext]"), severity="warning")]}
+    assert judge_axioms_response(warned, "t", ALLOWED, []).status == "rejected"
+    assert judge_axioms_response({"message": "Unknown environment."}, "t", ALLOWED, []).status == "error"
+
+
+def test_unknown_severity_counts_as_an_error():
+    response = {"env": 1, "messages": [{"severity": "trace", "data": "x"}]}
+    assert judge_proof(response).status == "rejected"
+    assert judge_proof({"env": 1, "messages": [info("fine")]}) is None
+
+
+@pytest.mark.parametrize("response, problem", [
+    ({"message": "Unknown environment."}, "protocol error"),
+    ({"messages": []}, "no integer `env`"),
+    ({"env": True}, "no integer `env`"),
+    ({"env": 1, "messages": "oops"}, "malformed `messages`"),
+    ([1, 2], "not an object"),
+])
+def test_protocol_problems(response, problem):
+    assert problem in protocol_problem(response)
+    assert judge_proof(response).status == "error"
+
+
+def test_native_decide_policy_adds_its_axiom():
+    config = VerifyConfig()
+    assert "Lean.ofReduceBool" not in allowed_axioms(config)
+    config.allow_native_decide = True
+    assert allowed_axioms(config) == ALLOWED | {"Lean.ofReduceBool"}
+
+
+def test_verdict_status_is_checked():
+    with pytest.raises(ValueError):
+        Verdict("maybe", "no such verdict")

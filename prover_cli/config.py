@@ -114,7 +114,7 @@ class VerifyConfig:
     workers: int = _key(4, "REPL processes in the pool.", min=1)
     timeout_s: float = _key(60.0, "Wall-clock limit per proof, seconds.", min=0.0, min_exclusive=True)
     header_timeout_s: float = _key(600.0, "Wall-clock limit for running the header (`import Mathlib`), seconds.", min=0.0, min_exclusive=True)
-    memory_limit_gb: float = _key(8.0, "Address-space limit per REPL process, GiB (0 = none).", min=0.0)
+    memory_limit_gb: float = _key(16.0, "Address-space limit per REPL process, GiB (0 = none); it counts the memory-mapped Mathlib .olean files (several GiB), so keep it well above their size.", min=0.0)
     max_proofs_per_process: int = _key(200, "Recycle a REPL process after this many proofs (Lean leaks memory).", min=1)
     allowed_axioms: list[str] = _key(["propext", "Classical.choice", "Quot.sound"],
                                      "Axioms a verified proof may depend on (`#print axioms`).")

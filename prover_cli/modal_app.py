@@ -363,7 +363,9 @@ def _error_verdict(record: dict[str, Any], exc: BaseException, verify: Any) -> d
 def _verify_records_in_lean_containers(config: Any) -> Callable[..., list[dict[str, Any]]]:
     """`verify_records` with the same signature, fanned out over `verify_batch` containers."""
 
-    def verify_records(records: list[dict[str, Any]], verify_config: Any, reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
+    def verify_records(records: list[dict[str, Any]], verify_config: Any, reporter: Any = NULL_REPORTER,
+                       keep_warm: bool = False) -> list[dict[str, Any]]:
+        # keep_warm is moot here: the Lean containers keep their own REPL pools warm
         size = config.modal.verify_batch_size
         batches = [records[i:i + size] for i in range(0, len(records), size)]
         section = dataclasses.asdict(verify_config)

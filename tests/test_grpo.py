@@ -175,7 +175,7 @@ def recording_verify(monkeypatch):
     calls = []
     verdicts = []
 
-    def fake_verify_records(records, verify_config, reporter=None):
+    def fake_verify_records(records, verify_config, reporter=None, keep_warm=False):
         calls.append(list(records))
         return [{"id": r["id"], "verdict": v} for r, v in zip(records, verdicts, strict=True)]
 

@@ -22,17 +22,22 @@ class LeanTask:
 
     def rewards(self, problems: Sequence[dict[str, Any]], completions: Sequence[str], config: Any,
                 reporter: Any = None) -> list[float]:
+        from prover_cli.prompts import answer_completion, resolve_family
         from prover_cli.verify import verify_records
 
+        # Continuation-style families (DeepSeek, plain) complete the prompt's code: the candidate
+        # is prompt code + completion, exactly what `prover generate` stores.
+        family = resolve_family(config.model.name, config.model.family)
         records = [
             {
                 "id": f"{p['id']}#{i}",
                 "formal_statement": p["formal_statement"],
                 "header": p.get("header") or config.verify.header,
-                "completion": c,
+                "completion": answer_completion(p, c, family),
             }
             for i, (p, c) in enumerate(zip(problems, completions, strict=True))
         ]
-        verdicts = verify_records(records, config.verify, reporter=reporter)
+        # keep_warm: the REPL pool (and its `import Mathlib`) outlives this batch.
+        verdicts = verify_records(records, config.verify, reporter=reporter, keep_warm=True)
         # Fail closed: anything but `verified` (rejected, timeout, error) is worth nothing.
         return [1.0 if v["verdict"] == "verified" else 0.0 for v in verdicts]

@@ -105,11 +105,39 @@ class Verifier:
 
 
 def verify_records(records: list[dict[str, Any]], verify_config: Any,
-                   reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
-    """One verdict dict per record, in input order (`id`, `verdict`, `reason`, …). Starts and
-    stops its own backend; for many batches, keep a `Verifier` open instead."""
+                   reporter: Any = NULL_REPORTER, *, keep_warm: bool = False) -> list[dict[str, Any]]:
+    """One verdict dict per record, in input order (`id`, `verdict`, `reason`, …).
+
+    By default starts and stops its own backend. Trainers pass `keep_warm=True`: the backend
+    then stays open for the next batch with the same `[verify]` config (closed at exit), so
+    `import Mathlib` is paid once per REPL process, not once per ES member or GRPO step.
+    """
+    if keep_warm:
+        return _warm_verifier(verify_config).verify(list(records), reporter=reporter)
     with Verifier(verify_config) as verifier:
         return verifier.verify(list(records), reporter=reporter)
+
+
+_WARM: dict[str, Verifier] = {}
+
+
+def _warm_verifier(verify_config: Any) -> Verifier:
+    import atexit
+    import dataclasses
+    import json
+
+    key = json.dumps(dataclasses.asdict(verify_config), sort_keys=True, default=str)
+    if key not in _WARM:
+        if not _WARM:
+            atexit.register(close_warm_verifiers)
+        _WARM[key] = Verifier(verify_config)
+    return _WARM[key]
+
+
+def close_warm_verifiers() -> None:
+    """Stop every backend kept warm by `verify_records(..., keep_warm=True)`."""
+    while _WARM:
+        _WARM.popitem()[1].close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,7 +64,6 @@ BEFORE_TARGET_FORBIDDEN = frozenset({
 TARGET_MODIFIERS = frozenset({"private", "protected", "noncomputable", "partial", "nonrec", "unsafe"})
 
 HEADER_LINE = re.compile(r"(import|open|set_option)\b")
-FENCE = re.compile(r"```(?:lean4|lean)[ \t]*\r?\n(.*?)```", re.DOTALL)
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,10 +173,14 @@ def _deny(lexed: Lexed, allow_native_decide: bool, what: str, tokens: list[Token
 # --------------------------------------------------------------------------------------------
 
 def last_lean_block(completion: str) -> str:
-    blocks = FENCE.findall(completion)
-    if not blocks:
-        raise Rejected("no complete ```lean4 code block in the completion")
-    return blocks[-1]
+    # One extraction rule for the whole product (prompts.py): the last complete ```lean4/```lean
+    # block outside <think>, so what generate/eval call "the answer" is what gets verified.
+    from prover_cli.prompts import extract_lean_block
+
+    block = extract_lean_block(completion)
+    if block is None:
+        raise Rejected("no complete ```lean4 code block after the thinking section of the completion")
+    return block
 
 
 def assemble_completion(statement: str, trusted: Lexed, target: str, header: str, completion: str,

@@ -2,7 +2,9 @@
 
 Seeding: each batch reseeds torch's generator from (params.seed, batch index), so the same
 prompts, batch size and seed give the same samples on the same device, whatever ran before.
-The model stays accessible as `sampler.model` so ES can perturb its weights in place.
+The model stays accessible as `sampler.model` so ES can perturb its weights in place:
+`sampler.es_weights()` (perturb / restore / update, prover_cli/es/weights.py) and
+`sampler.save_pretrained(dir)`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class TransformersSampler:
         self.tokenizer = tokenizer
         self.device = device
         self.batch_size = config.generate.batch_size
+        self._es_weights = None
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         import torch
@@ -109,6 +112,20 @@ class TransformersSampler:
                     ))
                 results.append(samples)
         return results
+
+    # -- ES: the weights are perturbed in place between `generate` calls ------------------------
+    def es_weights(self):
+        """The model's parameters as NamedWeights: a base copy, and writes into the live model."""
+        from prover_cli.es.weights import NamedWeights
+
+        if self._es_weights is None:
+            self._es_weights = NamedWeights.from_module(self.model)
+        return self._es_weights
+
+    def save_pretrained(self, out_dir: str | Path) -> None:
+        """The current weights as a `from_pretrained`-loadable directory (safetensors)."""
+        self.model.save_pretrained(out_dir)
+        self.tokenizer.save_pretrained(out_dir)
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id

@@ -1,6 +1,10 @@
 """Sampling with vLLM (GPU extra, `pip install 'prover-cli[gpu]'`). Imported only when chosen.
 
 Not exercised in CI (no GPU, vLLM not installed); the code path is the real one.
+
+For ES the engine is built once with `worker_extension_cls=ES_WORKER_EXTENSION`; `es_weights()`
+then perturbs, restores and updates the weights inside the engine through `collective_rpc`
+(prover_cli/es/vllm_worker.py), with the same noise code as the transformers sampler.
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from typing import Any, Sequence
 
 from prover_cli.errors import BackendError
 from prover_cli.samplers import Sample, SamplingParams, register_sampler
+
+
+ES_WORKER_EXTENSION = "prover_cli.es.vllm_worker.ESWorkerExtension"
 
 
 @register_sampler("vllm")
@@ -38,6 +45,8 @@ class VLLMSampler:
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
+        self.model_path, self.revision = path, kwargs["revision"]
+        self._es_weights = None
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         sampling = self._vllm.SamplingParams(
@@ -60,3 +69,72 @@ class VLLMSampler:
             ]
             for request in outputs
         ]
+
+    # -- ES: weights live in the engine's workers; every call goes through collective_rpc -------
+    def es_weights(self) -> "VLLMWeights":
+        if self._es_weights is None:
+            self._es_weights = VLLMWeights(self.llm, self._checkpoint_dir())
+        return self._es_weights
+
+    def save_pretrained(self, out_dir: str | Path) -> None:
+        """model.safetensors from the workers' base weights, plus the checkpoint's config files."""
+        import shutil
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.es_weights().save(out / "model.safetensors")
+        source = Path(self._checkpoint_dir())
+        for name in ("config.json", "generation_config.json"):
+            if (source / name).exists():
+                shutil.copyfile(source / name, out / name)
+        self.tokenizer.save_pretrained(out)
+
+    def _checkpoint_dir(self) -> str:
+        """A local directory with the checkpoint's safetensors (vLLM already downloaded them)."""
+        if Path(self.model_path).is_dir():
+            return self.model_path
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(self.model_path, revision=self.revision,
+                                 allow_patterns=["*.safetensors", "*.json"])
+
+
+class VLLMWeights:
+    """NamedWeights' interface for an engine: each method runs in every worker (collective_rpc).
+
+    After any change of weights the prefix cache is reset: cached KV blocks computed with the
+    previous member's weights must not be reused for the next member's prompts.
+    """
+
+    def __init__(self, llm: Any, checkpoint_dir: str):
+        self.llm = llm
+        self.dtype = self._same(llm.collective_rpc("es_init", args=(checkpoint_dir,)))
+
+    def perturb(self, noise_seed: int, scale32: float) -> None:
+        self.llm.collective_rpc("es_perturb", args=(noise_seed, scale32))
+        self.llm.reset_prefix_cache()
+
+    def restore(self) -> None:
+        self.llm.collective_rpc("es_restore")
+        self.llm.reset_prefix_cache()
+
+    def update(self, terms: list[tuple[int, float]]) -> float:
+        norm = self._same(self.llm.collective_rpc("es_update", args=([list(t) for t in terms],)))
+        self.llm.reset_prefix_cache()
+        return norm
+
+    def fingerprint(self) -> str:
+        return self._same(self.llm.collective_rpc("es_fingerprint"))
+
+    def save(self, path: str | Path) -> None:
+        self.llm.collective_rpc("es_save", args=(str(path),))
+
+    def load(self, path: str | Path) -> None:
+        self.llm.collective_rpc("es_load", args=(str(path),))
+        self.llm.reset_prefix_cache()
+
+    @staticmethod
+    def _same(results: list[Any]) -> Any:
+        if len(set(results)) != 1:  # tensor-parallel workers each hold the full base weights
+            raise BackendError(f"vLLM workers disagree on the ES weights: {sorted(set(map(str, results)))}")
+        return results[0]

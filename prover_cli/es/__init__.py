@@ -1,0 +1,12 @@
+"""Evolution Strategies with a bit-exact seed ledger (docs/ledger.md).
+
+- `train.py`: `prover train es`, the ES loop, read top to bottom (seeds, problems, perturb and
+  evaluate, normalise, update, ledger).
+- `noise.py`: device-independent noise (integer counter hash, Irwin-Hall) and the exact fp32
+  arithmetic that applies it.
+- `weights.py`: `NamedWeights`, the base copy ES perturbs / restores / updates, and fingerprints.
+- `ledger.py`: the ledger format, written atomically after every iteration.
+- `replay.py`: `prover replay-seeds`, and `rebuild` (ledger records onto base weights), which
+  `--resume` uses too.
+- `vllm_worker.py`: the vLLM worker extension (perturb / restore / update via collective_rpc).
+"""

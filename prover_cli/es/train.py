@@ -1,0 +1,310 @@
+"""`prover train es`: Evolution Strategies whose whole state is the base model plus a seed ledger.
+
+    prover train es --config configs/demo.toml            # run.dir/{ledger.json,metrics.jsonl,final/}
+    prover train es --config configs/demo.toml --resume   # continue; ends bit-identical to a full run
+    prover replay-seeds runs/demo/ledger.json --out DIR   # rebuild final/ from the base + ledger
+
+One iteration (Qiu et al. 2025, "Evolution Strategies at Scale", Algorithm 1):
+
+    for each member n = 1..N:  theta_n = theta + sigma * eps_n;  R_n = mean reward of its samples
+    f = zscore(R)  (or centered ranks); if every R_n is equal, skip the update and record it
+    theta <- theta + alpha * (1/N) * sum_n f_n * eps_n
+
+eps is unit-variance noise and is NOT scaled by sigma in the update: as in the paper, the step
+alpha (es.learning_rate) absorbs the 1/sigma of the gradient estimate.
+
+Where we depart from the paper, and why:
+- Noise is a counter-based integer hash mapped to an Irwin-Hall(4) variate, not torch.randn
+  (es/noise.py): bit-identical on every device and thread count, so a ledger replays anywhere.
+  ES needs zero-mean, unit-variance, independent noise, not Gaussian noise. Every tensor has its
+  own stream, keyed by (seed, tensor name).
+- Antithetic pairs (es.antithetic, default on): members 2k and 2k+1 use +eps_k and -eps_k, which
+  lowers the variance of the estimate and halves the noise the update regenerates.
+- The update is accumulated per tensor in fp32 over members in a fixed order and cast to the
+  weight dtype once per iteration, so bf16/fp16 weights do not round small contributions away.
+- All members of an iteration share one sampling seed (common random numbers): their rewards
+  differ by their weights, not by sampling luck. The paper decodes greedily for the same reason;
+  we keep [generate].temperature.
+- Member rewards are rounded to 3 decimals before normalising: the ledger stores them as short
+  strings, and training uses exactly what replay will read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from prover_cli.errors import ConfigError, InputError
+from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
+                                  make_record, read_ledger, reward_text, sha256_file, write_ledger)
+from prover_cli.es.noise import fp32
+from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import get_task
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds: every random choice is a pure function of (run seed, iteration, member)
+# ---------------------------------------------------------------------------------------------
+
+def derive_seed(*parts: Any, bits: int = 63) -> int:
+    """A seed from its parts via sha256: stable across machines and Python versions."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - bits)
+
+
+def member_noise(run_seed: int, iteration: int, member: int, antithetic: bool) -> tuple[int, int]:
+    """(noise seed, sign) of a member: with antithetic pairs, members 2k and 2k+1 share eps_k."""
+    index, sign = (member // 2, 1 - 2 * (member % 2)) if antithetic else (member, 1)
+    return derive_seed("es-noise", run_seed, iteration, index), sign
+
+
+def sampling_seed(run_seed: int, iteration: int) -> int:
+    """Shared by every member of the iteration (common random numbers); 31 bits suit any sampler."""
+    return derive_seed("es-sampling", run_seed, iteration, bits=31)
+
+
+# ---------------------------------------------------------------------------------------------
+# Problems: the train split of problems.jsonl, or generated in-process for countdown and toy
+# ---------------------------------------------------------------------------------------------
+
+def load_problems(config: Any) -> list[dict[str, Any]]:
+    from prover_cli.jsonl import load_jsonl_strict
+
+    path, task, data = config.problems_path, config.data.task, config.data
+    if path.exists():
+        problems, source = load_jsonl_strict(path), str(path)
+    elif task == "countdown":
+        from prover_cli.tasks.countdown import generate_problems
+
+        problems = generate_problems(data.countdown_problems, data.countdown_numbers, data.countdown_max_number,
+                                     seed=config.run.seed)
+        source = f"countdown problems generated from run.seed = {config.run.seed}"
+    elif task == "toy":
+        from prover_cli.tasks.toy import DEFAULT_COUNT, generate_problems
+
+        problems, source = generate_problems(DEFAULT_COUNT, seed=config.run.seed), "generated toy problems"
+    else:
+        raise InputError(f"{path}: problems file not found (data.problems); "
+                         "run `prover prepare-data --config <config>` to create it")
+    train = [p for p in problems if p.get("split") == data.train_split]
+    if not train:
+        raise InputError(f"{source}: no problems in split {data.train_split!r} (data.train_split)")
+    return train
+
+
+def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int, count: int) -> list[dict[str, Any]]:
+    """The iteration's problems, the same for every member."""
+    rng = random.Random(derive_seed("es-problems", run_seed, iteration))
+    return rng.sample(problems, min(count, len(problems)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Perturb and evaluate: each member samples with theta + sign * sigma * eps, then the weights
+# are restored exactly (from the base copy). All samples are scored in one batch per iteration,
+# so a Lean verifier pool works on every member's proofs at once.
+# ---------------------------------------------------------------------------------------------
+
+def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
+                        iteration: int, reporter: Reporter) -> tuple[list[float], list[float]]:
+    """(mean reward of each member, reward of every sample)."""
+    from prover_cli.samplers import SamplingParams
+
+    es, gen = config.es, config.generate
+    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
+    params = SamplingParams(n=es.samples_per_problem, temperature=gen.temperature, top_p=gen.top_p,
+                            max_tokens=gen.max_tokens, seed=sampling_seed(config.run.seed, iteration))
+    sigma32 = fp32(es.sigma)
+    scored, completions = [], []
+    for member in range(es.population):
+        noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
+        weights.perturb(noise_seed, sign * sigma32)
+        for problem, samples in zip(batch, sampler.generate(prompts, params), strict=True):
+            scored += [problem] * len(samples)
+            completions += [s.text for s in samples]
+    weights.restore()
+    rewards = task.rewards(scored, completions, config, reporter=reporter)
+    per_member = len(rewards) // es.population
+    means = [sum(rewards[m * per_member:(m + 1) * per_member]) / per_member for m in range(es.population)]
+    return means, rewards
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalise: fitness shaping on the rounded rewards (pure Python floats: same on every machine)
+# ---------------------------------------------------------------------------------------------
+
+def shape_fitness(rewards: Sequence[float], method: str) -> list[float] | None:
+    """z-scores or centered ranks in [-0.5, 0.5]; None when all rewards are equal (no signal)."""
+    n = len(rewards)
+    if max(rewards) == min(rewards):
+        return None
+    if method == "zscore":
+        mean = sum(rewards) / n
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+        return [(r - mean) / std for r in rewards]
+    order = sorted(range(n), key=lambda i: rewards[i])
+    ranks = [0.0] * n
+    start = 0
+    while start < n:  # tied rewards share their average rank, so ties push in no direction
+        stop = start
+        while stop + 1 < n and rewards[order[stop + 1]] == rewards[order[start]]:
+            stop += 1
+        for position in range(start, stop + 1):
+            ranks[order[position]] = (start + stop) / 2
+        start = stop + 1
+    return [rank / (n - 1) - 0.5 for rank in ranks]
+
+
+# ---------------------------------------------------------------------------------------------
+# Update: theta += alpha/N * sum_n f_n eps_n, as one fp32 coefficient per noise draw
+# ---------------------------------------------------------------------------------------------
+
+def update_terms(fitness: Sequence[float], run_seed: int, iteration: int, antithetic: bool,
+                 learning_rate: float) -> list[tuple[int, float]]:
+    """[(noise seed, fp32 coefficient)] in member order; a pair's coefficient is alpha*(f+ - f-)/N."""
+    totals: dict[int, float] = {}
+    for member, f in enumerate(fitness):
+        seed, sign = member_noise(run_seed, iteration, member, antithetic)
+        totals[seed] = totals.get(seed, 0.0) + sign * f
+    return [(seed, fp32(learning_rate * total / len(fitness))) for seed, total in totals.items()]
+
+
+def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iteration: int,
+                  es: dict[str, Any]) -> tuple[float, bool]:
+    """One iteration's update from its rewards: (update norm, skipped). Training and replay share it."""
+    fitness = shape_fitness(rewards, es["fitness_shaping"])
+    if fitness is None:
+        return 0.0, True
+    terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
+    return weights.update(terms), False
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop: evaluate -> update -> metrics -> ledger (committed last, so a kill redoes at most
+# the interrupted iteration; resume drops metrics lines the ledger does not have)
+# ---------------------------------------------------------------------------------------------
+
+def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
+    es, run_dir = config.es, config.run_dir
+    ledger_path = run_dir / LEDGER_FILE
+    if ledger_path.exists() and not resume:
+        raise InputError(f"{ledger_path}: a ledger already exists",
+                         hint="pass --resume to continue it, or set run.dir to a new directory")
+    task = get_task(config.data.task)
+    problems = load_problems(config)
+    sampler = _load_sampler(config)
+    weights = sampler.es_weights()
+    problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
+    header = make_header(config, base_sha256=weights.fingerprint(), dtype=weights.dtype,
+                         problems_sha256=problems_sha256)
+    records: list[dict[str, Any]] = []
+    if resume and ledger_path.exists():
+        records = _resume(ledger_path, header, weights, reporter)
+    write_ledger(ledger_path, header, records)
+    truncate_metrics(run_dir, len(records))
+    write_resolved_config(config)
+    last = _last_metrics(run_dir)
+    samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
+    resumed_from = len(records)
+
+    with reporter.task("train es", total=es.iterations, unit="it") as bar:
+        bar.advance(resumed_from)
+        for iteration in range(resumed_from + 1, es.iterations + 1):
+            started = time.monotonic()
+            batch = pick_problems(problems, config.run.seed, iteration, es.problems_per_iteration)
+            member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
+                                                                 iteration, reporter)
+            texts = [reward_text(r) for r in member_rewards]
+            norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
+                                          header["es"])
+            fingerprint = weights.fingerprint()
+            snapshot = None
+            if es.snapshot_every and iteration % es.snapshot_every == 0:
+                snapshot = _save_snapshot(weights, run_dir)
+            wall_s = time.monotonic() - started
+            samples_total += len(sample_rewards)
+            elapsed_s += wall_s
+            mean_reward = sum(sample_rewards) / len(sample_rewards)
+            append_metrics(run_dir, {
+                "iteration": iteration, "method": "es", "task": config.data.task,
+                "reward/mean": mean_reward, "reward/max": max(sample_rewards),
+                "verify/verified": sum(r == 1.0 for r in sample_rewards),
+                "samples": len(sample_rewards), "samples/total": samples_total,
+                "time/wall_s": wall_s, "time/elapsed_s": elapsed_s,
+                "es/update_norm": norm, "es/skipped": skipped,
+            })
+            records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
+            write_ledger(ledger_path, header, records)
+            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped)
+
+    final_dir = run_dir / "final"
+    _save_final(sampler, final_dir)
+    last = _last_metrics(run_dir)
+    return {
+        "ok": True,
+        "iterations": len(records),
+        "resumed_from": resumed_from,
+        "reward/mean_last": last.get("reward/mean"),
+        "ledger": str(ledger_path),
+        "ledger_bytes_per_iteration": round(bytes_per_iteration(header, records), 1),
+        "final": str(final_dir),
+        "fingerprint": weights.fingerprint()[:16],
+    }
+
+
+def _load_sampler(config: Any) -> Any:
+    from prover_cli.samplers import load_sampler
+
+    if config.generate.backend == "vllm":
+        from prover_cli.samplers.vllm_sampler import ES_WORKER_EXTENSION
+
+        return load_sampler(config, worker_extension_cls=ES_WORKER_EXTENSION)
+    return load_sampler(config)
+
+
+def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: Reporter) -> list[dict[str, Any]]:
+    """Rebuild the weights from the ledger (checking every fingerprint) and return its records."""
+    from prover_cli.es.replay import rebuild  # replay builds on this module; import it late
+
+    stored, records = read_ledger(ledger_path)
+    differences = header_differences(stored, header)
+    if differences:
+        raise ConfigError(f"{ledger_path}: cannot resume, the config differs from the ledger: "
+                          + "; ".join(differences), hint="restore those config values, or start a new run.dir")
+    if len(records) > header["es"]["iterations"]:
+        raise ConfigError(f"{ledger_path}: the ledger has {len(records)} iterations, more than es.iterations = "
+                          f"{header['es']['iterations']}",
+                          hint="raise es.iterations, or use `prover replay-seeds --upto`")
+    rebuild(weights, stored, records, ledger_path=ledger_path, reporter=reporter)
+    return records
+
+
+def _last_metrics(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / METRICS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _save_snapshot(weights: Any, run_dir: Path) -> str:
+    """Write the weights as snapshots/<sha256 of the file>.safetensors; returns that sha256."""
+    incoming = run_dir / "snapshots" / "incoming.safetensors"
+    weights.save(incoming)
+    digest = sha256_file(incoming)
+    incoming.replace(incoming.with_name(f"{digest}.safetensors"))
+    return digest
+
+
+def _save_final(sampler: Any, final_dir: Path) -> None:
+    """final/ appears whole or not at all (written aside, then renamed over the old one)."""
+    import shutil
+
+    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    sampler.save_pretrained(tmp)
+    shutil.rmtree(final_dir, ignore_errors=True)
+    tmp.rename(final_dir)

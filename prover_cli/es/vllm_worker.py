@@ -1,0 +1,65 @@
+"""vLLM worker extension: ES perturbs, restores and updates the weights inside the engine.
+
+    llm = vllm.LLM(path, worker_extension_cls="prover_cli.es.vllm_worker.ESWorkerExtension")
+    llm.collective_rpc("es_init", args=(checkpoint_dir,))
+    llm.collective_rpc("es_perturb", args=(noise_seed, scale32)); llm.reset_prefix_cache()
+
+vLLM mixes this class into its GPU worker, so `self.model_runner.model` is the engine's model and
+the engine is never rebuilt between members. The worker keeps the checkpoint's tensors, under
+their checkpoint (transformers) names, as the ES base on the GPU; every change goes through the
+model's own `load_weights`, which fuses q/k/v and gate/up exactly as when vLLM loaded them. So
+the noise is keyed by the same names, computed by the same code (es/noise.py), and the weights
+are bit-identical to the transformers path and to `prover replay-seeds`.
+
+The base copy is one more model's worth of GPU memory outside vLLM's budget: leave room for it
+with `generate.gpu_memory_utilization`. With tensor parallelism every worker keeps the full
+checkpoint and `load_weights` takes its shard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class ESWorkerExtension:
+    model_runner: Any  # provided by the vLLM worker this class is mixed into
+    model_config: Any
+
+    def es_init(self, checkpoint_dir: str) -> str:
+        """Load the base weights from the checkpoint onto the worker's device; returns their dtype."""
+        from safetensors.torch import load_file
+
+        from prover_cli.es.weights import NamedWeights
+
+        model = self.model_runner.model
+        device = next(model.parameters()).device
+        dtype = self.model_config.dtype  # the engine's dtype, which the checkpoint was cast to
+        base = {}
+        for file in sorted(Path(checkpoint_dir).glob("*.safetensors")):
+            for name, tensor in load_file(str(file), device=str(device)).items():
+                if tensor.is_floating_point():
+                    base[name] = tensor.to(dtype)
+        if not base:
+            raise FileNotFoundError(f"{checkpoint_dir}: no *.safetensors weights to take as the ES base")
+        self._prover_es = NamedWeights(base, write=lambda items: model.load_weights(items))
+        return self._prover_es.dtype
+
+    def es_perturb(self, noise_seed: int, scale32: float) -> None:
+        self._prover_es.perturb(noise_seed, scale32)
+
+    def es_restore(self) -> None:
+        self._prover_es.restore()
+
+    def es_update(self, terms: list[list]) -> float:
+        return self._prover_es.update([(int(seed), float(c)) for seed, c in terms])
+
+    def es_fingerprint(self) -> str:
+        return self._prover_es.fingerprint()
+
+    def es_save(self, path: str) -> None:
+        if getattr(self, "rank", 0) == 0:  # every worker holds the same weights; one file
+            self._prover_es.save(path)
+
+    def es_load(self, path: str) -> None:
+        self._prover_es.load(path)

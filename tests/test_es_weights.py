@@ -1,0 +1,204 @@
+"""es/weights.py and the vLLM worker extension: exact restore, fp32 accumulation, one code path."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from prover_cli.errors import InputError
+from prover_cli.es.noise import fp32, stream_key
+from prover_cli.es.vllm_worker import ESWorkerExtension
+from prover_cli.es.weights import NamedWeights, fingerprint
+from prover_cli.samplers.vllm_sampler import VLLMWeights
+
+
+class Reference(torch.nn.Module):
+    """transformers-style: separate q/k/v projections, named as in the checkpoint."""
+
+    def __init__(self, seed: int = 0, dtype=torch.float32):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        for name, rows in (("q", 2), ("k", 2), ("v", 2), ("out", 3)):
+            layer = torch.nn.Linear(4, rows, bias=(name == "out"))
+            with torch.no_grad():
+                layer.weight.copy_(torch.randn(rows, 4, generator=generator))
+            setattr(self, name, layer.to(dtype))
+
+
+class Fused(torch.nn.Module):
+    """vLLM-style: q/k/v fused into one parameter; `load_weights` maps checkpoint names onto it."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.qkv = torch.nn.Parameter(torch.zeros(6, 4, dtype=dtype))
+        self.out = torch.nn.Linear(4, 3).to(dtype)
+
+    def load_weights(self, weights):
+        rows = {"q.weight": slice(0, 2), "k.weight": slice(2, 4), "v.weight": slice(4, 6)}
+        with torch.no_grad():
+            for name, tensor in weights:
+                if name in rows:
+                    self.qkv[rows[name]].copy_(tensor)
+                else:
+                    dict(self.out.named_parameters())[name.removeprefix("out.")].copy_(tensor)
+
+
+class FakeWorker(ESWorkerExtension):
+    def __init__(self, model, dtype):
+        self.model_runner = SimpleNamespace(model=model)
+        self.model_config = SimpleNamespace(dtype=dtype)
+        self.rank = 0
+
+
+class FakeLLM:
+    """collective_rpc as vLLM calls it: the method runs on each worker, results come back as a list."""
+
+    def __init__(self, workers):
+        self.workers = workers
+        self.prefix_cache_resets = 0
+
+    def collective_rpc(self, method, args=()):
+        return [getattr(worker, method)(*args) for worker in self.workers]
+
+    def reset_prefix_cache(self):
+        self.prefix_cache_resets += 1
+
+
+def fused_view(reference: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {"qkv": torch.cat([reference.q.weight, reference.k.weight, reference.v.weight]),
+            "out.weight": reference.out.weight, "out.bias": reference.out.bias}
+
+
+def test_perturb_then_restore_is_bit_exact_and_the_base_never_moves():
+    model = Reference()
+    weights = NamedWeights.from_module(model)
+    before = fingerprint(dict(model.named_parameters()))
+    weights.perturb(noise_seed=5, scale32=fp32(0.1))
+    assert fingerprint(dict(model.named_parameters())) != before
+    assert weights.fingerprint() == before  # perturbation writes the live model only
+    weights.restore()
+    assert fingerprint(dict(model.named_parameters())) == before
+
+
+def test_update_applies_the_sum_of_terms_to_base_and_model():
+    model = Reference()
+    weights = NamedWeights.from_module(model)
+    original = model.q.weight.detach().clone()
+    norm = weights.update([(1, fp32(0.01)), (2, fp32(-0.02))])
+    moved = model.q.weight.detach() - original
+    assert norm > 0 and moved.abs().max() > 0
+    assert torch.equal(weights.base["q.weight"], model.q.weight.detach())
+    # the update is sum_k c_k * eps_k: two noise streams, recomputed here independently
+    from prover_cli.es.noise import noise
+    expected = original + (noise(stream_key(1, "q.weight"), 0, 8) * fp32(0.01)
+                           + noise(stream_key(2, "q.weight"), 0, 8) * fp32(-0.02)).view(2, 4)
+    assert torch.allclose(model.q.weight.detach(), expected, atol=1e-7)
+
+
+def test_bf16_weights_keep_updates_that_per_member_rounding_would_lose():
+    # bf16 steps around 1.0 are 2^-8 below and 2^-7 above, so anything under 2^-9 = 0.00195 in
+    # size rounds back to 1.0. Each member adds |0.0005 * eps| <= 0.00174: one by one in bf16
+    # nothing changes, while the fp32 sum of 16 of them (0.008 * eps) moves most weights.
+    ones = torch.ones(4096, dtype=torch.bfloat16)
+    weights = NamedWeights({"w": ones.clone()}, write=lambda items: None)
+    weights.update([(7, fp32(0.0005))] * 16)
+    changed_fp32 = (weights.base["w"] != ones).float().mean()
+
+    naive = ones.clone()
+    from prover_cli.es.noise import noise
+    for key, coefficient in [(stream_key(7, "w"), fp32(0.0005))] * 16:
+        naive = (naive.float() + noise(key, 0, 4096) * coefficient).to(torch.bfloat16)
+    assert torch.equal(naive, ones)  # the published failure mode: every update rounded away
+    assert changed_fp32 > 0.6  # eps > 0.49 or eps < -0.24: about 70% of elements
+
+
+def test_fingerprint_covers_names_dtypes_and_bits_not_insertion_order():
+    a = {"x": torch.zeros(3), "y": torch.ones(2)}
+    assert fingerprint(a) == fingerprint({"y": torch.ones(2), "x": torch.zeros(3)})
+    assert fingerprint(a) != fingerprint({"x": torch.zeros(3), "z": torch.ones(2)})
+    assert fingerprint(a) != fingerprint({"x": torch.zeros(3, dtype=torch.float64), "y": torch.ones(2)})
+    assert fingerprint(a) != fingerprint({"x": torch.tensor([0.0, 0.0, -0.0]), "y": torch.ones(2)})
+
+
+def test_snapshot_save_and_load_round_trip(tmp_path):
+    model = Reference()
+    weights = NamedWeights.from_module(model)
+    weights.update([(3, fp32(0.05))])
+    weights.save(tmp_path / "snap.safetensors")
+    saved = weights.fingerprint()
+    other = NamedWeights.from_module(Reference())
+    other.load(tmp_path / "snap.safetensors")
+    assert other.fingerprint() == saved
+    save_file({"unrelated": torch.zeros(1)}, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(InputError, match="bad.safetensors"):
+        other.load(tmp_path / "bad.safetensors")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vllm_worker_extension_gives_the_transformers_bits_through_fused_load_weights(tmp_path, dtype):
+    reference = Reference(seed=1, dtype=dtype)
+    save_file({n: p.detach().float().contiguous() for n, p in reference.named_parameters()},
+              str(tmp_path / "model.safetensors"))  # an fp32 checkpoint, cast to the engine's dtype
+    fused = Fused(dtype)
+    llm = FakeLLM([FakeWorker(fused, dtype)])
+    engine = VLLMWeights(llm, str(tmp_path))
+    local = NamedWeights.from_module(reference)
+    assert engine.dtype == local.dtype == str(dtype).removeprefix("torch.")
+    assert engine.fingerprint() == local.fingerprint()
+
+    for weights in (engine, local):
+        weights.perturb(9, fp32(-0.01))
+    assert all(torch.equal(fused_view(reference)[n], t.detach()) for n, t in
+               {"qkv": fused.qkv, "out.weight": fused.out.weight, "out.bias": fused.out.bias}.items())
+
+    terms = [(9, fp32(0.003)), (10, fp32(-0.001))]
+    assert engine.update(terms) == local.update(terms)
+    assert engine.fingerprint() == local.fingerprint()
+    assert torch.equal(fused.qkv.detach(), fused_view(reference)["qkv"].detach())
+    assert llm.prefix_cache_resets == 2  # after the perturbation and after the update
+
+    engine.save(tmp_path / "snap.safetensors")
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "snap.safetensors"), "pt") as handle:
+        assert handle.metadata() == {"format": "pt"}  # what from_pretrained requires
+    local_copy = NamedWeights.from_module(Reference(seed=1, dtype=dtype))
+    local_copy.load(tmp_path / "snap.safetensors")
+    assert local_copy.fingerprint() == local.fingerprint()
+
+
+class TransformersAsEngine(torch.nn.Module):
+    """A transformers model behind vLLM's `load_weights` entry point."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+
+    def load_weights(self, weights):
+        params = dict(self.inner.named_parameters())
+        with torch.no_grad():
+            for name, tensor in weights:
+                params[name].copy_(tensor)
+
+
+def test_vllm_sampler_saves_a_from_pretrained_directory_with_the_transformers_bits(tmp_path_factory, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prover_cli.samplers.vllm_sampler import VLLMSampler
+    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+
+    cache = tmp_path_factory.getbasetemp() / "tiny-model-cache"  # shared with the other ES tests
+    checkpoint = build_tiny_model(tiny_model_dir(cache, 0), 0)
+    sampler = object.__new__(VLLMSampler)  # everything but the engine, which needs a GPU
+    engine_model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    sampler.llm = FakeLLM([FakeWorker(TransformersAsEngine(engine_model), torch.float32)])
+    sampler.model_path, sampler.revision, sampler._es_weights = str(checkpoint), None, None
+    sampler.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    sampler.es_weights().update([(1, fp32(0.01)), (2, fp32(-0.003))])
+    sampler.save_pretrained(tmp_path / "final")
+
+    reference = NamedWeights.from_module(AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32))
+    reference.update([(1, fp32(0.01)), (2, fp32(-0.003))])
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype=torch.float32)
+    assert fingerprint(dict(loaded.named_parameters())) == reference.fingerprint() == sampler.es_weights().fingerprint()
+    assert (tmp_path / "final" / "tokenizer.json").exists()

@@ -9,14 +9,16 @@ Each line of samples.jsonl (docs/formats.md) is one sample: `id` = `<problem_id>
 (`prover_cli.prompts.answer_completion`): chat models' text as is, continuation prompts
 (DeepSeek-Prover-V1.5 style, plain) wrapped as prompt code + completion in one block.
 
-Determinism and resume: a problem's samples come from one sampler call seeded from
-(generate.seed, problem id), so they depend on the model, the prompt and that seed only, not on
-which other problems ran, in what order, or whether the run was interrupted. A rerun skips the
+Determinism and resume: a problem's samples are seeded from (generate.seed, problem id) alone
+(the samplers take one seed per prompt), so they depend on the model, the prompt and that seed
+only, not on which other problems shared a batch, in what order, or whether the run was
+interrupted. A rerun skips the
 problems whose n samples all exist; a problem cut short is sampled again with its seed and only
 its missing samples are written, so the file ends up identical to an uninterrupted run (on the
 same device and software). Samples already in the file from another seed or model are an error
-rather than a silent mix. The cost of one call per problem is that the transformers sampler
-batches the n samples of a problem but not several problems together.
+rather than a silent mix. Problems go to the sampler `generate.batch_size` at a time: vLLM
+batches them (one seeded request each); transformers, with one torch generator, samples the n
+samples of a problem together but the problems of a chunk one after another.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     `family_name` is the name the prompt family is resolved from (a rebuilt directory's path
     says nothing about the base model's family).
     """
-    from prover_cli.prompts import answer_completion, resolve_family
+    from prover_cli.prompts import resolve_family
     from prover_cli.samplers import load_sampler, sampling_params
     from prover_cli.tasks import get_task
 
@@ -106,40 +108,27 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         for problem in problems:
             _check_resume(existing.get(problem["id"]), problem, config.generate.seed, model_label, out)
 
-        written = completion_tokens = length_cut = 0
-        start = time.monotonic()
+        completion_tokens = 0
+        counts = {"written": 0, "length": 0}
+        start_time = time.monotonic()
         sampling_s = 0.0
         if todo:
             sampler = load_sampler(config, model_path=model)
             sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
+            batch_size = config.generate.batch_size
             with reporter.task("generate", total=len(todo) * n, unit="samples") as progress:
-                for problem in todo:
-                    seed = problem_seed(config.generate.seed, problem["id"])
-                    prompt = task.build_prompt(problem, sampler.tokenizer, family)
-                    (samples,) = sampler.generate([prompt], sampling_params(config, n=n, seed=seed))
-                    new_tokens = 0
-                    for j, sample in enumerate(samples):
-                        sample_id = f"{problem['id']}/{j}"
-                        if sample_id in writer.done_ids:
-                            continue
-                        completion = sample.text
-                        record = _problem_fields(problem)
-                        record.update(id=sample_id, problem_id=problem["id"], sample_idx=j)
-                        if task_name == "lean":
-                            completion = answer_completion(problem, sample.text, family)
-                            if completion != sample.text:
-                                record["raw_completion"] = sample.text
-                        record.update(completion=completion, finish_reason=sample.finish_reason,
-                                      prompt_tokens=sample.prompt_tokens, completion_tokens=sample.completion_tokens,
-                                      seed=seed, model=model_label, family=family)
-                        writer.write(_ordered(record))
-                        written += 1
-                        new_tokens += sample.completion_tokens
-                        length_cut += sample.finish_reason == "length"
-                    completion_tokens += new_tokens
+                for start in range(0, len(todo), batch_size):
+                    chunk = todo[start:start + batch_size]
+                    seeds = [problem_seed(config.generate.seed, problem["id"]) for problem in chunk]
+                    prompts = [task.build_prompt(problem, sampler.tokenizer, family) for problem in chunk]
+                    outputs = sampler.generate(prompts, sampling_params(config, n=n), seeds=seeds)
+                    completion_tokens += _write_samples(writer, chunk, outputs, seeds, n, task_name,
+                                                        family, model_label, counts)
                     sampling_s = time.monotonic() - sampling_start
-                    progress.advance(n, tokens_per_s=f"{completion_tokens / max(sampling_s, 1e-9):,.0f}")
-        wall_s = time.monotonic() - start
+                    progress.advance(len(chunk) * n,
+                                     tokens_per_s=f"{completion_tokens / max(sampling_s, 1e-9):,.0f}")
+        wall_s = time.monotonic() - start_time
+        written, length_cut = counts["written"], counts["length"]
 
     return {
         "ok": True,
@@ -155,6 +144,35 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         "model": model_label,
         "family": family,
     }
+
+
+def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs: list[list[Any]],
+                   seeds: list[int], n: int, task_name: str, family: str, model_label: str,
+                   counts: dict[str, int]) -> int:
+    """Write the samples of a chunk of problems that are not in the file yet; returns new tokens."""
+    from prover_cli.prompts import answer_completion
+
+    new_tokens = 0
+    for problem, samples, seed in zip(chunk, outputs, seeds, strict=True):
+        for j, sample in enumerate(samples):
+            sample_id = f"{problem['id']}/{j}"
+            if sample_id in writer.done_ids:
+                continue
+            completion = sample.text
+            record = _problem_fields(problem)
+            record.update(id=sample_id, problem_id=problem["id"], sample_idx=j)
+            if task_name == "lean":
+                completion = answer_completion(problem, sample.text, family)
+                if completion != sample.text:
+                    record["raw_completion"] = sample.text
+            record.update(completion=completion, finish_reason=sample.finish_reason,
+                          prompt_tokens=sample.prompt_tokens, completion_tokens=sample.completion_tokens,
+                          seed=seed, model=model_label, family=family)
+            writer.write(_ordered(record))
+            counts["written"] += 1
+            counts["length"] += sample.finish_reason == "length"
+            new_tokens += sample.completion_tokens
+    return new_tokens
 
 
 def _check_fields(problems: list[dict[str, Any]], task_name: str, label: str) -> None:

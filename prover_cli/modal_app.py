@@ -254,7 +254,7 @@ BUILDING_BLOCKS = {
     # MemberEvaluator(config).completions(iteration=, member=, problems=) -> list[str]: theta_{t-1}
     # from the base weights + <run.dir>/ledger.json (replaying only iterations it has not applied
     # yet), plus member `member`'s perturbation; samples problem-major, as the local loop does.
-    "es_member": "prover_cli.es.train:MemberEvaluator",
+    "es_member": "prover_cli.es.member:MemberEvaluator",
 }
 
 

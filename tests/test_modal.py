@@ -548,7 +548,7 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
 
 
 def test_plan_warns_when_repls_outgrow_the_verification_container():
-    config = load_config(REPO / "configs/kimina-es.toml", ["verify.workers=16", "modal.verify_memory_gb=32"])
+    config = load_config(REPO / "configs/kimina-es.toml", ["verify.workers=16", "verify.memory_limit_gb=8.0", "modal.verify_memory_gb=32"])
     notes = modal_plan.plan(config, command="train_es", backend="modal")["tables"][-1]["rows"]
     warnings = [text for kind, text in notes if kind == "warning"]
     assert any("16 REPLs share" in w for w in warnings) and any("128 GiB" in w for w in warnings)

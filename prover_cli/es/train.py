@@ -110,24 +110,43 @@ def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int,
 # so a Lean verifier pool works on every member's proofs at once.
 # ---------------------------------------------------------------------------------------------
 
-def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
-                        iteration: int, reporter: Reporter) -> tuple[list[float], list[float]]:
-    """(mean reward of each member, reward of every sample)."""
+def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
+                       iteration: int, member: int) -> list[str]:
+    """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers."""
     from prover_cli.samplers import SamplingParams
 
     es, gen = config.es, config.generate
     prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
     params = SamplingParams(n=es.samples_per_problem, temperature=gen.temperature, top_p=gen.top_p,
                             max_tokens=gen.max_tokens, seed=sampling_seed(config.run.seed, iteration))
-    sigma32 = fp32(es.sigma)
-    scored, completions = [], []
-    for member in range(es.population):
-        noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
-        weights.perturb(noise_seed, sign * sigma32)
-        for problem, samples in zip(batch, sampler.generate(prompts, params), strict=True):
-            scored += [problem] * len(samples)
-            completions += [s.text for s in samples]
-    weights.restore()
+    noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
+    weights.perturb(noise_seed, sign * fp32(es.sigma))
+    try:
+        return [s.text for samples in sampler.generate(prompts, params) for s in samples]
+    finally:
+        weights.restore()
+
+
+def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
+                        iteration: int, reporter: Reporter,
+                        generate_population: Any = None) -> tuple[list[float], list[float]]:
+    """(mean reward of each member, reward of every sample).
+
+    `generate_population(iteration, batch) -> [completions of member 0, 1, ...]` lets a backend
+    sample the members elsewhere (Modal fans them out to GPU workers, `es/member.py`); the
+    rewards, the update and the ledger stay here either way.
+    """
+    es = config.es
+    if generate_population is None:
+        per_member = [member_completions(sampler, weights, task, batch, config, iteration, member)
+                      for member in range(es.population)]
+    else:
+        per_member = generate_population(iteration, batch)
+    expected = len(batch) * es.samples_per_problem
+    if len(per_member) != es.population or any(len(c) != expected for c in per_member):
+        raise RuntimeError(f"iteration {iteration}: expected {es.population} members x {expected} samples")
+    scored = [p for _ in range(es.population) for p in batch for _ in range(es.samples_per_problem)]
+    completions = [text for member in per_member for text in member]
     rewards = task.rewards(scored, completions, config, reporter=reporter)
     per_member = len(rewards) // es.population
     means = [sum(rewards[m * per_member:(m + 1) * per_member]) / per_member for m in range(es.population)]
@@ -189,7 +208,8 @@ def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iterati
 # the interrupted iteration; resume drops metrics lines the ledger does not have)
 # ---------------------------------------------------------------------------------------------
 
-def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
+def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER,
+             generate_population: Any = None) -> dict[str, Any]:
     es, run_dir = config.es, config.run_dir
     ledger_path = run_dir / LEDGER_FILE
     if ledger_path.exists() and not resume:
@@ -218,7 +238,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             started = time.monotonic()
             batch = pick_problems(problems, config.run.seed, iteration, es.problems_per_iteration)
             member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
-                                                                 iteration, reporter)
+                                                                 iteration, reporter, generate_population)
             texts = [reward_text(r) for r in member_rewards]
             norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
                                           header["es"])

@@ -38,7 +38,10 @@ class Sample:
 class Sampler(Protocol):
     tokenizer: Any
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]: ...
+    def generate(self, prompts: Sequence[str], params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> list[list[Sample]]:
+        """`params.n` samples per prompt. Without `seeds` the call is seeded by `params.seed`;
+        with one seed per prompt, each prompt's samples depend on its own seed only."""
 
 
 _REGISTRY: dict[str, Callable[..., Sampler]] = {}

@@ -71,7 +71,18 @@ class TransformersSampler:
         self.batch_size = config.generate.batch_size
         self._es_weights = None
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> list[list[Sample]]:
+        """Samples per prompt. With `seeds` (one per prompt), prompt i's samples depend on
+        seeds[i] only, not on its batch: torch has one generator, so each prompt is then its own
+        batch (vLLM batches them with per-request seeds)."""
+        if seeds is not None:
+            if len(seeds) != len(prompts):
+                raise ValueError("one seed per prompt")
+            return [self._generate_batches([prompt], params, seed)[0] for prompt, seed in zip(prompts, seeds)]
+        return self._generate_batches(prompts, params, params.seed)
+
+    def _generate_batches(self, prompts: Sequence[str], params: SamplingParams, seed: int) -> list[list[Sample]]:
         import torch
 
         results: list[list[Sample]] = []
@@ -81,7 +92,7 @@ class TransformersSampler:
             encoded = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             prompt_width = encoded["input_ids"].shape[1]
             prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
-            torch.manual_seed(_batch_seed(params.seed, batch_index))
+            torch.manual_seed(_batch_seed(seed, batch_index))
             sampling = params.temperature > 0
             with torch.no_grad():
                 output = self.model.generate(

@@ -48,15 +48,27 @@ class VLLMSampler:
         self.model_path, self.revision = path, kwargs["revision"]
         self._es_weights = None
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
-        sampling = self._vllm.SamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p if params.temperature > 0 else 1.0,
-            max_tokens=params.max_tokens,
-            seed=params.seed,
-        )
-        outputs = self.llm.generate(list(prompts), sampling, use_tqdm=False)
+    def generate(self, prompts: Sequence[str], params: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> list[list[Sample]]:
+        """One batched engine call; with `seeds`, each prompt gets its own seeded request."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError("one seed per prompt")
+        sampling = [
+            self._vllm.SamplingParams(
+                n=params.n,
+                temperature=params.temperature,
+                top_p=params.top_p if params.temperature > 0 else 1.0,
+                max_tokens=params.max_tokens,
+                seed=params.seed if seeds is None else seeds[i],
+            )
+            for i in range(len(prompts))
+        ]
+        # Prompts already carry their special tokens (chat template, or the BOS build_prompt
+        # adds): tokenize without adding more, as the transformers sampler does, so vLLM does not
+        # send a second BOS.
+        token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
+                         for p in prompts]
+        outputs = self.llm.generate(token_prompts, sampling, use_tqdm=False)
         return [
             [
                 Sample(

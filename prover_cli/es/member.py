@@ -1,0 +1,50 @@
+"""One ES member evaluated away from the training loop (a Modal GPU worker, one per member).
+
+A worker keeps theta between calls: on each call it reads the ledger the loop has committed,
+applies only the iterations it has not applied yet (checking each fingerprint, as replay does),
+then perturbs, samples and restores with the same code the local loop runs
+(`train.member_completions`). So a worker that joins late, or restarts, catches up from the base
+model and the ledger alone: no checkpoint ever moves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prover_cli.errors import ReplayMismatchError
+from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
+from prover_cli.es.train import _load_sampler, apply_rewards, member_completions
+from prover_cli.tasks import get_task
+
+
+class MemberEvaluator:
+    def __init__(self, config: Any):
+        self.config = config
+        self.task = get_task(config.data.task)
+        self.sampler = _load_sampler(config)
+        self.weights = self.sampler.es_weights()
+        self.applied = 0  # iterations of the ledger already in self.weights
+        self.base_sha256 = self.weights.fingerprint()
+
+    def catch_up(self, iteration: int) -> None:
+        """Bring the weights to theta_{iteration-1}: the state every member of `iteration` perturbs."""
+        ledger_path = self.config.run_dir / LEDGER_FILE
+        header, records = read_ledger(ledger_path)
+        if header["base_model"]["sha256"] != self.base_sha256:
+            raise ReplayMismatchError(f"{ledger_path}: this worker's base weights differ from the ledger's base model")
+        if len(records) < iteration - 1:
+            raise ReplayMismatchError(f"{ledger_path}: iteration {iteration} asked for, but the ledger has only "
+                                      f"{len(records)} iterations (was the runs volume committed?)")
+        for record in records[self.applied:iteration - 1]:
+            apply_rewards(self.weights, record_rewards(record), header["run_seed"], record["i"], header["es"])
+            got = self.weights.fingerprint()[:len(record["fp"])]
+            if got != record["fp"]:
+                raise ReplayMismatchError(f"{ledger_path}: iteration {record['i']}: worker weights fingerprint "
+                                          f"{got} != ledger {record['fp']}")
+            self.applied = record["i"]
+
+    def completions(self, *, iteration: int, member: int, problems: list[dict[str, Any]]) -> list[str]:
+        if self.applied > iteration - 1:
+            raise ReplayMismatchError(f"iteration {iteration} asked for after iteration {self.applied} was applied")
+        self.catch_up(iteration)
+        return member_completions(self.sampler, self.weights, self.task, problems, self.config, iteration, member)

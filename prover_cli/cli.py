@@ -287,6 +287,8 @@ def doctor(
 
 
 def main() -> None:
+    # Progress is ours (rich, on stderr); hub/transformers tqdm bars would interleave with it.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     app()
 
 

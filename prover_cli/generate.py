@@ -40,13 +40,16 @@ REQUIRED_FIELDS = {"lean": ("formal_statement",), "countdown": ("numbers", "targ
 
 
 def generate_file(config: Any, *, problems_path: str | Path | None = None, out_path: str | Path | None = None,
-                  model: str | None = None, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
-    """Sample `generate.n` completions for each problem (of `generate.split`, if set)."""
+                  model: str | None = None, reporter: Reporter = NULL_REPORTER, sampler: Any = None) -> dict[str, Any]:
+    """Sample `generate.n` completions for each problem (of `generate.split`, if set).
+
+    `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
+    across calls); by default one is loaded for `model` / `model.name`."""
     path = Path(problems_path) if problems_path else config.problems_path
     problems = load_problems(path, split=config.generate.split or None)
     out = Path(out_path) if out_path else config.run_dir / "samples.jsonl"
     return generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
-                            problems_label=str(path))
+                            problems_label=str(path), sampler=sampler)
 
 
 def load_problems(path: Path, split: str | None = None) -> list[dict[str, Any]]:
@@ -81,7 +84,8 @@ def problem_seed(base_seed: int, problem_id: str) -> int:
 
 def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, n: int, model: str | None = None,
                      model_label: str | None = None, family_name: str | None = None,
-                     reporter: Reporter = NULL_REPORTER, problems_label: str = "problems") -> dict[str, Any]:
+                     reporter: Reporter = NULL_REPORTER, problems_label: str = "problems",
+                     sampler: Any = None) -> dict[str, Any]:
     """The work of `generate` (also used by `eval`): n samples per problem into `out`, resumable.
 
     `model` is what the sampler loads (default `model.name`); `model_label` names it in the
@@ -113,7 +117,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         start_time = time.monotonic()
         sampling_s = 0.0
         if todo:
-            sampler = load_sampler(config, model_path=model)
+            sampler = sampler or load_sampler(config, model_path=model)
             sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
             batch_size = config.generate.batch_size
             with reporter.task("generate", total=len(todo) * n, unit="samples") as progress:

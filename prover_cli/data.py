@@ -392,9 +392,9 @@ _FIELD_ORDER = ("id", "formal_statement", "header", "informal_statement", "infor
 
 def _ordered(problem: dict[str, Any]) -> dict[str, Any]:
     """Schema fields first (so files read well), then anything a `problems` row carried along."""
-    ordered = {key: problem[key] for key in _FIELD_ORDER if key in problem}
-    ordered.update((key, value) for key, value in problem.items() if key not in ordered)
-    return ordered
+    from prover_cli.jsonl import fields_first
+
+    return fields_first(problem, _FIELD_ORDER)
 
 
 def _generated(config: Any, task: str, limit: int) -> Report:

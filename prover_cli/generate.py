@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import ResumableWriter
+from prover_cli.jsonl import ResumableWriter, fields_first
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 # Fields a sample record sets itself; a problem's own fields are copied around them.
@@ -201,9 +201,7 @@ _ORDER = ("id", "problem_id", "sample_idx", "formal_statement", "header", "compl
 
 
 def _ordered(record: dict[str, Any]) -> dict[str, Any]:
-    ordered = {key: record[key] for key in _ORDER if key in record}
-    ordered.update((key, value) for key, value in record.items() if key not in ordered)
-    return ordered
+    return fields_first(record, _ORDER)
 
 
 def _existing_samples(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

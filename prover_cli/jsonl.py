@@ -50,6 +50,13 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | BadLine
             yield line_no, obj
 
 
+def fields_first(record: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
+    """`record` with the `first` keys leading (so files read well), then the rest as they came."""
+    ordered = {key: record[key] for key in first if key in record}
+    ordered.update((key, value) for key, value in record.items() if key not in ordered)
+    return ordered
+
+
 def load_jsonl_strict(path: str | Path) -> list[dict[str, Any]]:
     """All records of a file we wrote ourselves; the first bad line is an error naming it."""
     records = []

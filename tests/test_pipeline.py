@@ -89,3 +89,34 @@ def test_human_proofs_as_completions_verify_and_score(tmp_path):
     scored = invoke("eval", "--verdicts", str(tmp_path / "verdicts.jsonl"), "--k", "1,2", *cfg)
     assert scored["problems"] == len(rows) and scored["verified"] == len(rows)
     assert scored["pass@1"] == 0.5 and scored["pass@2"] == 1.0  # one of two samples per problem
+
+
+def test_es_on_the_lean_task_scores_through_one_warm_verifier(tmp_path, tiny_cache):
+    """`train es` with the Lean reward: every member's samples go through the verify engine (the
+    stand-in here), one REPL pool is kept warm across iterations, nothing random verifies."""
+    from prover_cli.verify import engine
+
+    run = tmp_path / "run"
+    common = [
+        # kimina family: the answer must be a ```lean4 block, which a random model never writes, so
+        # every sample is rejected before it reaches the stand-in (which is not Lean and would
+        # accept a continuation-style candidate that has no `fake_*` marker).
+        "--set", "model.name=tiny", "--set", f"model.cache_dir={tiny_cache}", "--set", "model.family=kimina",
+        "--set", "data.task=lean", "--set", "data.train_split=train", "--set", f"run.dir={run}",
+        "--set", f"verify.repl_command={json.dumps(fake_repl_command())}", "--set", "verify.workers=1",
+        "--set", "verify.memory_limit_gb=0.0", "--set", "generate.max_tokens=8",
+        "--set", "es.population=2", "--set", "es.iterations=2", "--set", "es.problems_per_iteration=2",
+    ]
+    invoke("prepare-data", "examples", *common)
+    engine.close_warm_verifiers()
+    try:
+        summary = invoke("train", "es", *common)
+        assert len(engine._WARM) == 1  # the same pool served both iterations
+    finally:
+        engine.close_warm_verifiers()
+    assert summary["iterations"] == 2
+    metrics = lines(run / "metrics.jsonl")
+    assert [m["samples"] for m in metrics] == [4, 4]            # 2 members x 2 problems x 1 sample
+    assert all(m["verify/verified"] == 0 and m["es/skipped"] for m in metrics)
+    ledger = json.loads((run / "ledger.json").read_text(encoding="utf-8"))
+    assert ledger["task"] == "lean" and [r["skip"] for r in ledger["iterations"]] == [1, 1]

@@ -258,7 +258,6 @@ FAKE_REPL = REPO / "tests" / "fake_repl.py"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FAKE_REPL.exists(), reason="tests/fake_repl.py (the REPL stand-in) is not in this tree yet")
 def test_verify_local_shards_through_the_real_library_with_the_repl_stand_in(volume, tiny):
     config = json.loads(json.dumps(tiny))
     config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,

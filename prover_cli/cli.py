@@ -180,6 +180,7 @@ def train_es(
 @train_app.command("grpo")
 @_command
 def train_grpo(
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in <run.dir>/checkpoints/."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (and, on Modal, the cost) without running."),
     detach: bool = typer.Option(False, "--detach", help="Modal: keep running after this terminal closes."),
     config: Optional[Path] = ConfigOpt, overrides: Optional[List[str]] = SetOpt,
@@ -189,12 +190,15 @@ def train_grpo(
 
     Examples:
       prover train grpo --config configs/demo.toml --set grpo.steps=2
+      prover train grpo --config configs/demo.toml --set grpo.steps=4 --resume
     """
     cfg, out = _setup(config, overrides, json_mode)
     if dry_run:
         _run("local", "plan", cfg, out, "plan", command="train_grpo", backend=backend)
         return
-    kwargs: dict[str, Any] = {"detach": detach} if backend == "modal" else {}
+    kwargs: dict[str, Any] = {"resume": resume}
+    if backend == "modal":
+        kwargs["detach"] = detach
     _run(backend, "train_grpo", cfg, out, "train grpo", **kwargs)
 
 

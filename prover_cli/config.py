@@ -159,6 +159,8 @@ class GRPOConfig:
     temperature: float = _key(1.0, "Sampling temperature during training.", min=0.0, min_exclusive=True)
     use_vllm: bool = _key(False, "Generate with vLLM (colocate mode) instead of transformers.")
     vllm_gpu_memory_utilization: float = _key(0.3, "vLLM colocate: GPU memory fraction for the engine.", min=0.05, max=1.0)
+    save_every: int = _key(50, "Checkpoint (weights, optimizer, scheduler, RNG) into `<run.dir>/checkpoints/` every this many "
+                           "steps, keeping the last 2, for `--resume`; 0 = never.", min=0)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """GRPO through TRL's `GRPOTrainer`: thin glue around our task reward, nothing more.
 
     prover train grpo --config configs/demo.toml                 # tiny model, countdown, CPU
+    prover train grpo --config configs/demo.toml --resume        # continue from the last checkpoint
     prover train grpo --config configs/kimina-grpo.toml --backend modal
 
 What happens, top to bottom:
@@ -11,7 +12,17 @@ What happens, top to bottom:
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
 4. `GRPOConfig`: every `[grpo]` key, and every TRL default we depend on, set explicitly;
 5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema;
-6. train, then save `final/` (safetensors model + tokenizer).
+6. train, checkpointing into `checkpoints/` every `grpo.save_every` steps, then save `final/`
+   (safetensors model + tokenizer).
+
+Resuming (`--resume`): transformers' Trainer saves the weights, optimizer, scheduler and RNG
+states every `grpo.save_every` steps (the last 2 kept); `--resume` continues from the newest
+complete checkpoint, drops the metrics lines written after it and keeps `samples/total` and
+`time/elapsed_s` counting from the last kept line. On CPU the resumed run ends with the same
+weights, bit for bit, as an uninterrupted one (tested). Without `--resume` an existing
+`metrics.jsonl` or `checkpoints/` is refused rather than overwritten, as `train es` refuses an
+existing ledger; a config that differs from the run's `config.toml` where it changes the
+trajectory is refused on resume.
 
 Choices that differ from TRL 1.16's defaults, and why:
 - `loss_type = "grpo"` (TRL: `dapo`) and `scale_rewards = "group"`: the DeepSeekMath GRPO
@@ -23,14 +34,16 @@ Choices that differ from TRL 1.16's defaults, and why:
   `iteration` of `metrics.jsonl`, as one ES iteration is.
 - progress goes to our reporter; transformers' printer (which writes to stdout) is removed so
   `--json` output stays clean.
-Not covered: resuming. GRPO saves no checkpoints (`save_strategy = "no"`); a rerun in the same
-run directory starts again from the base model and rewrites `metrics.jsonl`. Multi-process
-(DDP) training is not wired: metrics count the samples of this process only.
+- prompt order is a pure function of (`run.seed`, epoch): TRL's sampler draws each epoch's
+  permutation from one generator that a checkpoint does not save, so a resume past the first
+  epoch would otherwise replay epoch 0's order.
+Not covered: multi-process (DDP) training: metrics count the samples of this process only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import warnings
 from pathlib import Path
@@ -40,22 +53,24 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.progress import NULL_REPORTER
 
 METHOD = "grpo"
+CHECKPOINTS_DIR = "checkpoints"  # TRL's output_dir: checkpoint-<step>/ folders
+KEEP_CHECKPOINTS = 2  # the newest may be torn by a kill mid-save; the one before it is whole
 
 
-def train_grpo(config: Any, *, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
-    """Train with GRPO; write `config.toml`, `metrics.jsonl` and `final/` into `run.dir`."""
-    from prover_cli.metrics import METRICS_FILE, truncate_metrics, write_resolved_config
+def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """Train with GRPO; write `config.toml`, `metrics.jsonl`, `checkpoints/` and `final/` into `run.dir`."""
+    from prover_cli.metrics import METRICS_FILE, write_resolved_config
     from prover_cli.tasks import get_task
 
     check_batch_shape(config)
     run_dir = config.run_dir
+    checkpoint = start_or_resume(config, resume, reporter)  # refuses to overwrite a run; truncates metrics
     task = get_task(config.data.task)
     problems = load_train_problems(config, reporter)  # before the model: a missing file fails fast
 
     write_resolved_config(config)
-    if (run_dir / METRICS_FILE).exists():
-        reporter.log(f"{run_dir / METRICS_FILE}: GRPO does not resume; starting again from the base model")
-        truncate_metrics(run_dir, 0)
+    kept = read_metrics(run_dir)  # lines up to the checkpoint (none when starting from scratch)
+    resumed_from = checkpoint_step(checkpoint) if checkpoint else 0
 
     model, tokenizer, device = load_policy(config)
     cuda = device.startswith("cuda")
@@ -63,7 +78,7 @@ def train_grpo(config: Any, *, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     stats = StepRewards()
     reward_fn = make_reward_function(task, config, stats, columns=problem_columns(problems))
 
-    args = grpo_args(config, output_dir=run_dir, cuda=cuda)  # TRL writes nothing there (no checkpoints)
+    args = grpo_args(config, output_dir=run_dir / CHECKPOINTS_DIR, cuda=cuda)
     samples_per_step = config.grpo.per_device_train_batch_size * config.grpo.gradient_accumulation_steps
     reporter.log(
         f"GRPO on {len(problems)} {config.data.task} problems ({config.data.train_split}): "
@@ -72,22 +87,171 @@ def train_grpo(config: Any, *, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     )
 
     from transformers import PrinterCallback, ProgressCallback
-    from trl import GRPOTrainer
 
     with reporter.task("grpo", total=config.grpo.steps, unit="steps") as progress, warnings.catch_warnings():
         # TRL 1.16 still calls the old name inside the trainer; nothing for the user to change.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
-        callback = make_metrics_callback(config, stats, progress)
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[callback])
+        progress.advance(resumed_from)
+        last = kept[-1] if kept else {}
+        callback = make_metrics_callback(config, stats, progress, samples_total=last.get("samples/total", 0),
+                                         elapsed_s=last.get("time/elapsed_s", 0.0))
+        trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
+                                            processing_class=tokenizer, callbacks=[callback])
         for printer in (PrinterCallback, ProgressCallback):  # both print to stdout
             trainer.remove_callback(printer)
-        trainer.train()
+        # The Trainer restores weights, optimizer, scheduler, step and RNG states, and skips the
+        # batches the checkpointed steps consumed.
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
 
     final_dir = run_dir / "final"
     trainer.model.save_pretrained(final_dir)  # safetensors (the transformers >= 4.x default)
     tokenizer.save_pretrained(final_dir)
-    return summarize(callback.records, final_dir, run_dir / METRICS_FILE)
+    return summarize(kept + callback.records, final_dir, run_dir / METRICS_FILE, resumed_from)
+
+
+# --------------------------------------------------------------------------------------------
+# Starting and resuming: refuse to overwrite, resume from the newest whole checkpoint
+# --------------------------------------------------------------------------------------------
+
+# Config keys a resume may change: how far to train, how often to save, where `tiny` is cached.
+# Every other key of these sections shapes the trajectory, so a resume must not change it.
+RESUME_CHECKED_SECTIONS = ("grpo", "model", "data")
+RESUME_CHECKED_KEYS = ("run.seed", "generate.top_p")
+RESUME_MAY_CHANGE = ("grpo.steps", "grpo.save_every", "model.cache_dir")
+
+
+def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Path | None:
+    """The checkpoint to resume from, or None for a fresh start; metrics.jsonl cut to match."""
+    from prover_cli.metrics import METRICS_FILE, truncate_metrics
+
+    run_dir = config.run_dir
+    metrics_path, checkpoints = run_dir / METRICS_FILE, run_dir / CHECKPOINTS_DIR
+    if not resume:
+        existing = [p for p in (metrics_path, checkpoints) if p.exists()]
+        if existing:
+            raise InputError(f"{existing[0]}: run.dir already holds a GRPO run",
+                             hint="pass --resume to continue it, or set run.dir to a new directory")
+        return None
+    others = methods_logged(metrics_path) - {METHOD}
+    if others:  # --resume would cut another trainer's metrics
+        named = ", ".join(sorted(map(str, others)))
+        raise InputError(f"{metrics_path}: run.dir holds metrics of method {named}, not of GRPO",
+                         hint="set run.dir to a new directory")
+    checkpoint = latest_checkpoint(checkpoints)
+    if checkpoint is None:
+        reporter.log(f"{checkpoints}: no checkpoint to resume from; starting from the base model")
+        truncate_metrics(run_dir, 0)
+        return None
+    check_resume_config(config, run_dir / "config.toml")
+    step = checkpoint_step(checkpoint)
+    if step > config.grpo.steps:
+        raise ConfigError(f"{checkpoint}: the checkpoint is at step {step}, past grpo.steps = {config.grpo.steps}",
+                          hint="raise grpo.steps, or start a new run.dir")
+    truncate_metrics(run_dir, step)  # lines written after the checkpoint are redone
+    reporter.log(f"resuming from {checkpoint} (step {step} of {config.grpo.steps})")
+    return checkpoint
+
+
+def methods_logged(metrics_path: Path) -> set[Any]:
+    """The `method` of every readable metrics line (a torn last line is skipped)."""
+    methods = set()
+    lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
+    for line in lines:
+        try:
+            methods.add(json.loads(line).get("method"))
+        except (ValueError, AttributeError):
+            continue
+    return methods
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[1])
+
+
+def latest_checkpoint(checkpoints: Path) -> Path | None:
+    """The newest `checkpoint-<step>` the Trainer finished writing.
+
+    The Trainer writes `trainer_state.json` last, after weights, optimizer and RNG states; a
+    kill during a save leaves a folder without it (or with a torn one), which is skipped."""
+    if not checkpoints.is_dir():
+        return None
+    found = sorted((p for p in checkpoints.glob("checkpoint-*") if p.name.rsplit("-", 1)[1].isdigit()),
+                   key=checkpoint_step, reverse=True)
+    for path in found:
+        try:
+            json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        return path
+    return None
+
+
+def check_resume_config(config: Any, stored_path: Path) -> None:
+    """ConfigError naming every key whose value differs from the run's `config.toml`."""
+    from prover_cli.config import tomllib  # tomli on Python 3.10
+
+    if not stored_path.exists():
+        return  # nothing recorded to compare with (written at every start, so only if deleted)
+    try:
+        stored = tomllib.loads(stored_path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{stored_path}: not valid TOML: {exc}") from None
+    current = tomllib.loads(config.to_toml())  # the same serialisation on both sides
+    keys = [f"{section}.{key}" for section in RESUME_CHECKED_SECTIONS for key in current[section]]
+    differences = []
+    for dotted in [*keys, *RESUME_CHECKED_KEYS]:
+        section, key = dotted.split(".", 1)
+        if dotted in RESUME_MAY_CHANGE or key not in stored.get(section, {}):
+            continue  # keys the stored config predates are not compared
+        if stored[section][key] != current[section][key]:
+            differences.append(f"{dotted}: run {stored[section][key]!r} != config {current[section][key]!r}")
+    if differences:
+        raise ConfigError(f"{stored_path}: cannot resume, the config differs from the run's: " + "; ".join(differences),
+                          hint="restore those values, or start a new run.dir")
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    from prover_cli.metrics import METRICS_FILE
+
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def resumable_trainer_class():
+    """`GRPOTrainer` whose prompt order depends only on (seed, epoch).
+
+    TRL's `RepeatSampler` draws each epoch's permutation from one generator seeded once, whose
+    state no checkpoint saves: a run resumed in epoch 2 would see epoch 1's order again. Reseeding
+    per epoch and skipping the earlier epochs' draws gives the order an uninterrupted run sees,
+    so fresh runs are unchanged and resumed runs match them. The Trainer calls `set_epoch`."""
+    import torch
+    from torch.utils.data import Sampler
+    from trl import GRPOTrainer
+
+    class EpochSeededSampler(Sampler):
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.epoch = inner, 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+
+        def __len__(self) -> int:
+            return len(self.inner)
+
+        def __iter__(self):
+            if self.inner.shuffle:
+                self.inner.generator.manual_seed(self.inner.seed)
+                for _ in range(self.epoch):
+                    torch.randperm(self.inner.num_samples, generator=self.inner.generator)
+            return iter(self.inner)
+
+    class ResumableGRPOTrainer(GRPOTrainer):
+        def _get_train_sampler(self, dataset=None):
+            return EpochSeededSampler(super()._get_train_sampler(dataset))
+
+    return ResumableGRPOTrainer
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +444,7 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool):
         seed=config.run.seed,
         data_seed=config.run.seed,
         logging_steps=1,
-        save_strategy="no",  # `final/` is saved by us, once, as safetensors
+        **checkpointing(g.save_every),
         report_to="none",
         log_completions=False,
         disable_tqdm=True,  # progress goes through our reporter
@@ -290,6 +454,16 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool):
         fp16=False,
         **{checkpointing_key: cuda},  # trade compute for memory on GPU; the tiny CPU model needs none
     )
+
+
+def checkpointing(save_every: int) -> dict[str, Any]:
+    """GRPOConfig save settings: full Trainer checkpoints (weights as safetensors, optimizer,
+    scheduler, RNG states) every `save_every` steps, the last 2 kept; `final/` is saved by us."""
+    if save_every == 0:
+        return {"save_strategy": "no"}
+    return {"save_strategy": "steps", "save_steps": save_every, "save_total_limit": KEEP_CHECKPOINTS,
+            "save_only_model": False,  # optimizer and RNG states too: what an exact resume needs
+            "ignore_data_skip": False}  # skip the batches the checkpointed steps consumed
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,8 +492,11 @@ _TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo
                  "entropy": "grpo/entropy", "learning_rate": "grpo/learning_rate"}
 
 
-def make_metrics_callback(config: Any, stats: StepRewards, progress: Any):
-    """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log."""
+def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, samples_total: int = 0,
+                          elapsed_s: float = 0.0):
+    """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log.
+
+    `samples_total` and `elapsed_s` are where a resumed run's cumulative counters start."""
     from transformers import TrainerCallback
 
     from prover_cli.metrics import append_metrics
@@ -330,7 +507,7 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any):
         def __init__(self) -> None:
             self.records: list[dict[str, Any]] = []
             self.pending: dict[str, Any] | None = None
-            self.samples_total = 0
+            self.samples_total = samples_total
             self.start = self.last = time.perf_counter()
 
         def on_train_begin(self, args, state, control, **kwargs):
@@ -342,7 +519,7 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any):
             rewards = stats.take()
             self.samples_total += len(rewards)
             self.pending = step_record(config, state.global_step, rewards, self.samples_total,
-                                       wall_s=now - self.last, elapsed_s=now - self.start)
+                                       wall_s=now - self.last, elapsed_s=elapsed_s + now - self.start)
             self.last = now
             record = self.pending
             progress.advance(1, reward=f"{record['reward/mean']:.3f}", verified=record["verify/verified"])
@@ -367,13 +544,15 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any):
     return MetricsCallback()
 
 
-def summarize(records: list[dict[str, Any]], final_dir: Path, metrics_path: Path) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], final_dir: Path, metrics_path: Path,
+              resumed_from: int = 0) -> dict[str, Any]:
     rows = [[r["iteration"], round(r["reward/mean"], 4), r["reward/max"], r["verify/verified"], r["samples"],
              round(r["time/wall_s"], 2)] for r in records]
     last = records[-1] if records else {}
     return {
         "ok": True,
         "steps": len(records),
+        "resumed_from": resumed_from,
         "samples": last.get("samples/total", 0),
         "verified": sum(r["verify/verified"] for r in records),
         "final_reward_mean": last.get("reward/mean", 0.0),

@@ -697,7 +697,7 @@ def train_es(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     cpu=R["train_grpo"].cpu,
     memory=R["train_grpo"].memory_mb,
     timeout=R["train_grpo"].timeout_s,                 # Modal's 24 h ceiling
-    retries=R["train_grpo"].retries,                   # 0: no checkpoint, a retry would restart the run
+    retries=R["train_grpo"].retries,                   # 0: resume is explicit, `--resume` from checkpoints/
     max_containers=R["train_grpo"].max_containers,     # one run, one trainer
     volumes=MODELS_AND_RUNS,
 )
@@ -908,7 +908,7 @@ def main(command: str, config: str = "", overrides: str = "", resume: bool = Fal
         raise SystemExit(f"--command {command!r}: use one of {', '.join(ENTRYPOINT_COMMANDS)}; "
                          "commands that take files run as `prover <command> ... --backend modal`")
     cfg = load_config(config or None, [o for o in overrides.split(",") if o])
-    kwargs: dict[str, Any] = {"resume": resume} if command == "train_es" else {}
+    kwargs: dict[str, Any] = {"resume": resume} if command in ("train_es", "train_grpo") else {}
     config_dict, remote_kwargs, uploads = to_wire(command, cfg, kwargs)
     if uploads:
         with runs_volume.batch_upload(force=True) as batch:

@@ -107,7 +107,8 @@ def resources(config: Any) -> dict[str, Resources]:
         "es_member": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, m.max_containers, both),
         # Exactly one container writes a run's ledger; a retry resumes from it.
         "train_es": Resources("gpu", gpu, 8.0, 64 * 1024, MAX_TIMEOUT_S, m.retries, 1, both),
-        # GRPO has no checkpoint to resume from: a retry would restart and duplicate metrics.
+        # Not retried: a GRPO retry would refuse the existing run; resume it with `--resume`
+        # (from <run.dir>/checkpoints/ on the runs Volume).
         "train_grpo": Resources("trl", gpu, 8.0, 64 * 1024, MAX_TIMEOUT_S, 0, 1, both),
         # CPU by default; `modal_app` adds the GPU for `--device cuda` (same bits either way).
         "replay_seeds": Resources("gpu", None, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),

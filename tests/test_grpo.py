@@ -1,5 +1,6 @@
 """GRPO glue: a tiny CPU run trains and logs the shared metrics, the reward is our task's, in one
-batch, and every [grpo] key lands on TRL's GRPOConfig with our explicit values."""
+batch, every [grpo] key lands on TRL's GRPOConfig with our explicit values, and an interrupted
+run resumes from its checkpoint to the same weights as an uninterrupted one."""
 
 import dataclasses
 import importlib
@@ -113,13 +114,215 @@ def test_cli_train_grpo_json(tmp_path, cache_dir):
     assert "Error:" not in result.stderr
 
 
+# --------------------------------------------------------------------------------------------
+# Resuming
+# --------------------------------------------------------------------------------------------
+
+class Interrupted(Exception):
+    pass
+
+
+def interrupt_after_logging_step(monkeypatch, step):
+    """Make the next train_grpo die right after step `step` wrote its metrics line, as a kill would.
+
+    The callback is added after ours, so our line for `step` is already on disk when it raises."""
+    from transformers import TrainerCallback
+
+    class Die(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.global_step == step:
+                raise Interrupted(step)
+
+    real = grpo.resumable_trainer_class
+
+    def with_die():
+        trainer_class = real()
+
+        class Dying(trainer_class):
+            def __init__(self, *args, callbacks=(), **kwargs):
+                super().__init__(*args, callbacks=[*callbacks, Die()], **kwargs)
+
+        return Dying
+
+    monkeypatch.setattr(grpo, "resumable_trainer_class", with_die)
+    return lambda: monkeypatch.setattr(grpo, "resumable_trainer_class", real)
+
+
 @pytest.mark.slow
-def test_rerun_starts_metrics_again(tmp_path, cache_dir):
-    config = demo_config(tmp_path / "run", cache_dir, "grpo.steps=1")
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"iteration": 7}) + "\n")
-    grpo.train_grpo(config)
-    assert [m["iteration"] for m in read_metrics(tmp_path / "run")] == [1]
+def test_interrupted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(tmp_path, cache_dir, monkeypatch):
+    """Kill after step 4 (checkpoint at 3), resume, end bit-identical to a straight 5-step run.
+
+    4 train problems at 2 prompts a step make 2 steps an epoch: the checkpoint sits mid epoch 2, so
+    the resume must skip the batch step 3 consumed and draw epoch 2's prompt order, not epoch 1's."""
+    from safetensors.torch import load_file
+
+    from prover_cli.tasks import toy
+
+    # A graded reward that varies within almost every group, so every step has a gradient and a
+    # step trained on other prompts or samples than the straight run's shows in the weights.
+    monkeypatch.setattr(toy, "score", lambda completion: (len(completion) % 5) / 4)
+    problems = tmp_path / "problems.jsonl"
+    train = [p for p in toy.generate_problems(64, seed=0) if p["split"] == "train"][:4]
+    problems.write_text("".join(json.dumps(p) + "\n" for p in train))
+    settings = ("data.task=toy", f"data.problems={problems}", "grpo.steps=5", "grpo.save_every=3")
+
+    straight = grpo.train_grpo(demo_config(tmp_path / "straight", cache_dir, *settings))
+
+    cut = tmp_path / "cut"
+    restore = interrupt_after_logging_step(monkeypatch, 4)
+    with pytest.raises(Interrupted):
+        grpo.train_grpo(demo_config(cut, cache_dir, *settings))
+    restore()
+    assert [m["iteration"] for m in read_metrics(cut)] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (cut / "checkpoints").glob("checkpoint-*")) == ["checkpoint-3"]
+    with (cut / "metrics.jsonl").open("a") as handle:
+        handle.write('{"iteration": 5, "torn')  # a kill mid-write
+
+    logs = []
+    reporter = types.SimpleNamespace(log=logs.append, task=grpo.NULL_REPORTER.task)
+    resumed = grpo.train_grpo(demo_config(cut, cache_dir, *settings), resume=True, reporter=reporter)
+
+    assert any("resuming from" in line and "checkpoint-3" in line for line in logs)
+    before = load_file(tmp_path / "straight" / "final" / "model.safetensors")
+    after = load_file(cut / "final" / "model.safetensors")
+    base = load_file(_tiny_dir(cache_dir) / "model.safetensors")
+    assert not before["lm_head.weight"].equal(base["lm_head.weight"])  # training did move the weights
+    assert before.keys() == after.keys()
+    assert all(before[name].equal(after[name]) for name in before), "resumed weights differ"
+
+    ours, theirs = read_metrics(cut), read_metrics(tmp_path / "straight")
+    assert [m["iteration"] for m in ours] == [1, 2, 3, 4, 5]  # contiguous: step 4 redone once, torn line gone
+    assert [m["reward/mean"] for m in ours] == [m["reward/mean"] for m in theirs]
+    assert [m["grpo/loss"] for m in ours] == [m["grpo/loss"] for m in theirs]
+    assert [m["samples/total"] for m in ours] == [4, 8, 12, 16, 20]  # counting on from the kept line
+    elapsed = [m["time/elapsed_s"] for m in ours]
+    assert elapsed == sorted(elapsed) and elapsed[3] > elapsed[2]
+    assert resumed["steps"] == straight["steps"] == 5 and resumed["resumed_from"] == 3
+    assert resumed["samples"] == straight["samples"] == 20
+    assert [row[0] for row in resumed["tables"][0]["rows"]] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_checkpoints_hold_what_an_exact_resume_needs(tmp_path, cache_dir):
+    grpo.train_grpo(demo_config(tmp_path / "run", cache_dir, "grpo.steps=3", "grpo.save_every=1"))
+    checkpoints = tmp_path / "run" / "checkpoints"
+    # save_total_limit = 2; the Trainer also checkpoints the last step, so a run can be extended.
+    assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    saved = {p.name for p in (checkpoints / "checkpoint-3").iterdir()}
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= saved
+    assert not any(name.endswith(".bin") and name != "training_args.bin" for name in saved)
+
+
+@pytest.mark.slow
+def test_save_every_zero_writes_no_checkpoint_and_resume_starts_over(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    grpo.train_grpo(demo_config(run, cache_dir, "grpo.steps=1", "grpo.save_every=0"))
+    assert not list(run.glob("checkpoints/checkpoint-*"))
+    logs = []
+    reporter = types.SimpleNamespace(log=logs.append, task=grpo.NULL_REPORTER.task)
+    result = grpo.train_grpo(demo_config(run, cache_dir, "grpo.steps=1", "grpo.save_every=0"), resume=True,
+                             reporter=reporter)
+    assert any("no checkpoint to resume from; starting from the base model" in line for line in logs)
+    assert [m["iteration"] for m in read_metrics(run)] == [1]  # the old line was dropped, not duplicated
+    assert result["resumed_from"] == 0 and result["steps"] == 1
+
+
+@pytest.mark.slow
+def test_cli_refuses_to_overwrite_a_run_and_resume_extends_it(tmp_path, cache_dir):
+    run = tmp_path / "cli-run"
+    base = ["train", "grpo", "--config", str(DEMO), "--set", f"run.dir={run}", "--set", f"model.cache_dir={cache_dir}",
+            "--set", "grpo.max_completion_length=8", "--set", "grpo.save_every=1", "--json"]
+    first = CliRunner().invoke(app, [*base, "--set", "grpo.steps=1"])
+    assert first.exit_code == 0, first.stderr
+    metrics_before = (run / "metrics.jsonl").read_text()
+
+    again = CliRunner().invoke(app, [*base, "--set", "grpo.steps=2"])
+    assert again.exit_code == 1 and again.stdout == ""
+    assert str(run / "metrics.jsonl") in again.stderr and "--resume" in again.stderr
+    assert (run / "metrics.jsonl").read_text() == metrics_before  # nothing touched
+
+    resumed = CliRunner().invoke(app, [*base, "--set", "grpo.steps=2", "--resume"])
+    assert resumed.exit_code == 0, resumed.stderr
+    payload = json.loads(resumed.stdout)
+    assert payload["resumed_from"] == 1 and payload["steps"] == 2 and payload["samples"] == 8
+    assert [m["iteration"] for m in read_metrics(run)] == [1, 2]
+    assert read_metrics(run)[0] == json.loads(metrics_before)  # the kept line is the original one
+
+
+def test_existing_checkpoints_alone_are_refused_without_resume(tmp_path):
+    config = load_config(DEMO, [f"run.dir={tmp_path}"])
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(InputError, match=re.escape(str(tmp_path / "checkpoints"))) as error:
+        grpo.train_grpo(config)
+    assert "--resume" in error.value.hint and "run.dir" in error.value.hint
+
+
+def test_resume_refuses_a_run_dir_of_another_trainer(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "method": "es"}) + "\n{\"torn")
+    with pytest.raises(InputError, match="holds metrics of method es, not of GRPO"):
+        grpo.start_or_resume(load_config(DEMO, [f"run.dir={tmp_path}"]), resume=True)
+    assert "iteration" in (tmp_path / "metrics.jsonl").read_text()  # ES metrics untouched
+
+
+def fake_checkpoint(run_dir, step, *, whole=True):
+    path = run_dir / "checkpoints" / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    if whole:
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return path
+
+
+def test_latest_checkpoint_skips_one_torn_by_a_kill(tmp_path):
+    assert grpo.latest_checkpoint(tmp_path / "checkpoints") is None
+    fake_checkpoint(tmp_path, 9)
+    fake_checkpoint(tmp_path, 10)
+    fake_checkpoint(tmp_path, 20, whole=False)  # killed before trainer_state.json was written
+    (tmp_path / "checkpoints" / "checkpoint-30").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint-30" / "trainer_state.json").write_text('{"global_st')
+    (tmp_path / "checkpoints" / "checkpoint-x").mkdir()
+    assert grpo.latest_checkpoint(tmp_path / "checkpoints") == tmp_path / "checkpoints" / "checkpoint-10"
+
+
+def test_resume_refuses_a_config_that_changes_the_trajectory(tmp_path):
+    from prover_cli.metrics import write_resolved_config
+
+    write_resolved_config(load_config(DEMO, [f"run.dir={tmp_path}"]))
+    fake_checkpoint(tmp_path, 1)
+    changed = load_config(DEMO, [f"run.dir={tmp_path}", "grpo.learning_rate=0.5", "run.seed=3",
+                                 "model.dtype=bfloat16"])
+    with pytest.raises(ConfigError, match="cannot resume") as error:
+        grpo.start_or_resume(changed, resume=True)
+    message = str(error.value)
+    for key in ("grpo.learning_rate: run 0.0001 != config 0.5", "run.seed: run 0 != config 3", "model.dtype"):
+        assert key in message
+    assert str(tmp_path / "config.toml") in message
+
+    # How far to train, how often to save and the model cache may change on resume.
+    allowed = load_config(DEMO, [f"run.dir={tmp_path}", "grpo.steps=9", "grpo.save_every=4", "model.cache_dir=elsewhere"])
+    assert grpo.start_or_resume(allowed, resume=True) == tmp_path / "checkpoints" / "checkpoint-1"
+
+
+def test_resume_refuses_a_checkpoint_past_the_configured_steps(tmp_path):
+    config = load_config(DEMO, [f"run.dir={tmp_path}", "grpo.steps=2"])
+    fake_checkpoint(tmp_path, 3)
+    with pytest.raises(ConfigError, match=r"checkpoint-3: the checkpoint is at step 3, past grpo.steps = 2"):
+        grpo.start_or_resume(config, resume=True)
+
+
+def test_cli_passes_resume_to_the_library_and_to_modal(monkeypatch):
+    from prover_cli import backends
+
+    calls = []
+    monkeypatch.setattr(backends, "resolve", lambda name: lambda config, **kwargs: calls.append(("local", kwargs))
+                        or {"ok": True})
+    monkeypatch.setattr(backends, "MODAL_RUNNER", lambda name, config, kwargs: calls.append((name, kwargs))
+                        or {"ok": True})
+    runner = CliRunner()
+    assert runner.invoke(app, ["train", "grpo", "--resume", "--json"]).exit_code == 0
+    assert runner.invoke(app, ["train", "grpo", "--json"]).exit_code == 0
+    assert runner.invoke(app, ["train", "grpo", "--resume", "--backend", "modal", "--json"]).exit_code == 0
+    assert calls[0][1]["resume"] is True and calls[1][1]["resume"] is False
+    assert calls[2] == ("train_grpo", {"resume": True, "detach": False})
 
 
 @pytest.mark.slow
@@ -216,7 +419,7 @@ def test_reward_is_one_only_for_verified_and_verifies_one_batch(recording_verify
 # GRPOConfig mapping and validation
 # --------------------------------------------------------------------------------------------
 
-OURS_TO_TRL = {"steps": "max_steps"}  # every other [grpo] key has TRL's name
+OURS_TO_TRL = {"steps": "max_steps", "save_every": "save_steps"}  # every other [grpo] key has TRL's name
 
 
 def test_every_grpo_key_lands_on_trl_config(tmp_path):
@@ -225,7 +428,7 @@ def test_every_grpo_key_lands_on_trl_config(tmp_path):
         "grpo.gradient_accumulation_steps=2", "grpo.learning_rate=3e-5", "grpo.beta=0.04",
         "grpo.epsilon=0.28", "grpo.loss_type=dr_grpo", "grpo.scale_rewards=none",
         "grpo.max_completion_length=123", "grpo.temperature=0.7", "grpo.use_vllm=true",
-        "grpo.vllm_gpu_memory_utilization=0.45", "generate.top_p=0.9", "run.seed=17",
+        "grpo.vllm_gpu_memory_utilization=0.45", "grpo.save_every=5", "generate.top_p=0.9", "run.seed=17",
     ])
     args = grpo.grpo_args(config, output_dir=tmp_path, cuda=False)
     for field in dataclasses.fields(GRPOSection):
@@ -239,7 +442,8 @@ def test_every_grpo_key_lands_on_trl_config(tmp_path):
     assert args.generation_batch_size == 12
     assert args.epsilon_high == 0.28
     assert args.lr_scheduler_type == "constant"
-    assert args.logging_steps == 1 and args.save_strategy == "no"
+    assert args.logging_steps == 1 and args.save_strategy == "steps" and args.save_total_limit == 2
+    assert args.save_only_model is False and args.ignore_data_skip is False  # optimizer + RNG, exact data skip
     assert args.report_to in ("none", [], ["none"])
     assert args.use_cpu is True and args.bf16 is False
     assert args.remove_unused_columns is False
@@ -250,6 +454,12 @@ def test_defaults_we_depend_on_differ_from_trl(tmp_path):
     args = grpo.grpo_args(load_config(None), output_dir=tmp_path, cuda=False)
     assert args.loss_type == "grpo" and args.scale_rewards == "group" and args.beta == 0.0
     assert args.max_completion_length == 4096 and args.temperature == 1.0
+    assert args.save_strategy == "steps" and args.save_steps == 50  # TRL: 500
+
+
+def test_save_every_zero_saves_nothing(tmp_path):
+    args = grpo.grpo_args(load_config(None, ["grpo.save_every=0"]), output_dir=tmp_path, cuda=False)
+    assert args.save_strategy == "no"
 
 
 def test_batch_must_hold_whole_groups():

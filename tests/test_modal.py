@@ -250,8 +250,9 @@ def test_evaluate_local_scores_countdown(volume, tiny, prepared):
 
 @pytest.mark.slow
 def test_train_grpo_local(volume, tiny, prepared):
-    result = modal_app.train_grpo.local(tiny, {})
-    assert result["ok"] and (volume / "runs/tiny/metrics.jsonl").exists()
+    config = {**tiny, "run": {**tiny["run"], "dir": "runs/tiny-grpo"}}  # runs/tiny holds the ES run
+    result = modal_app.train_grpo.local(config, {"resume": False})
+    assert result["ok"] and (volume / "runs/tiny-grpo/metrics.jsonl").exists()
 
 
 FAKE_REPL = REPO / "tests" / "fake_repl.py"

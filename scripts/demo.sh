@@ -2,7 +2,8 @@
 # The main job on the embedded default: tiny random model on CPU, countdown task, local backend,
 # no credentials, nothing downloaded. Every stage is a real `prover` command; see configs/demo.toml.
 # A random tiny model solves no countdown problem, so the countdown rewards are all 0 (ES records
-# skipped updates); stage 7 shows ES learning on an objective the tiny model can reach.
+# skipped updates); stage 6 shows ES learning on an objective the tiny model can reach, and
+# stage 7 rebuilds those trained weights bit for bit from the base model and the seed ledger.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=configs/demo.toml
@@ -23,27 +24,29 @@ prover generate --config "$CONFIG"
 stage "4/8 train es: a short Evolution Strategies run -> $RUN/ledger.json, metrics.jsonl, final/"
 prover train es --config "$CONFIG"
 
-stage "5/8 replay-seeds: rebuild the final weights from the base model + ledger"
-prover replay-seeds "$RUN/ledger.json" --out "$RUN/replayed" --config "$CONFIG"
-python3 - "$RUN" <<'PY'
-import hashlib, pathlib, sys
-run = pathlib.Path(sys.argv[1])
-digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
-a, b = digest(run / "final" / "model.safetensors"), digest(run / "replayed" / "model.safetensors")
-print(f"final/ sha256 {a[:16]}  replayed/ sha256 {b[:16]}  ->", "bit-identical" if a == b else "DIFFERENT")
-sys.exit(0 if a == b else 1)
-PY
-
-stage "6/8 eval: pass@k of the ES weights, rebuilt from the ledger"
+stage "5/8 eval: pass@k of the ES weights, rebuilt from the ledger"
 prover eval --config "$CONFIG" --ledger "$RUN/ledger.json"
 
-stage "7/8 train es on the toy objective (configs/toy.toml): the reward should rise"
+stage "6/8 train es on the toy objective (configs/toy.toml): the reward should rise"
 prover train es --config configs/toy.toml --set run.dir="$RUN/toy"
 python3 - "$RUN/toy/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 first, last = rows[0]["reward/mean"], rows[-1]["reward/mean"]
-print(f"toy reward/mean: iteration 1 {first:.3f} -> iteration {rows[-1]['iteration']} {last:.3f}")
+updates = sum(not r["es/skipped"] for r in rows)
+print(f"toy reward/mean: iteration 1 {first:.3f} -> iteration {rows[-1]['iteration']} {last:.3f} ({updates} updates)")
+PY
+
+stage "7/8 replay-seeds: rebuild the toy run's final weights from the base model + its ledger"
+prover replay-seeds "$RUN/toy/ledger.json" --out "$RUN/toy/replayed" --config configs/toy.toml
+python3 - "$RUN/toy" <<'PY'
+import hashlib, pathlib, sys
+run = pathlib.Path(sys.argv[1])
+digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
+a, b = digest(run / "final" / "model.safetensors"), digest(run / "replayed" / "model.safetensors")
+ledger = (run / "ledger.json").stat().st_size
+print(f"ledger {ledger} bytes; final/ sha256 {a[:16]}  replayed/ sha256 {b[:16]}  ->", "bit-identical" if a == b else "DIFFERENT")
+sys.exit(0 if a == b else 1)
 PY
 
 stage "8/8 train grpo + report: the same task with GRPO, compared with ES"

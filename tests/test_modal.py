@@ -536,7 +536,7 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
                                "--backend", "modal", "--dry-run", "--json"])
     assert grpo.exit_code == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
-    step_s = 4096 / 100 + (60 + math.ceil(8 / 4) * 5)  # generation + one Lean batch of 8 proofs
+    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5)  # generation + one Lean batch of 8 proofs
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
     assert plan["est_usd_per_step"] == round(step_s / 3600 * 3.95 + 70 * 8 / 3600 * 0.047, 4)
 

@@ -37,3 +37,12 @@ def verify_config():
         return config
 
     return make
+
+
+@pytest.fixture
+def no_modal_token(tmp_path, monkeypatch):
+    """No Modal credentials anywhere: no token variables, and a HOME without ~/.modal.toml."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    monkeypatch.delenv("MODAL_CONFIG_PATH", raising=False)

@@ -62,14 +62,6 @@ def test_usage_error_exits_2():
     assert runner.invoke(app, ["no-such-command"]).exit_code == 2
 
 
-@pytest.fixture
-def no_modal_token(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
-    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
-    monkeypatch.delenv("MODAL_CONFIG_PATH", raising=False)
-
-
 def test_doctor_reports_no_gpu_no_lean_no_modal(no_modal_token, monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin")
     result = runner.invoke(app, ["doctor", "--json"])

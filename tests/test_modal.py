@@ -483,14 +483,6 @@ def test_cli_routes_backend_modal_through_the_runner_seam(fake_runner, argv, nam
     assert {k: kwargs[k] for k in expected} == expected
 
 
-@pytest.fixture
-def no_modal_token(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
-    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
-    monkeypatch.delenv("MODAL_CONFIG_PATH", raising=False)
-
-
 @pytest.mark.parametrize("argv", [["train", "es"], ["verify", "s.jsonl"], ["eval"]])
 def test_cli_without_credentials_fails_with_one_sentence(no_modal_token, monkeypatch, argv):
     monkeypatch.setattr(modal_app, "run_remote", lambda *a: pytest.fail("must not reach Modal"))

@@ -1,12 +1,17 @@
 """ES speed and size, measured side by side in one run and printed as ratios.
 
     python benchmarks/bench_es.py                 # CPU
-    python benchmarks/bench_es.py --device cuda   # the same on a GPU
+    python benchmarks/bench_es.py --device cuda   # the same on a GPU, with GB/s next to the device's bandwidth
 
-1. noise: our integer-hash noise vs torch.randn, same number of elements, same device
-2. perturb + restore of every weight vs one clone() of them (a model of --params elements)
-3. ledger bytes per iteration at population 30 (a real tiny-model run, and Lean-like rewards)
-4. replay time per iteration vs training time per iteration (the same tiny-model run)
+1. noise: our integer-hash noise (the fused kernel on CPU) vs torch.randn, same elements, same device
+2. perturb + restore of every weight vs one clone() of them (an fp32 model of --params elements,
+   and a bf16 model with its fp32 master), with the bytes moved per second
+3. update: one fused pass per tensor for all population/2 terms vs one clone
+4. ledger bytes per iteration at population 30 (a real tiny-model run, and Lean-like rewards)
+5. replay time per iteration vs training time per iteration (the same tiny-model run)
+
+Targets (issue 16): noise <= 1.0x torch.randn, perturb + restore <= 3x one clone on CPU,
+ledger <= 128 bytes/iteration at population 30.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ import random
 import tempfile
 import time
 from pathlib import Path
+
+# Peak memory bandwidth (GB/s) of GPUs whose properties do not give clock and bus width.
+KNOWN_BANDWIDTH_GBS = {"H200": 4800, "H100 SXM": 3350, "H100 PCIe": 2000, "H100": 3350, "A100-SXM4-80GB": 2039,
+                       "A100": 1555, "L40S": 864, "A10G": 600, "L4": 300, "T4": 320}
 
 
 def best_of(fn, repeats: int = 5) -> float:
@@ -34,17 +43,49 @@ def best_of(fn, repeats: int = 5) -> float:
     return min(times)
 
 
+def side_by_side(fns: dict, repeats: int = 7) -> dict:
+    """Fastest wall time of each callable, the calls interleaved so load changes hit all alike."""
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            best[name] = min(best[name], best_of(fn, repeats=1))
+    return best
+
+
+def device_bandwidth_gbs(device: str) -> str:
+    """The device's peak memory bandwidth as text ("unknown" when it cannot be told)."""
+    import torch
+
+    if device != "cuda":
+        return "unknown (CPU)"
+    props = torch.cuda.get_device_properties(0)
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
+    if clock_khz and bus_bits:  # double data rate: two transfers per clock
+        return f"{2 * clock_khz * 1e3 * bus_bits / 8 / 1e9:.0f} GB/s peak ({props.name})"
+    for name, gbs in KNOWN_BANDWIDTH_GBS.items():
+        if name in props.name:
+            return f"{gbs} GB/s peak ({props.name}, from its data sheet)"
+    return f"unknown ({props.name})"
+
+
 def bench_noise(device: str, elements: int) -> None:
     import torch
 
-    from prover_cli.es.noise import CPU_CHUNK, GPU_CHUNK, noise, stream_key
+    from prover_cli.es import kernel
+    from prover_cli.es.noise import GPU_CHUNK, noise, noise_eager, stream_key
 
-    chunk = CPU_CHUNK if device == "cpu" else GPU_CHUNK
     key = stream_key(0, "bench")
-    ours = best_of(lambda: [noise(key, s, min(s + chunk, elements), device) for s in range(0, elements, chunk)])
-    randn = best_of(lambda: torch.randn(elements, device=device))
-    print(f"noise      {elements:,} fp32 on {device}: ours {ours * 1e3:.1f} ms, torch.randn {randn * 1e3:.1f} ms "
-          f"-> ratio {ours / randn:.2f}x")
+    fused = device == "cpu" and kernel.available()
+    times = side_by_side({"ours": lambda: noise(key, 0, elements, device),
+                          "randn": lambda: torch.randn(elements, device=device)})
+    ours, randn = times["ours"], times["randn"]
+    step = GPU_CHUNK if device != "cpu" else 1 << 18
+    slow = side_by_side({"eager": lambda: [noise_eager(key, s, min(s + step, elements), device)
+                                           for s in range(0, elements, step)],
+                         "randn": lambda: torch.randn(elements, device=device)}, repeats=2)
+    print(f"noise      {elements:,} fp32 on {device} ({'fused kernel' if fused else 'eager torch ops'}): "
+          f"ours {ours * 1e3:.1f} ms, torch.randn {randn * 1e3:.1f} ms -> ratio {ours / randn:.2f}x "
+          f"(eager ops: {slow['eager'] / slow['randn']:.2f}x; {elements * 4 / ours / 1e9:.1f} GB/s written)")
 
 
 def bench_perturb(device: str, params: int) -> None:
@@ -55,20 +96,44 @@ def bench_perturb(device: str, params: int) -> None:
 
     width = 1024
     layers = max(1, params // (width * width))
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)]).to(device)
-    weights = NamedWeights.from_module(model)
-    total = sum(p.numel() for p in model.parameters())
+    for dtype in (torch.float32, torch.bfloat16):
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
+        model = model.to(device=device, dtype=dtype)
+        weights = NamedWeights.from_module(model)  # the fp32 master: 4 bytes per weight
+        total = sum(p.numel() for p in model.parameters())
 
-    def perturb_restore():
-        weights.perturb(1, fp32(1e-3))
-        weights.restore()
+        def perturb_restore():
+            weights.perturb(1, fp32(1e-3))
+            weights.restore()
 
-    both = best_of(perturb_restore, repeats=3)
-    restore = best_of(weights.restore)
-    clone = best_of(lambda: [p.detach().clone() for p in model.parameters()])
-    print(f"perturb    {total:,} weights on {device}: perturb+restore {both * 1e3:.1f} ms, one clone() "
-          f"{clone * 1e3:.1f} ms -> ratio {both / clone:.1f}x (restore alone from the base copy: "
-          f"{restore / clone:.1f}x a clone)")
+        # clone() allocates: its time swings with the allocator (fresh pages fault in, reused ones
+        # do not), so a copy into kept buffers, at memcpy speed, is printed beside it.
+        buffers = [torch.empty_like(p) for p in model.parameters()]
+        times = side_by_side({"both": perturb_restore, "restore": weights.restore,
+                              "clone": lambda: [p.detach().clone() for p in model.parameters()],
+                              "copy": lambda: [b.copy_(p) for b, p in zip(buffers, model.parameters())]})
+        both, restore, clone, copy = times["both"], times["restore"], times["clone"], times["copy"]
+        live_bytes = model[0].weight.element_size()
+        # perturb reads the master and writes the live weights; restore does it again
+        moved = total * 2 * (4 + live_bytes)
+        tag = "perturb   " if dtype == torch.float32 else "perturb-bf16"
+        print(f"{tag} {total:,} {str(dtype).removeprefix('torch.')} weights on {device} (fp32 master): "
+              f"perturb+restore {both * 1e3:.1f} ms, one clone() {clone * 1e3:.1f} ms -> ratio {both / clone:.1f}x "
+              f"({both / copy:.1f}x one copy_ into kept buffers, {copy * 1e3:.1f} ms; restore alone: "
+              f"{restore / copy:.1f}x a copy_; {moved / both / 1e9:.1f} GB/s moved, "
+              f"clone {total * 2 * live_bytes / clone / 1e9:.1f} GB/s; device {device_bandwidth_gbs(device)})")
+        if dtype == torch.float32:
+            bench_update(weights, model, total, device, clone)
+        del weights, model
+
+
+def bench_update(weights, model, total: int, device: str, clone_s: float) -> None:
+    from prover_cli.es.noise import fp32
+
+    terms = [(seed, fp32(1e-4 * (seed - 7))) for seed in range(15)]  # population 30, antithetic
+    update = best_of(lambda: weights.update(terms), repeats=3)
+    print(f"update     15 terms (population 30) over {total:,} weights on {device}: {update * 1e3:.1f} ms, "
+          f"one fused pass per tensor -> {update / clone_s:.1f}x a clone ({update / 15 * 1e3:.1f} ms per term)")
 
 
 def bench_ledger_and_replay(cache_dir: Path) -> None:
@@ -100,8 +165,10 @@ def bench_ledger_and_replay(cache_dir: Path) -> None:
     rng = random.Random(0)
     lean_like = [make_record(i, [reward_text(rng.randrange(9) / 8) for _ in range(30)], "0" * 64, False)
                  for i in range(1, 1001)]
+    graded = [make_record(i, [reward_text(rng.random()) for _ in range(30)], "0" * 64, False) for i in range(1, 1001)]
     print(f"ledger     population 30: {bytes_per_iteration(header, records):.0f} bytes/iteration (toy run), "
-          f"{bytes_per_iteration(header, lean_like):.0f} (rewards k/8, as Lean with 8 samples); goal <= 200")
+          f"{bytes_per_iteration(header, lean_like):.0f} (rewards k/8, as Lean with 8 samples), "
+          f"{bytes_per_iteration(header, graded):.0f} (any 3-decimal rewards in [0, 1]); goal <= 128")
     print(f"replay     tiny model, population 30: {replay_s * 1e3:.0f} ms/iteration vs training "
           f"{train_s * 1e3:.0f} ms/iteration -> replay is {train_s / replay_s:.0f}x faster")
 
@@ -112,10 +179,20 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=1 << 24, help="noise elements (default 16M)")
     parser.add_argument("--params", type=int, default=1 << 24, help="model size for perturb (default 16M)")
     parser.add_argument("--cache-dir", default=".prover-cache", help="where the tiny model is built")
+    parser.add_argument("--skip-ledger", action="store_true", help="only the arithmetic (no tiny-model run)")
     args = parser.parse_args()
+    import torch
+
+    from prover_cli.es import kernel
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+
+    print(f"kernel     fused CPU kernel: {kernel.status()}")
     bench_noise(args.device, args.elements)
     bench_perturb(args.device, args.params)
-    bench_ledger_and_replay(Path(args.cache_dir))
+    if not args.skip_ledger:
+        bench_ledger_and_replay(Path(args.cache_dir))
 
 
 if __name__ == "__main__":

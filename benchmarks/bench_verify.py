@@ -5,11 +5,16 @@
 With Lean taking no time, what is left is ours: lexing + denylist + statement assembly, the JSON
 framing, the pool's threads and queues, the verdict rules. Printed side by side in one run:
 
-- baseline: one stand-in process driven by a bare loop (write request, read answer; the same two
-  round trips per proof as the engine: the proof, then `#print axioms`), no checks at all;
+- baseline: one stand-in process driven by a bare loop (write request, read answer; the same three
+  round trips per proof as the engine: the proof, `#print axioms`, then the `#check` of Lean's
+  statement check), no checks at all;
 - the pool with 1, 2 and 4 workers, warm (processes started and the header run before timing),
   through `Verifier.verify` (the path of `verify_records` and `prover verify`);
-- the text checks alone (`candidate_from_record`), no process.
+- the text checks alone (`candidate_from_record`), no process;
+- pre-checks on hostile sizes (`--pre-checks`, on by default): a 10 MB proof and 24,000 `import`
+  lines (the inputs that once took 20 s in the main thread), under the default
+  `verify.max_proof_chars` (refused before reading) and with the limit lifted (read in full), and
+  the cost per MB at two sizes: a ratio near 1.0 means linear time.
 
 Figures are proofs/s and the ratio to the baseline. The stand-in is not Lean: with a real REPL each
 proof costs Lean's elaboration time (typically 0.1–10 s), which dwarfs these numbers.
@@ -30,6 +35,7 @@ sys.path.insert(0, str(REPO))
 from prover_cli.config import DEFAULT_HEADER, VerifyConfig  # noqa: E402
 from prover_cli.verify import Verifier  # noqa: E402
 from prover_cli.verify.repl import ReplProcess  # noqa: E402
+from prover_cli.verify.rules import statement_check_command  # noqa: E402
 from prover_cli.verify.statement import candidate_from_record  # noqa: E402
 
 FAKE = [sys.executable, str(REPO / "tests" / "fake_repl.py")]
@@ -56,6 +62,7 @@ def baseline(recs: list[dict]) -> float:
         for c in candidates:
             answer = proc.request({"cmd": c.body, "env": env}, time.monotonic() + 30)
             proc.request({"cmd": f"#print axioms {c.target}", "env": answer["env"]}, time.monotonic() + 30)
+            proc.request({"cmd": statement_check_command(c.target), "env": answer["env"]}, time.monotonic() + 30)
         return len(candidates) / (time.perf_counter() - start)
     finally:
         proc.kill()
@@ -67,6 +74,7 @@ def pool(recs: list[dict], workers: int) -> float:
     config.workers = workers
     config.memory_limit_gb = 0.0
     config.max_proofs_per_process = 10 ** 9  # no recycling inside the timed run
+    config.canary = False                     # steady state: the canary runs once per toolchain
     with Verifier(config) as verifier:
         verifier.verify(recs[: 4 * workers])  # warm: start every process, run the header
         start = time.perf_counter()
@@ -83,10 +91,53 @@ def text_checks(recs: list[dict]) -> float:
     return len(recs) / (time.perf_counter() - start)
 
 
+def _timed(record: dict, policy) -> tuple[float, str]:
+    from prover_cli.verify.statement import Rejected
+
+    start = time.perf_counter()
+    try:
+        candidate_from_record(record, DEFAULT_HEADER, policy=policy)
+        outcome = "assembled"
+    except Rejected as exc:
+        outcome = "rejected: " + str(exc)[:60]
+    return time.perf_counter() - start, outcome
+
+
+def pre_checks() -> None:
+    from prover_cli.verify.statement import TextPolicy
+
+    statement = "theorem big (x : ℕ) : x + 0 = x := by"
+    line = "  nlinarith [sq_nonneg (a - b), sq_nonneg (a + b), mul_pos ha hb] -- a comment\n"
+    big_proof = line * (10_000_000 // len(line))
+    imports = "```lean4\n" + "import Mathlib\n" * 24_000 + statement + "\n  simp\n```"
+    default, lifted = TextPolicy(), TextPolicy(max_proof_chars=10 ** 9)
+    cases = [
+        ("10 MB proof, default limit", {"proof": big_proof}, default),
+        ("24,000 import lines, default limit", {"completion": imports}, default),
+        ("10 MB proof, limit lifted", {"proof": big_proof}, lifted),
+        ("24,000 import lines, limit lifted", {"completion": imports}, lifted),
+    ]
+    print(f"\npre-checks before Lean ({os.cpu_count()} CPUs, main thread)")
+    for name, fields, policy in cases:
+        seconds, outcome = _timed({"id": "x", "formal_statement": statement, **fields}, policy)
+        print(f"{name:38s} {seconds:8.3f} s   {outcome}")
+    small, large = line * (1_000_000 // len(line)), line * (4_000_000 // len(line))
+    per_mb = []
+    for text in (small, large):
+        seconds, _ = _timed({"id": "x", "formal_statement": statement, "proof": text}, lifted)
+        per_mb.append(seconds / (len(text) / 1e6))
+    print(f"{'cost per MB, 4 MB vs 1 MB (1.0 = linear)':38s} {per_mb[1] / per_mb[0]:8.2f}x   "
+          f"({per_mb[0]:.3f} s/MB at 1 MB)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proofs", type=int, default=400)
+    parser.add_argument("--only-pre-checks", action="store_true", help="skip the engine part")
     args = parser.parse_args()
+    if args.only_pre_checks:
+        pre_checks()
+        return
     recs = records(args.proofs)
     base = baseline(recs)
     rows = [("bare loop, 1 process (baseline)", base)]
@@ -96,6 +147,7 @@ def main() -> None:
     print(f"{'':34s} {'proofs/s':>10s} {'vs baseline':>12s}")
     for name, rate in rows:
         print(f"{name:34s} {rate:10.0f} {rate / base:11.2f}x")
+    pre_checks()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Backends: where a library function runs. Neither changes what it computes.
 
 - `local` imports the library function and calls it in this process.
-- `modal` calls the same function, declared as a Modal function in `prover_cli/modal_app.py`,
+- `modal` calls the same function, declared as a Modal function in `prover_cli/on_modal/`,
   remotely. The call goes through `MODAL_RUNNER`, a seam that tests replace with a fake.
 
 Every command names its work by a key of `FUNCTIONS`; the value is "module:function". A stage
@@ -26,10 +26,24 @@ FUNCTIONS: dict[str, str] = {
     "replay_seeds": "prover_cli.es.replay:replay_seeds",
     "eval": "prover_cli.evaluate:run_eval",
     "report": "prover_cli.report:report_runs",
-    "plan": "prover_cli.modal_plan:plan",
+    "plan": "prover_cli.on_modal.plan:plan",
 }
 
 BACKENDS = ("local", "modal")
+
+
+def check_backend(value: str) -> str:
+    """The `--backend` option's check, run before anything else (`--dry-run` included): a typo is
+    a usage error (exit 2) with the closest name, never a plan or a run somewhere unintended."""
+    if value in BACKENDS:
+        return value
+    import difflib
+
+    import typer
+
+    close = difflib.get_close_matches(value, BACKENDS, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise typer.BadParameter(f"unknown backend {value!r}; {hint}use one of {', '.join(BACKENDS)}")
 
 
 def resolve(name: str) -> Callable[..., Any]:
@@ -73,14 +87,14 @@ def _run_on_modal(name: str, config: Any, kwargs: dict[str, Any]) -> Any:
             hint="run `modal token new`, or use --backend local",
         )
     try:
-        modal_app = importlib.import_module("prover_cli.modal_app")
+        remote = importlib.import_module("prover_cli.on_modal.remote")
     except ModuleNotFoundError as exc:
         if exc.name == "modal":
             raise BackendError("--backend modal needs the `modal` package: pip install 'modal==1.6.*'") from None
-        if exc.name == "prover_cli.modal_app":
+        if exc.name and exc.name.startswith("prover_cli.on_modal"):
             raise NotBuiltError("--backend modal is not built in this version of prover") from None
         raise
-    return modal_app.run_remote(name, config, kwargs)
+    return remote.run_remote(name, config, kwargs)
 
 
 # Tests replace this with a fake runner: `monkeypatch.setattr(backends, "MODAL_RUNNER", fake)`.

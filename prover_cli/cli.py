@@ -1,10 +1,18 @@
 """The `prover` command: parse, load the config, call one library function, render.
 
-No work happens here. Each command loads the config (`--config`, `--set`), then calls a library
-function through a backend (`--backend local|modal`) and renders the dict it returns: the
-`tables` entry as rich tables on stderr, everything else as a key/value table, or the whole
-result as JSON on stdout with `--json`. Library errors (`ProverError`) become one `Error:` line
-and exit 1; usage errors exit 2. Heavy imports (torch, vllm, modal) happen inside the library.
+No work happens here. Each command loads the config (`--config`, `--set`), takes the lock of
+every output it writes (`prover_cli/lock.py`: one writer per run directory and `--out`), then
+calls a library function through a backend (`--backend local|modal`) and renders the dict it
+returns: the `tables` entry as rich tables on stderr, everything else as a key/value table, or
+the whole result as JSON on stdout with `--json`. Heavy imports (torch, vllm, modal) happen
+inside the library.
+
+Exit codes, one rule (README "Using it" says the same):
+  0  success
+  1  the work failed: a library error (`Error:` line), malformed input lines (reported, the rest
+     processed), an output locked by another process, a machine fault (disk full, permissions)
+  2  usage or config error: a bad option, argument, config key or value, or `--set`
+  130  interrupted (Ctrl-C); the command that resumes the run is printed
 """
 
 from __future__ import annotations
@@ -12,12 +20,16 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import typer
 from typer.exceptions import TyperException
 
-from prover_cli.errors import ProverError
+from prover_cli.backends import check_backend  # stdlib only: validates --backend before anything runs
+from prover_cli.errors import (ConfigError, ProverError, decode_error_from, is_machine_fault,
+                               machine_error_from)
+
+EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 app = typer.Typer(
     name="prover",
@@ -34,11 +46,15 @@ app.add_typer(train_app, name="train")
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (see docs/config.md).")
 SetOpt = typer.Option(None, "--set", help="Override a key: --set section.key=value (repeatable).")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
-BackendOpt = typer.Option("local", "--backend", help="Where the work runs: local or modal.")
+BackendOpt = typer.Option("local", "--backend", help="Where the work runs: local or modal.", callback=check_backend)
+
+
+# How an interrupted command is resumed: the extra option its rerun needs ("" = rerun as is).
+RESUME_WITH = {"train_es": "--resume", "train_grpo": "--resume", "verify": "", "generate": "", "eval_": ""}
 
 
 def _command(fn):
-    """Map library errors to one `Error:` line and exit 1; keep tracebacks behind PROVER_DEBUG."""
+    """Map errors to one `Error:` line and the exit-code rule above; tracebacks behind PROVER_DEBUG."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -46,26 +62,69 @@ def _command(fn):
 
         try:
             return fn(*args, **kwargs)
+        except ConfigError as exc:  # the config or --set is wrong: a usage error
+            Out().error(str(exc), getattr(exc, "hint", None))
+            raise typer.Exit(EXIT_USAGE) from None
         except ProverError as exc:
             Out().error(str(exc), getattr(exc, "hint", None))
-            raise typer.Exit(1) from None
-        except (typer.Exit, typer.Abort, TyperException, KeyboardInterrupt):
+            raise typer.Exit(EXIT_FAILURE) from None
+        except KeyboardInterrupt:
+            Out().interrupted(resume_command(fn.__name__))
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except (typer.Exit, typer.Abort, TyperException):
             raise  # usage errors keep click's exit code 2
-        except Exception as exc:  # an unexpected failure: say so in one line unless debugging
+        except UnicodeDecodeError as exc:  # a text file read whole, outside the line-by-line readers
             if os.environ.get("PROVER_DEBUG"):
                 raise
-            Out().error(f"unexpected {type(exc).__name__}: {exc}",
-                        "set PROVER_DEBUG=1 to see the traceback, and please report it")
-            raise typer.Exit(1) from None
+            error = decode_error_from(exc)
+            Out().error(str(error), error.hint)
+            raise typer.Exit(EXIT_FAILURE) from None
+        except OSError as exc:
+            if os.environ.get("PROVER_DEBUG") or not is_machine_fault(exc):
+                return _unexpected(exc)
+            error = machine_error_from(exc)  # disk full, permissions...: not a bug to report
+            Out().error(str(error), error.hint)
+            raise typer.Exit(EXIT_FAILURE) from None
+        except Exception as exc:
+            return _unexpected(exc)
 
     return wrapper
 
 
+def _unexpected(exc: BaseException):
+    """An unexpected failure: one line unless debugging (then the traceback)."""
+    from prover_cli.out import Out
+
+    if os.environ.get("PROVER_DEBUG"):
+        raise exc
+    Out().error(f"unexpected {type(exc).__name__}: {exc}",
+                "set PROVER_DEBUG=1 to see the traceback, and please report it")
+    raise typer.Exit(EXIT_FAILURE) from None
+
+
+def resume_command(command_name: str) -> str | None:
+    """The exact command line that continues an interrupted run, or None if it does not resume."""
+    import shlex
+
+    from prover_cli.lock import current_command
+
+    if command_name not in RESUME_WITH:
+        return None
+    argv = shlex.split(current_command())
+    extra = RESUME_WITH[command_name]
+    if extra and extra not in argv:
+        argv.append(extra)
+    return shlex.join(argv)
+
+
 def _setup(config: Optional[Path], overrides: Optional[List[str]], json_mode: bool):
+    from prover_cli import jsonl
     from prover_cli.config import load_config
     from prover_cli.out import Out
 
-    return load_config(config, overrides or []), Out(json_mode=json_mode)
+    cfg = load_config(config, overrides or [])
+    jsonl.configure(max_line_bytes=cfg.io.max_line_bytes)
+    return cfg, Out(json_mode=json_mode)
 
 
 def _render(out, result: dict[str, Any], title: str) -> None:
@@ -84,11 +143,64 @@ def _render(out, result: dict[str, Any], title: str) -> None:
         raise typer.Exit(1)
 
 
-def _run(backend: str, name: str, config, out, title: str, /, **kwargs: Any) -> None:
-    from prover_cli import backends
+def _run(backend: str, name: str, config, out, title: str, /, writes: Sequence[Path] = (),
+         **kwargs: Any) -> None:
+    """Lock what the command `writes`, run it on `backend`, render its result.
 
-    result = backends.run(backend, name, config, reporter=out, **kwargs)
+    With `--backend modal` the lock is held here around the remote call and the pull of its
+    outputs into the same local paths, so two launches from this machine cannot interleave."""
+    from prover_cli import backends
+    from prover_cli.lock import hold_outputs
+
+    with hold_outputs(_lock_targets(config, writes)) as previous:
+        for target, holder in previous:
+            out.info(f"{target}: taking over from pid {holder.get('pid')} (`{holder.get('command')}`), "
+                     "which stopped without finishing; the rerun resumes its work")
+        result = backends.run(backend, name, config, reporter=out, **kwargs)
     _render(out, result, title)
+
+
+def _lock_targets(config, writes: Sequence[Path]) -> list[Path]:
+    """Each output, and the run directory too when an output lies inside it (one writer per run dir)."""
+    run_dir = Path(os.path.realpath(config.run_dir))
+    targets = [Path(w) for w in writes]
+    if any(Path(os.path.realpath(w)).is_relative_to(run_dir) for w in targets):
+        targets.append(config.run_dir)
+    return targets
+
+
+# -- --version ------------------------------------------------------------------------------
+
+VERSIONED = ("torch", "transformers", "trl", "vllm", "modal")
+
+
+def versions() -> list[tuple[str, str]]:
+    """(package, version or "not installed") for prover and the stacks it drives, without importing them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from prover_cli import __version__
+
+    rows = [("prover", __version__)]
+    for name in VERSIONED:
+        try:
+            rows.append((name, version(name)))
+        except PackageNotFoundError:
+            rows.append((name, "not installed"))
+    return rows
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo("\n".join(f"{name} {ver}" for name, ver in versions()))
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print prover's version and those of torch, transformers, trl, vllm, modal."),
+) -> None:
+    """Train Lean 4 theorem provers with Evolution Strategies and GRPO, locally or on Modal."""
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -96,22 +208,24 @@ def _run(backend: str, name: str, config, out, title: str, /, **kwargs: Any) -> 
 @app.command("prepare-data")
 @_command
 def prepare_data(
-    source: Optional[str] = typer.Argument(None, help="HF dataset id, local JSON/JSONL/Parquet file, or `examples`; default data.source."),
+    source: Optional[str] = typer.Argument(None, help="HF dataset id, a local JSON/JSONL/Parquet/.lean file or a directory "
+                                           "of them (every file read), or `examples`; default data.source."),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="problems.jsonl to write; default data.problems."),
     limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Keep at most this many problems."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="Layout: auto, lean-workbook, minif2f, problems, countdown."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Layout (default: detected): deepseek (alias minif2f), "
+                                         "goedel-v2, lean-workbook, putnambench, problems, countdown."),
     config: Optional[Path] = ConfigOpt, overrides: Optional[List[str]] = SetOpt,
     json_mode: bool = JsonOpt, backend: str = BackendOpt,
 ):
     """Map a dataset to problems.jsonl (id, formal_statement, header, split, source).
 
     Examples:
-      prover prepare-data ../shared/data/minif2f/minif2f.jsonl --out problems.jsonl
+      prover prepare-data examples --out problems.jsonl
       prover prepare-data --config configs/demo.toml
     """
     cfg, out = _setup(config, overrides, json_mode)
     _run(backend, "prepare_data", cfg, out, "prepare-data", source=source, out_path=out_path,
-         limit=limit, preset=preset)
+         limit=limit, preset=preset, writes=[out_path or cfg.problems_path])
 
 
 @app.command()
@@ -131,7 +245,7 @@ def verify(
     cfg, out = _setup(config, overrides, json_mode)
     if out_path is None:
         out_path = proofs.with_name(proofs.stem + ".verdicts.jsonl")
-    _run(backend, "verify", cfg, out, "verify", proofs_path=proofs, out_path=out_path)
+    _run(backend, "verify", cfg, out, "verify", proofs_path=proofs, out_path=out_path, writes=[out_path])
 
 
 @app.command()
@@ -149,7 +263,8 @@ def generate(
       prover generate --config configs/demo.toml --out runs/demo/samples.jsonl
     """
     cfg, out = _setup(config, overrides, json_mode)
-    _run(backend, "generate", cfg, out, "generate", problems_path=problems, out_path=out_path, model=model)
+    _run(backend, "generate", cfg, out, "generate", problems_path=problems, out_path=out_path, model=model,
+         writes=[out_path or cfg.run_dir / "samples.jsonl"])
 
 
 @train_app.command("es")
@@ -174,7 +289,7 @@ def train_es(
     kwargs: dict[str, Any] = {"resume": resume}
     if backend == "modal":
         kwargs["detach"] = detach
-    _run(backend, "train_es", cfg, out, "train es", **kwargs)
+    _run(backend, "train_es", cfg, out, "train es", writes=[cfg.run_dir], **kwargs)
 
 
 @train_app.command("grpo")
@@ -199,7 +314,7 @@ def train_grpo(
     kwargs: dict[str, Any] = {"resume": resume}
     if backend == "modal":
         kwargs["detach"] = detach
-    _run(backend, "train_grpo", cfg, out, "train grpo", **kwargs)
+    _run(backend, "train_grpo", cfg, out, "train grpo", writes=[cfg.run_dir], **kwargs)
 
 
 @app.command("replay-seeds")
@@ -219,7 +334,7 @@ def replay_seeds(
     """
     cfg, out = _setup(config, overrides, json_mode)
     _run(backend, "replay_seeds", cfg, out, "replay-seeds", ledger_path=ledger, out_dir=out_dir,
-         upto=upto, device=device)
+         upto=upto, device=device, writes=[out_dir])
 
 
 @app.command("eval")
@@ -229,6 +344,11 @@ def eval_(
     ledger: Optional[Path] = typer.Option(None, "--ledger", help="Rebuild the weights from this ES ledger first."),
     verdicts: Optional[Path] = typer.Option(None, "--verdicts", help="Score existing verdicts.jsonl without generating."),
     k: Optional[str] = typer.Option(None, "--k", help="Comma-separated k values, e.g. 1,8,32; default eval.k."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for samples, verdicts and the plot; "
+                                           "default beside the input (the verdicts file, or the problems file's eval/)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="Published protocol of the model's family: "
+                                         "minif2f-test, proofnet-test, putnambench (docs/eval.md)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (and, on Modal, the cost) without running."),
     config: Optional[Path] = ConfigOpt, overrides: Optional[List[str]] = SetOpt,
     json_mode: bool = JsonOpt, backend: str = BackendOpt,
 ):
@@ -236,7 +356,8 @@ def eval_(
 
     Examples:
       prover eval --config configs/demo.toml
-      prover eval --verdicts verdicts.jsonl --k 1,8,32 --json
+      prover eval --verdicts verdicts.jsonl --k 1,8 --json
+      prover eval --preset minif2f-test --backend modal --dry-run
     """
     cfg, out = _setup(config, overrides, json_mode)
     ks = None
@@ -245,20 +366,31 @@ def eval_(
             ks = [int(part) for part in k.split(",") if part.strip()]
         except ValueError:
             raise typer.BadParameter(f"--k {k!r}: expected comma-separated integers, e.g. 1,8,32") from None
-    _run(backend, "eval", cfg, out, "eval", model=model, ledger=ledger, verdicts=verdicts, k=ks)
+    if dry_run:
+        _run("local", "eval", cfg, out, "eval plan", model=model, ledger=ledger, verdicts=verdicts, k=ks,
+             preset=preset, dry_run=True, backend=backend)
+        return
+    from prover_cli.evaluate import eval_output_dir
+
+    # Generating writes samples and verdicts beside the problems (or into --out); --verdicts only reads.
+    _run(backend, "eval", cfg, out, "eval", model=model, ledger=ledger, verdicts=verdicts, k=ks, out_dir=out_dir,
+         preset=preset, writes=[] if verdicts is not None else [eval_output_dir(cfg, out_dir)])
 
 
 @app.command()
 @_command
 def report(
     run_dirs: List[Path] = typer.Argument(..., help="Run directories of `train es` / `train grpo`."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Where the table and plot go; default the first run dir."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="New directory for report.json and report.png; "
+                                           "default reports/<run names>-<timestamp>/. Never a run dir itself; an "
+                                           "existing report is not overwritten."),
     json_mode: bool = JsonOpt,
 ):
-    """Compare ES and GRPO runs: verified proofs per iteration, per 1,000 samples, per hour.
+    """Compare ES and GRPO runs: training reward and held-out verified rate per iteration, per 1,000 samples, per hour.
 
     Examples:
       prover report runs/es runs/grpo
+      prover report runs/es runs/grpo --out reports/es-vs-grpo --json
     """
     from prover_cli import backends
     from prover_cli.out import Out

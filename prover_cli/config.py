@@ -8,13 +8,21 @@ values with an error that names the file, the key, the value and what is allowed
     configs/x.toml: es.population = -4: must be >= 2
 
 `--set section.key=value` overrides any key after the file is read (value parsed as TOML, else
-taken as a string), and is validated the same way.
+taken as a string), and is validated the same way; its errors name the `--set` as typed:
+
+    --set es.sigma=nan: must be a finite number
+
+Every number must be finite: `nan` never, `inf` only where a key documents it as "no limit".
+Cross-key errors say where each value came from (`--set`, the file, or the default).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import sys
+import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
@@ -34,9 +42,13 @@ DEFAULT_HEADER = (
 
 
 def _key(default: Any, doc: str, *, choices: tuple | None = None, min: float | None = None,
-         max: float | None = None, min_exclusive: bool = False) -> Any:
-    """A config field: default, one-line doc, and the range or choices it accepts."""
-    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+         max: float | None = None, min_exclusive: bool = False, allow_inf: bool = False) -> Any:
+    """A config field: default, one-line doc, and the range or choices it accepts.
+
+    Floats must be finite; `allow_inf=True` lets a key take `inf`, which its doc must explain
+    (e.g. "inf = no limit"). NaN is never accepted."""
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive,
+            "allow_inf": allow_inf}
     if isinstance(default, list):
         return field(default_factory=lambda d=default: list(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -50,15 +62,21 @@ def _key(default: Any, doc: str, *, choices: tuple | None = None, min: float | N
 class ModelConfig:
     """The policy model: what to load and how."""
 
-    name: str = _key(DEFAULT_MODEL, "Hugging Face model id, a local model directory, or `tiny` "
-                     "(a tiny random Qwen2-style model built offline into `cache_dir`, for CPU tests and the demo).")
+    name: str = _key(DEFAULT_MODEL, "Hugging Face model id, a local model directory, `tiny` "
+                     "(a tiny random Qwen2-style model built offline into `cache_dir`, for CPU tests), or `tiny-countdown` "
+                     "(that model after a short supervised warm-start on countdown, also built offline: the demo's base).")
     revision: str = _key("main", "Hub revision (branch, tag or commit) to load; pin a commit for reproducible runs.")
     dtype: str = _key("auto", "Weights dtype: `auto` (bfloat16 on CUDA, float32 on CPU), `float32`, `bfloat16`, `float16`.",
                       choices=("auto", "float32", "bfloat16", "float16"))
     device: str = _key("auto", "Where the transformers sampler runs: `auto` (CUDA if present), `cpu`, `cuda`.",
                        choices=("auto", "cpu", "cuda"))
-    family: str = _key("auto", "Prompt template family: `auto` (from the model name), `kimina`, `deepseek`, `plain`.",
-                       choices=("auto", "kimina", "deepseek", "plain"))
+    family: str = _key("auto", "Prompt template family (docs/eval.md): `auto` (from the model name, says which it "
+                       "chose), `deepseek-v1.5`, `deepseek-v1.5-cot`, `deepseek-v2`, `deepseek-v2-noncot`, `goedel-v1`, "
+                       "`goedel-v2`, `kimina-preview`, `kimina-prover`, `plain`; `kimina` and `deepseek` are aliases of "
+                       "`kimina-preview` and `deepseek-v1.5`.",
+                       choices=("auto", "deepseek-v1.5", "deepseek-v1.5-cot", "deepseek-v2", "deepseek-v2-noncot",
+                                "goedel-v1", "goedel-v2", "kimina-preview", "kimina-prover", "plain", "kimina",
+                                "deepseek"))
     cache_dir: str = _key(".prover-cache", "Where built artifacts (the tiny model) are kept.")
     tiny_seed: int = _key(0, "Seed of the tiny random model's weights (only for `name = \"tiny\"`).", min=0)
 
@@ -71,18 +89,29 @@ class DataConfig:
                      choices=("lean", "countdown", "toy"))
     source: str = _key("", "Dataset for `prepare-data`: a Hugging Face dataset id, a local JSON/JSONL/Parquet file, "
                        "or `examples` (the few Lean problems shipped with prover). Empty: use `problems` as is.")
-    preset: str = _key("auto", "Layout of `source`: `auto`, `lean-workbook`, `minif2f`, `problems` (our own schema), `countdown`.",
-                       choices=("auto", "lean-workbook", "minif2f", "problems", "countdown"))
+    preset: str = _key("auto", "Layout of `source` (docs/formats.md): `auto` (detected), `deepseek` (miniF2F, ProofNet, "
+                       "Goedel-V1 files; alias `minif2f`), `goedel-v2` (its miniF2F, MOBench), `lean-workbook`, "
+                       "`putnambench` (a directory of `.lean` files), `problems` (our own schema), `countdown`.",
+                       choices=("auto", "deepseek", "minif2f", "goedel-v2", "lean-workbook", "putnambench", "problems",
+                                "countdown"))
     problems: str = _key("", "Path of problems.jsonl. Empty: `<run.dir>/problems.jsonl`.")
     train_split: str = _key("train", "Split the trainers draw problems from (miniF2F has `valid` and `test`).")
+    valid_split: str = _key("valid", "Split of the held-out problems both trainers evaluate on every `run.eval_every` "
+                            "iterations (never trained on).")
     valid_fraction: float = _key(0.1, "Fraction put in `valid` by the seeded split, for sources without splits.", min=0.0, max=1.0)
     dedupe: bool = _key(True, "Drop problems whose whitespace-normalized statement was already seen.")
     status: str = _key("any", "Lean Workbook filter on the `status` column: `any`, `proved`, `unproved`.",
                        choices=("any", "proved", "unproved"))
     limit: int = _key(0, "Keep at most this many problems (0 = all).", min=0)
+    fill_answers: bool = _key(False, "PutnamBench: fill each `abbrev …_solution := sorry` with the answer recorded in "
+                              "the comment under it (proof-only evaluation). Off: such problems are reported as "
+                              "needing an answer and not kept (a `sorry` never enters a trusted header).")
     countdown_problems: int = _key(512, "Countdown: problems to generate.", min=1)
     countdown_numbers: int = _key(3, "Countdown: how many numbers each problem gives.", min=2, max=6)
     countdown_max_number: int = _key(20, "Countdown: numbers are drawn from 1..this.", min=2)
+    countdown_prompt: str = _key("tinyzero", "Countdown: the prompt, `tinyzero` (the ES-at-scale paper's) or `short` (its first "
+                                 "sentence and the answer format; what the `tiny-countdown` base model was warm-started on).",
+                                 choices=("tinyzero", "short"))
 
 
 @dataclass
@@ -118,8 +147,15 @@ class VerifyConfig:
     max_proofs_per_process: int = _key(200, "Recycle a REPL process after this many proofs (Lean leaks memory).", min=1)
     allowed_axioms: list[str] = _key(["propext", "Classical.choice", "Quot.sound"],
                                      "Axioms a verified proof may depend on (`#print axioms`).")
-    allow_native_decide: bool = _key(False, "Accept `native_decide` (trusts the compiler; adds `Lean.ofReduceBool` to the allowed axioms).")
+    allow_native_decide: bool = _key(False, "Accept `native_decide` (trusts the compiler): adds the axioms native evaluation produces on the supported Lean versions (`Lean.ofReduceBool`, `Lean.trustCompiler`, and from Lean 4.29 `<decl>._native.native_decide.ax_…`) to the allowed axioms; see docs/verify.md.")
+    allow_commands: list[str] = _key([], "Command keywords untrusted text may use beyond the allowlist (`theorem`, `lemma`, `set_option <resource limit> … in`), e.g. [\"open\"]. Each widens what a proof can change; see docs/verify.md for the risk.")
+    canary: bool = _key(True, "Before the first proof on a toolchain (cached per toolchain), run the built-in canary: honest proofs that must verify and one cheat per rule that must be rejected; refuse to verify if any comes out wrong. `prover doctor` always runs it.")
+    max_proof_chars: int = _key(200000, "Longest untrusted text (a proof, or a completion's lean block) checked, characters; longer is `rejected` before Lean.", min=1)
     kimina_url: str = _key("http://localhost:8000", "Kimina Lean Server URL (backend `kimina`).")
+    kimina_api_key_env: str = _key("", "Name of the environment variable holding the Kimina server's API key, sent as "
+                                   "`Authorization: Bearer <key>` (empty = no key).")
+    kimina_batch_size: int = _key(8, "Proofs per Kimina request; a request the server answers with HTTP 500 is "
+                                  "retried proof by proof.", min=1)
     lean_toolchain: str = _key("leanprover/lean4:v4.15.0", "Lean toolchain of the verifier (recorded in verdicts; used by the Modal image).")
     mathlib_rev: str = _key("v4.15.0", "Mathlib revision of the verifier (recorded in verdicts; used by the Modal image).")
 
@@ -161,6 +197,9 @@ class GRPOConfig:
     vllm_gpu_memory_utilization: float = _key(0.3, "vLLM colocate: GPU memory fraction for the engine.", min=0.05, max=1.0)
     save_every: int = _key(50, "Checkpoint (weights, optimizer, scheduler, RNG) into `<run.dir>/checkpoints/` every this many "
                            "steps, keeping the last 2, for `--resume`; 0 = never.", min=0)
+    fp32_master: bool = _key(True, "With `model.dtype` bfloat16/float16: train fp32 master weights (fp32 parameters, gradients and "
+                             "AdamW state; forward/backward under autocast in the model dtype; `final/` in fp32). false: "
+                             "AdamW updates the low-precision weights directly (half the memory; small steps round away).")
 
 
 @dataclass
@@ -192,6 +231,8 @@ class ModalConfig:
     runs_volume: str = _key("prover-ledgers", "Volume holding run directories (ledgers, metrics, verdicts).")
     gpu_price_per_hour: float = _key(3.95, "USD per GPU-hour (cost estimate).", min=0.0)
     cpu_price_per_core_hour: float = _key(0.047, "USD per CPU core-hour (cost estimate).", min=0.0)
+    memory_price_per_gib_hour: float = _key(0.008, "USD per GiB-hour of reserved memory (cost estimate; Modal bills "
+                                            "it on every container, GPU ones included).", min=0.0)
     est_decode_tokens_per_s: float = _key(100.0, "Cost estimate: decode speed of one sequence, tokens/s (a batch decodes its "
                                           "sequences in parallel).", min=0.0, min_exclusive=True)
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
@@ -200,11 +241,30 @@ class ModalConfig:
 
 
 @dataclass
+class IOConfig:
+    """Reading input files (JSONL, TOML): limits that keep one broken line from costing the whole file."""
+
+    max_line_bytes: int = _key(16 * 1024 * 1024, "Longest JSONL line read, bytes (default 16 MiB); a longer line is "
+                               "reported as malformed by its line number and skipped without being loaded whole.",
+                               min=1024)
+
+
+@dataclass
 class RunConfig:
     """Where a run writes, and its seed."""
 
     dir: str = _key("runs/default", "Run directory (ledger, metrics, verdicts, final model).")
     seed: int = _key(0, "Run seed: every other seed is derived from it.", min=0)
+    eval_every: int = _key(0, "Held-out evaluation of the current weights (ES: the unperturbed center) every this many "
+                           "iterations/steps and after the last one, logged as `eval/*` in metrics.jsonl "
+                           "(prover_cli/heldout.py); 0 = never.", min=0)
+    eval_problems: int = _key(0, "Held-out evaluation: a fixed subset of this many `data.valid_split` problems, "
+                              "drawn once from `run.seed` (0 = all of them).", min=0)
+    eval_n: int = _key(1, "Held-out evaluation: samples per problem (fixed seed, the same at every evaluation).", min=1)
+    eval_temperature: float = _key(0.0, "Held-out evaluation: sampling temperature; 0 = greedy.", min=0.0)
+    report_to: str | list[str] = _key("none", "Stream the metrics.jsonl records to trackers: `none`, `tensorboard` "
+                                      "(`<run.dir>/tensorboard/`), `wandb`, `trackio`; several as a comma-separated "
+                                      "string or a list. GRPO also passes them to TRL's `report_to`.")
 
 
 SECTIONS: dict[str, type] = {
@@ -216,6 +276,7 @@ SECTIONS: dict[str, type] = {
     "grpo": GRPOConfig,
     "eval": EvalConfig,
     "modal": ModalConfig,
+    "io": IOConfig,
     "run": RunConfig,
 }
 
@@ -230,8 +291,12 @@ class Config:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     modal: ModalConfig = field(default_factory=ModalConfig)
+    io: IOConfig = field(default_factory=IOConfig)
     run: RunConfig = field(default_factory=RunConfig)
     source: str = "<defaults>"  # where the config came from, for error messages
+    # "section.key" -> where its value came from: the file's path or the `--set` as typed;
+    # keys not listed have their default.
+    origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     # -- derived values, computed once -------------------------------------------------------
     @property
@@ -265,23 +330,44 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     source = "<defaults>"
     if path is not None:
         source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"{source}: config file not found") from None
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read config file: {exc.strerror}") from None
-        try:
-            raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        raw = read_toml(path, what="config file")
+    origins: dict[str, str] = {}
     for override in overrides:
         section, key, value = parse_override(override)
         raw.setdefault(section, {})
         if not isinstance(raw[section], dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
         raw[section][key] = value
-    return config_from_dict(raw, source=source)
+        origins[f"{section}.{key}"] = f"--set {override.strip()}"
+    return config_from_dict(raw, source=source, origins=origins)
+
+
+def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
+    """A TOML file as a dict; a BOM is skipped, and a bad byte or syntax error names the file and line."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a {what}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark, as some editors write
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+                          "TOML files must be UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = re.search(r"\(at line (\d+), column \d+\)$", message)
+        line = f":{where.group(1)}" if where else ""
+        raise ConfigError(f"{path}{line}: not valid TOML: {message}") from None
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -297,12 +383,16 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key.strip(), value
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
+def config_from_dict(raw: dict[str, Any], source: str = "<dict>",
+                     origins: dict[str, str] | None = None) -> Config:
+    """Validate `raw` (TOML tables) into a Config; `origins` names the `--set` of overridden keys."""
+    origins = origins or {}
     config = Config(source=source)
     for section_name, values in raw.items():
         if section_name not in SECTIONS:
+            set_text = next((o for k, o in origins.items() if k.startswith(section_name + ".")), None)
             raise ConfigError(
-                f"{source}: unknown section [{section_name}]; allowed: {', '.join(SECTIONS)}"
+                f"{set_text or source}: unknown section [{section_name}]; allowed: {', '.join(SECTIONS)}"
             )
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{section_name}] must be a table of keys")
@@ -311,7 +401,11 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
         hints = get_type_hints(cls)
         section = getattr(config, section_name)
         for key, value in values.items():
-            where = f"{source}: {section_name}.{key}"
+            dotted = f"{section_name}.{key}"
+            origin = origins.get(dotted, source)
+            config.origins[dotted] = origin
+            # "x.toml: es.sigma = 0.5" for a file, the override as typed for `--set`
+            where = origin if origin.startswith("--set ") else f"{source}: {dotted} = {_toml_value(value)}"
             if key not in known:
                 close = _closest(key, known)
                 suggestion = f"; did you mean `{close}`?" if close else ""
@@ -325,45 +419,77 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Config:
 
 
 def _check_value(where: str, value: Any, annotation: Any, meta: Any) -> Any:
-    shown = _toml_value(value)
+    """`value` checked against the key's type, choices and range; `where` prefixes every error."""
     expected = _type_name(annotation)
     if not _type_ok(value, annotation):
-        raise ConfigError(f"{where} = {shown}: expected {expected}, got {type(value).__name__}")
+        raise ConfigError(f"{where}: expected {expected}, got {type(value).__name__}")
     if annotation is float:
         value = float(value)
+        if math.isnan(value):
+            raise ConfigError(f"{where}: must be a finite number (nan is never accepted)")
+        if math.isinf(value):
+            if not (meta.get("allow_inf") and value > 0):
+                also = "; use inf for no limit" if meta.get("allow_inf") else ""
+                raise ConfigError(f"{where}: must be a finite number{also}")
+            return value
     choices = meta.get("choices")
     if choices and value not in choices:
-        raise ConfigError(f"{where} = {shown}: must be one of {', '.join(map(repr, choices))}")
+        raise ConfigError(f"{where}: must be one of {', '.join(map(repr, choices))}")
     low, high = meta.get("min"), meta.get("max")
     if low is not None:
         if meta.get("min_exclusive") and not value > low:
-            raise ConfigError(f"{where} = {shown}: must be > {low}")
+            raise ConfigError(f"{where}: must be > {low}")
         if not meta.get("min_exclusive") and value < low:
-            raise ConfigError(f"{where} = {shown}: must be >= {low}")
+            raise ConfigError(f"{where}: must be >= {low}")
     if high is not None and value > high:
-        raise ConfigError(f"{where} = {shown}: must be <= {high}")
+        raise ConfigError(f"{where}: must be <= {high}")
     return value
+
+
+def _where(config: Config, dotted: str) -> str:
+    """A key and its value with their origin: `x.toml: es.population = 5`, `--set es.population=5`,
+    or `es.population = 5 (the default)`."""
+    section, key = dotted.split(".")
+    shown = _toml_value(getattr(getattr(config, section), key))
+    origin = config.origins.get(dotted)
+    if origin is None:
+        return f"{dotted} = {shown} (the default)"
+    if origin.startswith("--set "):
+        return origin
+    return f"{origin}: {dotted} = {shown}"
+
+
+def _from(config: Config, dotted: str) -> str:
+    """Where a key's value came from, as a short phrase: `from --set`, `from x.toml`, `the default`."""
+    origin = config.origins.get(dotted)
+    if origin is None:
+        return "the default"
+    return "from --set" if origin.startswith("--set ") else f"from {origin}"
 
 
 def _cross_checks(config: Config) -> None:
     """Rules between keys, each with the values, the reason and the fix."""
-    src = config.source
     if config.es.antithetic and config.es.population % 2:
         raise ConfigError(
-            f"{src}: es.population = {config.es.population}: must be a positive even integer "
-            "with es.antithetic = true (members come in +eps/-eps pairs); use an even population "
-            "or set es.antithetic = false"
+            f"{_where(config, 'es.population')}: must be a positive even integer "
+            f"with es.antithetic = true ({_from(config, 'es.antithetic')}: members come in +eps/-eps pairs); "
+            "use an even population or set es.antithetic = false"
         )
     for k in config.eval.k:
         if k < 1:
-            raise ConfigError(f"{src}: eval.k = {config.eval.k}: every k must be >= 1")
+            raise ConfigError(f"{_where(config, 'eval.k')}: every k must be >= 1")
         if k > config.eval.n:
             raise ConfigError(
-                f"{src}: eval.k = {config.eval.k}: k = {k} exceeds eval.n = {config.eval.n} samples "
-                "per problem; raise eval.n or drop that k"
+                f"{_where(config, 'eval.k')}: k = {k} exceeds eval.n = {config.eval.n} ({_from(config, 'eval.n')}) "
+                "samples per problem; raise eval.n or drop that k"
             )
     if not config.verify.repl_command:
-        raise ConfigError(f"{src}: verify.repl_command = []: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
+        raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
+    from prover_cli.tracking import parse_report_to  # stdlib only: no tracker is imported here
+
+    origin = config.origins.get("run.report_to", "<defaults>")
+    parse_report_to(config.run.report_to,
+                    where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -378,10 +504,14 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     if get_origin(annotation) is list:
         (item,) = get_args(annotation)
         return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    if isinstance(annotation, types.UnionType):  # `str | list[str]`: either form is accepted
+        return any(_type_ok(value, option) for option in get_args(annotation))
     raise TypeError(f"unsupported config type {annotation}")  # a bug in this module, not user input
 
 
 def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, types.UnionType):
+        return " or ".join(_type_name(option) for option in get_args(annotation))
     if get_origin(annotation) is list:
         item = get_args(annotation)[0]
         return "a list of " + {int: "integers", str: "strings", float: "numbers", bool: "booleans"}[item]
@@ -422,6 +552,10 @@ def config_reference() -> str:
         "",
         "Cross-key rules: `es.population` must be even when `es.antithetic = true`; every `eval.k`",
         "must be <= `eval.n`; `verify.repl_command` must not be empty.",
+        "",
+        "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
+        "(\"inf = no limit\"). An error names the key and where its value came from (the `--set` as",
+        "typed, the file, or the default); config and usage errors exit with status 2.",
     ]
     for name, cls in SECTIONS.items():
         out += ["", f"## [{name}]", "", (cls.__doc__ or "").strip(), "",
@@ -439,6 +573,8 @@ def config_reference() -> str:
                     parts.append(("> " if meta.get("min_exclusive") else ">= ") + str(meta["min"]))
                 if meta.get("max") is not None:
                     parts.append(f"<= {meta['max']}")
+                if meta.get("allow_inf"):
+                    parts.append("`inf` = no limit")
                 allowed = ", ".join(parts)
             default = _toml_value(getattr(defaults, f.name)).replace("\n", "\\n").replace("|", "\\|")
             out.append(

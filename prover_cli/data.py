@@ -1,41 +1,55 @@
-"""prepare-data: map a dataset to problems.jsonl, reporting every row it does not keep.
+"""prepare-data: map a dataset to problems.jsonl, keeping only rows verify accepts and reporting the rest.
 
     prover prepare-data ../shared/data/minif2f/minif2f.jsonl --out problems.jsonl
     prover prepare-data internlm/Lean-Workbook --set data.status=proved --limit 2000
+    prover prepare-data PutnamBench/lean4/src --set data.fill_answers=true   # a directory of .lean files
     prover prepare-data examples            # the few Lean problems shipped with prover
     prover prepare-data --config configs/demo.toml   # countdown: generated from run.seed
 
-A source is a Hugging Face dataset id or a local directory (both loaded with `datasets`, every
-split), a local .json / .jsonl / .parquet file, or `examples`. A preset maps its layout to our
-schema (docs/formats.md): `id`, `formal_statement` (ending in `:= by`), `header`,
-`informal_statement`, `split`, `source`, plus `informal_prefix` and `status` where the source
-has them.
+A source is a local .json / .jsonl / .parquet / .lean file, a local directory (every such file in
+it is read), a Hugging Face dataset id (its data files are downloaded and read the same way, every
+file, not the one `datasets` would pick), or `examples`. Each file's layout is detected from its
+columns (`--preset` forces one); files of different layouts in one directory are an error that
+names them. Layouts (docs/formats.md has the columns):
 
-- `minif2f`: the DeepSeek-Prover JSONL layout (`name`, `split`, `informal_prefix`,
-  `formal_statement`, `goal`, `header`); splits (`valid`, `test`) and headers kept as they are.
-- `lean-workbook`: internlm/Lean-Workbook, either layout it ships: `lean_workbook.json`
-  (`natural_language_statement`, `formal_statement` ending in `:= by sorry`, `split` naming the
-  subset, `proof` list) or `wkbk_1009.parquet` (one row per tactic: `id`, `status`, `tactic`,
-  ..., so an id repeats). The trailing `sorry` is removed, the header is `verify.header`, the
-  subset goes to `subset`, and the train/valid split is the seeded one. `data.status` filters
-  on `status` (`proved` / anything else), derived from a non-empty `proof` list when there is
-  no `status` column.
-- `problems`: our own schema (e.g. a file written by this command), lean or countdown rows.
-- `countdown`: `prover_cli.tasks.countdown.generate_problems` with `run.seed`; no source. With
-  `data.task = "toy"` and no source, the toy task's generator likewise. `--limit` generates
-  that many (generation is a pure function of the seed, so the first N are the same either way).
+- `deepseek` (alias `minif2f`): DeepSeek-Prover-V1.5's miniF2F and ProofNet (`name`, `split`,
+  `informal_prefix`, `formal_statement`, `header`), and Goedel-Prover-V1's files in that layout.
+- `goedel-v2`: Goedel-Prover-V2's miniF2F and MOBench (`name`/`problem_id`, `formal_statement`
+  with the header, or a preamble, inside it, `lean4_code`, optional `header`).
+- `lean-workbook`: internlm/Lean-Workbook's `lean_workbook.json` (`natural_language_statement`,
+  `formal_statement`, `split` naming the subset, `proof` list) and `wkbk_1009.parquet` (one row per
+  tactic: `id`, `status`, `tactic`, …; an id repeats); Goedel-V1-style files with `header: ""`.
+- `putnambench`: one `.lean` file per problem (imports, a docstring, `theorem … :=\nsorry`; some
+  declare `abbrev putnam_…_solution : T := sorry` with the intended answer in a comment under it).
+- `problems`: our own schema (e.g. a file written by this command), lean, countdown or toy rows.
+- `countdown`: generated from `run.seed` (no source); likewise `toy` with `data.task = "toy"`.
 
-Every row that is not kept is counted under a reason (not valid JSON, missing statement,
-duplicate id, duplicate statement, status filter, over the limit...) with its first row numbers,
-and returned in the summary: nothing disappears silently.
+The contract with verify: a Lean row is kept only if verify's own statement check
+(`prover_cli.verify.statement.check_statement`) accepts its statement and header, so every kept
+row can be verified; every other row is counted under its reason. Before that check each row is
+normalised (`normalise_lean`):
+- a trailing `sorry` / `by sorry` is removed; term-mode statements (`… :=`) stay term-mode (the
+  proof may be a term or a `by` block);
+- imports, options and `open` lines inside the statement move into `header`;
+- a *trusted preamble* before the final theorem (`abbrev`/`def` answers, `variable`, `structure`,
+  `inductive`, …) moves into `header` too: it is the problem's context, trusted input exactly
+  like the header (review it as you would the statement). A doc comment right before the theorem
+  becomes `informal_prefix` (a header may not end in a doc comment: Lean would reject it);
+- PutnamBench answers (`abbrev …_solution := sorry`) are filled from the answer recorded in the
+  file with `data.fill_answers = true` (proof-only evaluation), else the problem is reported as
+  needing an answer. No kept row has a `sorry` in its header or statement.
+- Rows without any header get the header of the model family's own evaluation
+  (`prover_cli.prompts.family_header`: DeepSeek's `maxHeartbeats 0` header and its blank line),
+  or `verify.header` for `plain`.
 
-Rules: ids must be unique (sample ids are built from them). With `data.dedupe`, a statement
-equal to an earlier one up to whitespace and the theorem's name is a duplicate (Lean Workbook
-states some problems twice under different names). Rows keep their source split when they have
-a real one; the others get a seeded split: `valid` when a hash of (run.seed, id) falls below
-`data.valid_fraction`, else `train`. Hashing each id (rather than shuffling the list) keeps a
-problem's split the same when rows are added, removed or limited. `--limit` keeps the first N
-problems in source order, after filtering and dedupe.
+Other rules: ids must be unique (sample ids are built from them). With `data.dedupe`, a problem
+whose header + statement equals an earlier one up to whitespace and the theorem's name is a
+duplicate (Lean Workbook states some problems twice under different names). Rows keep their
+source split when they have a real one (a column, or a file named like a split); the others
+get a seeded split: `valid` when a hash of (run.seed, id) falls below `data.valid_fraction`,
+else `train`. Hashing each id (rather than shuffling the list) keeps a problem's split the same
+when rows are added, removed or limited. PutnamBench problems are `test`. `--limit` keeps the
+first N problems in source order (files in name order), after filtering and dedupe.
 """
 
 from __future__ import annotations
@@ -44,22 +58,30 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.jsonl import BadLine, read_jsonl, write_jsonl_atomic
+from prover_cli.jsonl import BadLine, read_jsonl, read_utf8, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
 
-PRESETS = ("auto", "lean-workbook", "minif2f", "problems", "countdown")
+PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems", "countdown")
+PRESET_ALIASES = {"minif2f": "deepseek"}
 EXAMPLES = "examples"
-LOCAL_SUFFIXES = (".json", ".jsonl", ".parquet")
+DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
+LEAN_SUFFIX = ".lean"
+LOCAL_SUFFIXES = (*DATA_SUFFIXES, LEAN_SUFFIX)
 # Columns that hold a solution: never copied into problems (they would travel into prompts and
 # samples, and a `proof` next to a completion could be verified instead of the model's answer).
 SOLUTION_FIELDS = frozenset({"proof", "formal_proof", "full_code", "completion", "raw_completion", "tactic"})
 _STANDARD_SPLITS = {"train": "train", "valid": "valid", "validation": "valid", "test": "test"}
 _FIRST_ROWS_SHOWN = 5
+_LEAN_FILE = "__lean_file__"  # the key under which a .lean file's text travels as one row
+# JSON files that describe a dataset or a Lean project rather than hold rows (hub `datasets`
+# metadata, Lake's manifest): a directory may carry them beside its data.
+_METADATA_FILES = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json",
+                             "lake-manifest.json"})
 
 
 def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path | None = None,
@@ -67,9 +89,9 @@ def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path
                  reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """Read `source`, map it with `preset`, write problems.jsonl; return the counts and tables."""
     source = config.data.source if source is None else source
-    preset = preset or config.data.preset
+    preset = PRESET_ALIASES.get(preset or config.data.preset, preset or config.data.preset)
     if preset not in PRESETS:
-        raise ConfigError(f"--preset {preset!r}: must be one of {', '.join(PRESETS)}")
+        raise ConfigError(f"--preset {preset!r}: must be one of {', '.join(PRESETS + tuple(PRESET_ALIASES))}")
     limit = config.data.limit if limit is None else limit
     if limit < 0:
         raise ConfigError(f"--limit {limit}: must be >= 0 (0 keeps all)")
@@ -78,6 +100,7 @@ def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path
     generated_task = "countdown" if preset == "countdown" else None
     if not source and preset == "auto" and config.data.task in ("countdown", "toy"):
         generated_task = config.data.task
+    files = 1
     if generated_task:
         if source:
             raise ConfigError(f"--preset countdown generates its problems from run.seed; it takes no source (got {source!r})")
@@ -87,39 +110,58 @@ def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path
         if not source:
             raise ConfigError(
                 "no source to prepare: pass SOURCE (a Hugging Face dataset id, a local "
-                ".json/.jsonl/.parquet file, or `examples`) or set data.source",
+                ".json/.jsonl/.parquet/.lean file or a directory of them, or `examples`) or set data.source",
                 hint="`prover prepare-data examples --out problems.jsonl` works offline")
-        rows, label = read_source(source)
-        if preset == "auto":
-            preset = detect_preset(rows, label)
+        parts, label = read_source_files(source)
+        preset = detect_layout(parts, label) if preset == "auto" else preset
+        if preset != "putnambench" and any(p.lean for p in parts):
+            raise InputError(f"{label}: .lean files ({_names([p for p in parts if p.lean])}) are read only with "
+                             f"the putnambench layout, not {preset}")
+        rows = [row for part in parts for row in part.rows]
         report = _map_rows(rows, preset, label, config, limit, reporter)
+        files = len(parts)
 
     if not report.kept:
         reasons = "; ".join(f"{reason}: {count}" for reason, count in report.dropped.most_common())
         raise InputError(f"{label}: no problem kept out of {report.rows} rows ({reasons or 'empty source'})")
     write_jsonl_atomic(out, report.kept)
-    return _summary(report, out, label, preset)
+    return _summary(report, out, label, preset, files)
 
 
 # --------------------------------------------------------------------------------------------
-# Reading a source: (row number, row or BadLine, split name from `datasets` or None)
+# Reading a source: files, each a list of (row number, row or BadLine, split, where)
 # --------------------------------------------------------------------------------------------
 
-Row = tuple[int, "dict[str, Any] | BadLine", "str | None"]
+Row = tuple[int, "dict[str, Any] | BadLine", "str | None", "str | None"]
+
+
+@dataclass
+class SourceFile:
+    """One file of a source: its name (None for a single-file source), rows, and whether it is .lean."""
+
+    name: str | None
+    rows: list[Row]
+    lean: bool = False
 
 
 def read_source(source: str) -> tuple[list[Row], str]:
-    """All rows of `source` and the label written into each problem's `source` field."""
+    """All rows of `source`, every file, and the label written into each problem's `source` field."""
+    parts, label = read_source_files(source)
+    return [row for part in parts for row in part.rows], label
+
+
+def read_source_files(source: str) -> tuple[list[SourceFile], str]:
+    """The files of `source` (one, every file of a directory, or a hub dataset's data files)."""
     if source == EXAMPLES:
-        return [(n, obj, None) for n, obj in read_jsonl(examples_path())], EXAMPLES
+        return [SourceFile(None, [(n, obj, None, None) for n, obj in read_jsonl(examples_path())])], EXAMPLES
     path = Path(source).expanduser()
     if path.is_dir():
-        return _load_with_datasets(str(path)), source
+        return _read_directory(path, source), source
     if path.is_file():
-        return _read_local_file(path), source
+        return [_read_local_file(path, None)], source
     if path.suffix.lower() in LOCAL_SUFFIXES or source.startswith(("/", "./", "../", "~")):
         raise InputError(f"{source}: file not found")
-    return _load_with_datasets(source), source
+    return _read_directory(_download_hub_dataset(source), source), source
 
 
 def examples_path() -> Path:
@@ -128,24 +170,51 @@ def examples_path() -> Path:
     return Path(str(files("prover_cli") / "examples" / "lean_examples.jsonl"))
 
 
-def _read_local_file(path: Path) -> list[Row]:
+def _read_directory(folder: Path, label: str) -> list[SourceFile]:
+    """Every data and .lean file under `folder` (hidden folders and Lake's build tree skipped), by name."""
+    paths = sorted(p for p in folder.rglob("*")
+                   if p.is_file() and p.suffix.lower() in LOCAL_SUFFIXES and p.name not in _METADATA_FILES
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    if not paths:
+        raise InputError(f"{label}: no .json, .jsonl, .parquet or .lean file in this directory")
+    return [_read_local_file(p, p.relative_to(folder).as_posix()) for p in paths]
+
+
+def _split_from_name(name: str | None) -> str | None:
+    """A split named by a file or its folder: `test.jsonl`, `train-00000-of-00001.parquet`, `valid/x.json`."""
+    if not name:
+        return None
+    for part in reversed(Path(name).with_suffix("").parts):
+        match = re.match(r"(train|test|valid|validation)(?:$|[-_.]\d)", part.lower())
+        if match:
+            return _STANDARD_SPLITS[match.group(1)]
+    return None
+
+
+def _read_local_file(path: Path, name: str | None) -> SourceFile:
     suffix = path.suffix.lower()
+    where = name
+    split = _split_from_name(name)
+    if suffix == LEAN_SUFFIX:
+        text = read_utf8(path)  # a bad byte names its line
+        row = {_LEAN_FILE: text, "__stem__": path.stem}
+        return SourceFile(name or path.name, [(1, row, None, name or path.name)], lean=True)
     if suffix == ".jsonl":
-        return [(n, obj, None) for n, obj in read_jsonl(path)]
+        return SourceFile(name, [(n, obj, split, where) for n, obj in read_jsonl(path)])
     if suffix == ".json":
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             if exc.msg == "Extra data":  # JSON Lines under a .json name, as some hub files are
-                return [(n, obj, None) for n, obj in read_jsonl(path)]
+                return SourceFile(name, [(n, obj, split, where) for n, obj in read_jsonl(path)])
             raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):
             raise InputError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
-        return [(i, obj if isinstance(obj, dict) else BadLine(f"expected a JSON object, got {type(obj).__name__}"), None)
-                for i, obj in enumerate(data, start=1)]
+        return SourceFile(name, [(i, obj if isinstance(obj, dict) else BadLine(f"expected a JSON object, got {type(obj).__name__}"),
+                                  split, where) for i, obj in enumerate(data, start=1)])
     if suffix == ".parquet":
         import pyarrow.parquet as pq  # brought by `datasets`
 
@@ -153,35 +222,60 @@ def _read_local_file(path: Path) -> list[Row]:
             table = pq.read_table(path)
         except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on bad files
             raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-        return [(i, obj, None) for i, obj in enumerate(table.to_pylist(), start=1)]
-    raise InputError(f"{path}: unsupported file type {suffix or '(none)'}; use .json, .jsonl or .parquet")
+        return SourceFile(name, [(i, obj, split, where) for i, obj in enumerate(table.to_pylist(), start=1)])
+    raise InputError(f"{path}: unsupported file type {suffix or '(none)'}; use .json, .jsonl, .parquet or .lean")
 
 
-def _load_with_datasets(source: str) -> list[Row]:
-    """Every split of a hub dataset (or a local dataset directory), in split order."""
-    from datasets import load_dataset
+def _download_hub_dataset(repo_id: str) -> Path:
+    """Every data file of a hub dataset repository, downloaded (cached) into a local folder.
+
+    `datasets.load_dataset` would read only the files its split configuration names (for
+    internlm/Lean-Workbook: the Parquet file, not lean_workbook.json); reading the files
+    ourselves reads all of them, and each file's layout is detected on its own.
+    """
+    from huggingface_hub import snapshot_download
 
     try:
-        loaded = load_dataset(source)
-    except (OSError, ValueError) as exc:  # not found, offline, gated, bad files: all OSError/ValueError
-        raise InputError(f"{source}: cannot load it as a Hugging Face dataset ({exc})",
-                         hint="check the dataset id and the network, or pass a local .jsonl/.parquet file") from None
-    rows: list[Row] = []
-    for split_name, split in loaded.items():
-        rows.extend((i, dict(obj), split_name) for i, obj in enumerate(split, start=1))
-    return rows
+        folder = snapshot_download(repo_id=repo_id, repo_type="dataset",
+                                   allow_patterns=[f"*{s}" for s in LOCAL_SUFFIXES])
+    except (OSError, ValueError) as exc:  # not found, offline, gated: hub errors are OSError/ValueError
+        raise InputError(f"{repo_id}: cannot download it as a Hugging Face dataset ({exc})",
+                         hint="check the dataset id and the network, or pass a local file or directory") from None
+    return Path(folder)
+
+
+def _names(parts: list[SourceFile], shown: int = 4) -> str:
+    names = [p.name or "?" for p in parts]
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def detect_layout(parts: list[SourceFile], label: str) -> str:
+    """The one layout of all files of a source; an error naming the files when they differ."""
+    layouts: dict[str, list[SourceFile]] = defaultdict(list)
+    for part in parts:
+        layout = "putnambench" if part.lean else detect_preset(part.rows, part.name or label)
+        layouts[layout].append(part)
+    if len(layouts) == 1:
+        return next(iter(layouts))
+    mixed = "; ".join(f"{layout}: {_names(group)}" for layout, group in sorted(layouts.items()))
+    raise InputError(f"{label}: its files have different layouts ({mixed}); pass --preset to read every "
+                     "file with one layout, or point at one file or folder")
 
 
 def detect_preset(rows: list[Row], label: str) -> str:
     """The layout, from the columns of the first readable row."""
-    first = next((obj for _, obj, _ in rows if isinstance(obj, dict)), None)
+    first = next((row[1] for row in rows if isinstance(row[1], dict)), None)
     if first is None:
         raise InputError(f"{label}: no readable row to detect the layout from")
     keys = set(first)
-    if {"name", "formal_statement"} <= keys and keys & {"header", "informal_prefix"}:
-        return "minif2f"
+    if _LEAN_FILE in keys:
+        return "putnambench"
+    if "formal_statement" in keys and "lean4_code" in keys:
+        return "goedel-v2"
     if {"natural_language_statement", "formal_statement"} <= keys:
         return "lean-workbook"
+    if {"name", "formal_statement"} <= keys and keys & {"header", "informal_prefix"}:
+        return "deepseek"
     if "id" in keys and ("formal_statement" in keys or {"numbers", "target"} <= keys or "prompt" in keys):
         return "problems"
     raise InputError(f"{label}: cannot tell the layout from its columns {sorted(keys)}; "
@@ -189,7 +283,7 @@ def detect_preset(rows: list[Row], label: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Mapping rows to problems
+# Normalising a Lean row, and the contract: verify's own statement check
 # --------------------------------------------------------------------------------------------
 
 @dataclass
@@ -205,26 +299,121 @@ class Report:
     kept: list[dict[str, Any]]
     dropped: Counter
     first_rows: dict[str, list[str]]
+    renamed: list[str] = field(default_factory=list)
 
 
-_SORRY_TAIL = re.compile(r"(:=\s*by)\s+sorry\s*$")
-_BY_TAIL = re.compile(r":=\s*by\s*$")
+# `:= by sorry`, `:= by\n  sorry`, `:=\nsorry` (term mode) at the very end -> `:= by` / `:=`.
+_SORRY_TAIL = re.compile(r":=(\s*by)?\s+sorry\s*$")
 _DECL_NAME = re.compile(r"\b(theorem|lemma)\s+([^\s(:{\[]+)")
+_FORBIDDEN_IN_TRUSTED = ("sorry", "admit")
 
 
-def _statement(value: Any) -> str | Drop:
-    """The statement ending in `:= by` (a trailing `sorry` removed) plus a newline, or why not."""
-    if not isinstance(value, str) or not value.strip():
+def normalise_lean(statement: Any, header: Any, prefix: Any, default_header: str) -> dict[str, str] | Drop:
+    """`formal_statement`, `header` (and `informal_prefix`) that verify accepts, or why not.
+
+    See the module docstring: the header embedded in a statement and a trusted preamble before
+    the final theorem move into `header`, a trailing `sorry` goes, a doc comment right before the
+    theorem becomes the informal prefix when the row has none.
+    """
+    from prover_cli.verify.lexer import LexError, lex
+
+    if not isinstance(statement, str) or not statement.strip():
         return Drop("missing formal_statement")
-    text = _SORRY_TAIL.sub(r"\1", value.rstrip())
-    if not _BY_TAIL.search(text):
-        return Drop("formal_statement does not end with `:= by`")
-    return text + "\n"
+    header = header if isinstance(header, str) else ""
+    prefix = prefix if isinstance(prefix, str) else ""
+    text = _SORRY_TAIL.sub(lambda m: ":= by" if m.group(1) else ":=", statement.replace("\r\n", "\n").rstrip())
+    try:
+        lexed = lex(text)
+    except LexError as exc:
+        return Drop(f"cannot read formal_statement ({exc})")
+    finals = [t for t in lexed.code_tokens()
+              if t.kind == "ident" and t.text in ("theorem", "lemma")
+              and lexed.code[lexed.code.rfind("\n", 0, t.start) + 1:t.start].strip() == ""]
+    if not finals:
+        others = [t.text for t in lexed.code_tokens() if t.kind == "ident" and t.text in ("def", "abbrev", "instance", "example")]
+        if others:  # ProofNet has a few `def … : CommGroup G :=` "theorems": there is no proposition to prove
+            return Drop(f"the statement is a `{others[-1]}`, not a `theorem` (verify checks theorems only)")
+        return Drop("no `theorem` or `lemma` in formal_statement")
+    start = lexed.code.rfind("\n", 0, finals[-1].start) + 1
+    before, doc = _split_trailing_doc(text[:start], lexed.code[:start])
+    theorem = text[start:].rstrip() + "\n"
+
+    if before.strip():  # imports / options / preamble inside the statement: into the header
+        if _has_imports(before) and header.strip():
+            if " ".join(header.split()) not in " ".join(before.split()):
+                return Drop("imports in both the statement and the header")
+            header = ""  # the statement repeats the header: keep one copy
+        if header.strip() and not header.endswith("\n\n"):  # a blank line between header and preamble
+            header = header.rstrip("\n") + "\n\n"
+        header = (header if header.strip() else "") + before
+    try:
+        header, header_doc = _split_trailing_doc(header, lex(header).code)
+    except LexError as exc:
+        return Drop(f"cannot read the header ({exc})")
+    doc = doc or header_doc
+    if not header.strip():
+        header = default_header
+    header = header if header.endswith("\n") else header + "\n"
+    if _imports_after_code(header):
+        return Drop("`import` after other code in the header")
+    for what, code in (("header", header), ("formal_statement", theorem)):
+        try:
+            words = {t.text for t in lex(code).code_tokens() if t.kind == "ident"}
+        except LexError as exc:
+            return Drop(f"cannot read the {what} ({exc})")
+        found = sorted(words & set(_FORBIDDEN_IN_TRUSTED))
+        if found:
+            return Drop(f"`{found[0]}` in the trusted {what}")
+
+    from prover_cli.verify.statement import BadRecord, check_statement
+
+    try:
+        check_statement(theorem, header)
+    except BadRecord as exc:
+        return Drop(f"verify would reject it: {exc}")
+    result = {"formal_statement": theorem, "header": header}
+    if prefix.strip() and doc and " ".join(doc.split()) not in " ".join(prefix.split()):
+        prefix = (prefix if prefix.endswith("\n") else prefix + "\n") + doc  # keep both: neither repeats the other
+    prefix = prefix or doc or ""
+    if prefix.strip():
+        result["informal_prefix"] = prefix if prefix.endswith("\n") else prefix + "\n"
+    return result
 
 
-def _dedupe_key(statement: str) -> str:
-    """Equal up to whitespace and the theorem's name."""
-    return " ".join(_DECL_NAME.sub(r"\1 _", statement, count=1).split())
+def _split_trailing_doc(text: str, code: str) -> tuple[str, str]:
+    """(text without its trailing doc comment, that doc comment or ""); `code` is `text` comment-blanked."""
+    end = len(code.rstrip())  # everything after is comments and whitespace
+    region = text[end:]
+    at = region.find("/--")
+    if at < 0 or not region.rstrip().endswith("-/"):
+        return text, ""
+    return text[:end + at], region[at:].strip() + "\n"
+
+
+def _has_imports(text: str) -> bool:
+    return any(line.startswith("import ") for line in text.splitlines())
+
+
+def _imports_after_code(header: str) -> bool:
+    """Lean takes imports only at the top of a file: one after any other command cannot work."""
+    from prover_cli.verify.lexer import lex
+
+    seen_code = False
+    for line in lex(header).code.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("import "):
+            if seen_code:
+                return True
+        else:
+            seen_code = True
+    return False
+
+
+def _dedupe_key(problem: dict[str, Any]) -> str:
+    """Equal up to whitespace and the theorem's name (the header counts: it may hold an answer)."""
+    statement = _DECL_NAME.sub(r"\1 _", problem["formal_statement"], count=1)
+    return " ".join((problem.get("header", "") + "\n" + statement).split())
 
 
 def _theorem_name(statement: Any) -> str | None:
@@ -243,38 +432,64 @@ def _clean_id(value: Any) -> str | Drop:
 
 def _informal_from_prefix(prefix: str) -> str:
     text = prefix.strip()
-    text = text[3:] if text.startswith("/--") else text[2:] if text.startswith("/-") else text
+    for opener in ("/--", "/-!", "/-"):
+        if text.startswith(opener):
+            text = text[len(opener):]
+            break
     return (text[:-2] if text.endswith("-/") else text).strip()
 
 
-def _map_minif2f(row: dict[str, Any], hf_split: str | None, config: Any) -> dict[str, Any] | Drop:
-    pid = _clean_id(row.get("name"))
-    if isinstance(pid, Drop):
-        return Drop("missing name")
-    statement = _statement(row.get("formal_statement"))
-    if isinstance(statement, Drop):
-        return statement
-    prefix = row.get("informal_prefix") if isinstance(row.get("informal_prefix"), str) else ""
-    problem = {"id": pid, "formal_statement": statement, "header": row.get("header") or config.verify.header}
-    if prefix:
-        problem["informal_prefix"] = prefix
-        problem["informal_statement"] = _informal_from_prefix(prefix)
-    problem["split"] = _known_split(row.get("split")) or _known_split(hf_split)
+# --------------------------------------------------------------------------------------------
+# Mapping rows to problems, one mapper per layout
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Context:
+    config: Any
+    default_header: str
+
+
+def _lean_fields(problem: dict[str, Any], statement: Any, header: Any, prefix: Any, ctx: _Context) -> dict[str, Any] | Drop:
+    normal = normalise_lean(statement, header, prefix, ctx.default_header)
+    if isinstance(normal, Drop):
+        return normal
+    problem.update(normal)
+    if "informal_statement" not in problem and normal.get("informal_prefix"):
+        problem["informal_statement"] = _informal_from_prefix(normal["informal_prefix"])
     return problem
 
 
-def _map_lean_workbook(row: dict[str, Any], hf_split: str | None, config: Any) -> dict[str, Any] | Drop:
+def _map_deepseek(row: dict[str, Any], split: str | None, ctx: _Context) -> dict[str, Any] | Drop:
+    """DeepSeek miniF2F/ProofNet, Goedel-V1 files, and Goedel-V2's (`lean4_code`) miniF2F and MOBench."""
+    pid = _clean_id(row.get("name") if row.get("name") not in (None, "") else row.get("problem_id"))
+    if isinstance(pid, Drop):
+        return Drop("missing name")
+    statement = row.get("formal_statement")
+    if not (isinstance(statement, str) and statement.strip()) and isinstance(row.get("lean4_code"), str):
+        statement = row["lean4_code"]
+    problem: dict[str, Any] = {"id": pid}
+    informal = row.get("informal_statement")
+    if isinstance(informal, str) and informal.strip() and informal != "null":
+        problem["informal_statement"] = informal.strip()
+    problem = _lean_fields(problem, statement, row.get("header"), row.get("informal_prefix"), ctx)
+    if isinstance(problem, Drop):
+        return problem
+    problem["split"] = _known_split(row.get("split")) or split
+    return problem
+
+
+def _map_lean_workbook(row: dict[str, Any], split: str | None, ctx: _Context) -> dict[str, Any] | Drop:
     raw_statement = row.get("formal_statement")
     pid = _clean_id(row["id"]) if row.get("id") not in (None, "") else (_theorem_name(raw_statement) or Drop("missing id"))
     if isinstance(pid, Drop):
         return pid
-    statement = _statement(raw_statement)
-    if isinstance(statement, Drop):
-        return statement
-    problem: dict[str, Any] = {"id": pid, "formal_statement": statement, "header": config.verify.header}
+    problem: dict[str, Any] = {"id": pid}
     informal = row.get("natural_language_statement")
     if isinstance(informal, str) and informal.strip():
         problem["informal_statement"] = informal.strip()
+    problem = _lean_fields(problem, raw_statement, row.get("header"), row.get("informal_prefix"), ctx)
+    if isinstance(problem, Drop):
+        return problem
     if isinstance(row.get("status"), str) and row["status"]:
         problem["status"] = row["status"]
     elif isinstance(row.get("proof"), list):
@@ -285,7 +500,39 @@ def _map_lean_workbook(row: dict[str, Any], hf_split: str | None, config: Any) -
     return problem
 
 
-def _map_problems(row: dict[str, Any], hf_split: str | None, config: Any) -> dict[str, Any] | Drop:
+# `abbrev putnam_1962_a2_solution : T := sorry`, then the intended answer as `-- <answer>`.
+_PUTNAM_ANSWER = re.compile(r"^((?:noncomputable\s+)?(?:abbrev|def)\s+(\S+_solution)\b.*:=)\s*sorry\s*$")
+
+
+def _map_putnambench(row: dict[str, Any], split: str | None, ctx: _Context) -> dict[str, Any] | Drop:
+    """One PutnamBench .lean file: the answers (`…_solution := sorry`) filled, or the problem reported."""
+    pid = _clean_id(row.get("__stem__"))
+    if isinstance(pid, Drop):
+        return pid
+    lines = row[_LEAN_FILE].replace("\r\n", "\n").split("\n")
+    filled = False
+    for i, line in enumerate(lines):
+        match = _PUTNAM_ANSWER.match(line)
+        if not match:
+            continue
+        if not ctx.config.data.fill_answers:
+            return Drop("needs an answer (`…_solution := sorry`; data.fill_answers = true fills the answer "
+                        "recorded in the file, for proof-only evaluation)")
+        answer = lines[i + 1][2:].strip() if i + 1 < len(lines) and lines[i + 1].startswith("--") else ""
+        if not answer:
+            return Drop("needs an answer, and the file records none under `…_solution := sorry`")
+        lines[i] = f"{match.group(1)} {answer}"
+        filled = True
+    problem = _lean_fields({"id": pid}, "\n".join(lines), "", "", ctx)
+    if isinstance(problem, Drop):
+        return problem
+    if filled:
+        problem["answer_from_file"] = True  # trusted: the benchmark's own answer, not a model's
+    problem["split"] = "test"  # PutnamBench is an evaluation set
+    return problem
+
+
+def _map_problems(row: dict[str, Any], split: str | None, ctx: _Context) -> dict[str, Any] | Drop:
     pid = _clean_id(row.get("id"))
     if isinstance(pid, Drop):
         return pid
@@ -298,12 +545,11 @@ def _map_problems(row: dict[str, Any], hf_split: str | None, config: Any) -> dic
         if not isinstance(row["prompt"], str):
             return Drop("bad toy prompt")
     else:
-        statement = _statement(row.get("formal_statement"))
-        if isinstance(statement, Drop):
-            return statement
-        problem["formal_statement"] = statement
-        problem["header"] = row.get("header") or config.verify.header
-    problem["split"] = _known_split(row.get("split"), any_name=True) or _known_split(hf_split)
+        problem.pop("informal_prefix", None)
+        problem = _lean_fields(problem, row.get("formal_statement"), row.get("header"), row.get("informal_prefix"), ctx)
+        if isinstance(problem, Drop):
+            return problem
+    problem["split"] = _known_split(row.get("split"), any_name=True) or split
     problem.pop("source", None)
     return problem
 
@@ -316,57 +562,91 @@ def _known_split(value: Any, any_name: bool = False) -> str | None:
     return _STANDARD_SPLITS.get(value)
 
 
-MAPPERS: dict[str, Callable[[dict[str, Any], str | None, Any], dict[str, Any] | Drop]] = {
-    "minif2f": _map_minif2f,
+MAPPERS: dict[str, Callable[[dict[str, Any], str | None, _Context], dict[str, Any] | Drop]] = {
+    "deepseek": _map_deepseek,
+    "goedel-v2": _map_deepseek,  # the same columns, plus `lean4_code`; normalisation does the rest
     "lean-workbook": _map_lean_workbook,
+    "putnambench": _map_putnambench,
     "problems": _map_problems,
 }
 
 
+# Layouts whose names are not unique upstream: ProofNet repeats a textbook exercise number
+# (`exercise_3_3`) for different problems of different books. Another problem under a seen
+# name is kept as `NAME-2`, `NAME-3`, …; the same problem again is a duplicate.
+_RENAMING_PRESETS = ("deepseek", "goedel-v2")
+
+
+def _rename_duplicate(problem: dict[str, Any], seen_ids: set[str], seen_keys: dict[str, str], preset: str) -> str | None:
+    if preset not in _RENAMING_PRESETS or "formal_statement" not in problem:
+        return None
+    if seen_keys.get(problem["id"]) == _dedupe_key(problem):
+        return None  # the same problem again (a few-shot file repeating miniF2F rows)
+    suffix = 2
+    while f"{problem['id']}-{suffix}" in seen_ids:
+        suffix += 1
+    return f"{problem['id']}-{suffix}"
+
+
+def default_header(config: Any) -> str:
+    """The header for rows without one: the model family's own evaluation header, else verify.header."""
+    from prover_cli.prompts import family_header, family_choice
+
+    family, _ = family_choice(config.model.name, config.model.family)
+    return family_header(family) or config.verify.header
+
+
 def _map_rows(rows: list[Row], preset: str, label: str, config: Any, limit: int, reporter: Reporter) -> Report:
     mapper = MAPPERS[preset]
+    ctx = _Context(config, default_header(config))
     report = Report(rows=len(rows), kept=[], dropped=Counter(), first_rows=defaultdict(list))
     seen_ids: set[str] = set()
+    seen_keys: dict[str, str] = {}  # id -> dedupe key of its problem, for renaming repeated names
     seen_statements: set[str] = set()
     wanted_status = config.data.status
 
-    def drop(reason: str, row_no: int, split: str | None) -> None:
+    def drop(reason: str, row_no: int, where: str | None) -> None:
         report.dropped[reason] += 1
         if len(report.first_rows[reason]) < _FIRST_ROWS_SHOWN:
-            report.first_rows[reason].append(f"{split}:{row_no}" if split else str(row_no))
+            report.first_rows[reason].append(f"{where}:{row_no}" if where else str(row_no))
 
     with reporter.task("prepare-data", total=len(rows), unit="rows") as progress:
-        for index, (row_no, row, hf_split) in enumerate(rows, start=1):
+        for index, (row_no, row, split, where) in enumerate(rows, start=1):
             if index % 1000 == 0:  # rich redraws per call: advance in chunks on 100k-row datasets
                 progress.advance(1000)
             if isinstance(row, BadLine):
-                drop("not valid JSON" if row.reason.startswith("not valid JSON") else "not a JSON object", row_no, hf_split)
+                drop("not valid JSON" if row.reason.startswith("not valid JSON") else "not a JSON object", row_no, where)
                 continue
-            problem = mapper(row, hf_split, config)
+            problem = mapper(row, split, ctx)
             if isinstance(problem, Drop):
-                drop(problem.reason, row_no, hf_split)
+                drop(problem.reason, row_no, where)
                 continue
             if wanted_status != "any":
                 status = problem.get("status")
                 if status is None:
-                    drop("no status to filter on (data.status)", row_no, hf_split)
+                    drop("no status to filter on (data.status)", row_no, where)
                     continue
                 if (status == "proved") != (wanted_status == "proved"):
-                    drop(f"status filter (data.status = {wanted_status})", row_no, hf_split)
+                    drop(f"status filter (data.status = {wanted_status})", row_no, where)
                     continue
             if problem["id"] in seen_ids:
-                drop("duplicate id", row_no, hf_split)
-                continue
-            seen_ids.add(problem["id"])
-            if config.data.dedupe:
-                key = _dedupe_key(problem["formal_statement"]) if "formal_statement" in problem else None
-                if key is not None and key in seen_statements:
-                    drop("duplicate statement", row_no, hf_split)
+                renamed = _rename_duplicate(problem, seen_ids, seen_keys, preset)
+                if renamed is None:
+                    drop("duplicate id", row_no, where)
                     continue
-                if key is not None:
-                    seen_statements.add(key)
+                report.renamed.append(f"{problem['id']} -> {renamed}")
+                problem["id"] = renamed
+            seen_ids.add(problem["id"])
+            if "formal_statement" in problem:
+                seen_keys.setdefault(problem["id"], _dedupe_key(problem))
+            if config.data.dedupe and "formal_statement" in problem:
+                key = _dedupe_key(problem)
+                if key in seen_statements:
+                    drop("duplicate statement", row_no, where)
+                    continue
+                seen_statements.add(key)
             if limit and len(report.kept) >= limit:
-                drop("over the limit", row_no, hf_split)
+                drop("over the limit", row_no, where)
                 continue
             problem["source"] = label
             report.kept.append(problem)
@@ -387,7 +667,7 @@ def seeded_split(problem_id: str, seed: int, valid_fraction: float) -> str:
 
 
 _FIELD_ORDER = ("id", "formal_statement", "header", "informal_statement", "informal_prefix", "split", "source",
-                "status", "subset")
+                "status", "subset", "answer_from_file")
 
 
 def _ordered(problem: dict[str, Any]) -> dict[str, Any]:
@@ -404,7 +684,8 @@ def _generated(config: Any, task: str, limit: int) -> Report:
         from prover_cli.tasks.countdown import generate_problems
 
         count = limit or d.countdown_problems
-        problems = generate_problems(count, d.countdown_numbers, d.countdown_max_number, config.run.seed)
+        problems = generate_problems(count, d.countdown_numbers, d.countdown_max_number, config.run.seed,
+                                     prompt=d.countdown_prompt)
     else:
         from prover_cli.tasks import toy
 
@@ -417,13 +698,19 @@ def _generated(config: Any, task: str, limit: int) -> Report:
 # Summary
 # --------------------------------------------------------------------------------------------
 
-def _summary(report: Report, out: Path, label: str, preset: str) -> dict[str, Any]:
+def _summary(report: Report, out: Path, label: str, preset: str, files: int) -> dict[str, Any]:
     splits = Counter(p["split"] for p in report.kept)
     tables = [{
         "title": f"prepare-data: {len(report.kept)} problems from {label} ({preset})",
         "columns": ["split", "problems"],
         "rows": [[name, count] for name, count in sorted(splits.items())],
     }]
+    if report.renamed:
+        tables.append({
+            "title": f"kept under a new id: {len(report.renamed)} (the source repeats their names)",
+            "columns": ["id"], "rows": [[text] for text in report.renamed[:_FIRST_ROWS_SHOWN]]
+            + ([[f"... and {len(report.renamed) - _FIRST_ROWS_SHOWN} more"]] if len(report.renamed) > _FIRST_ROWS_SHOWN else []),
+        })
     if report.dropped:
         tables.append({
             "title": f"rows not kept: {sum(report.dropped.values())} of {report.rows}",
@@ -436,10 +723,12 @@ def _summary(report: Report, out: Path, label: str, preset: str) -> dict[str, An
         "out": str(out),
         "source": label,
         "preset": preset,
+        "files": files,
         "rows": report.rows,
         "kept": len(report.kept),
         "dropped": sum(report.dropped.values()),
         "dropped_by_reason": dict(report.dropped),
+        "renamed": len(report.renamed),
         "dropped_first_rows": {reason: rows for reason, rows in report.first_rows.items() if rows},
         "splits": dict(sorted(splits.items())),
         "tables": tables,

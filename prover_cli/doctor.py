@@ -84,6 +84,28 @@ def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.
     return Check("lean repl", False, f"`{' '.join(repl_command)}` gave no environment: {tail[0]}", fix)
 
 
+def check_canary(verify_config: Any) -> Check:
+    """Run the verify canary (prover_cli/verify/canary.py) on the configured REPL: honest proofs
+    must verify and each cheat must be rejected, else our rules do not hold on this toolchain."""
+    from prover_cli.errors import ProverError
+    from prover_cli.verify.canary import canaries_for, failures_message, run_canary
+    from prover_cli.verify.pool import ReplPool
+
+    fix = ("the verdict rules do not match this Lean version: verification refuses to run; report the "
+           "failing rule, or use the toolchain of verify.lean_toolchain")
+    pool = ReplPool(verify_config)
+    try:
+        results = run_canary(pool)
+    except ProverError as exc:   # the REPL cannot start or the header does not elaborate
+        return Check("lean canary", False, f"could not run: {exc}", getattr(exc, "hint", "") or fix)
+    finally:
+        pool.close()
+    if all(r["ok"] for r in results):
+        return Check("lean canary", True, f"{len(canaries_for(verify_config))} canaries as expected "
+                                          "(honest proofs verified, every cheat rejected)")
+    return Check("lean canary", False, failures_message(results), fix)
+
+
 def check_modal_credentials() -> Check:
     from prover_cli.backends import modal_credentials_present
 
@@ -100,6 +122,11 @@ def run_doctor(config: Any) -> list[Check]:
     checks.append(check_package("trl", "pip install 'trl==1.16.*' (needed by `train grpo`)"))
     checks.append(check_package("vllm", "optional, GPU only: pip install 'prover-cli[gpu]'"))
     checks.append(check_package("modal", "pip install 'modal==1.6.*' (needed by --backend modal)"))
-    checks.append(check_lean(config.verify.repl_command, config.verify.project_dir))
+    lean = check_lean(config.verify.repl_command, config.verify.project_dir)
+    checks.append(lean)
+    if lean.ok:
+        checks.append(check_canary(config.verify))
+    else:
+        checks.append(Check("lean canary", False, "not run: no REPL", lean.fix))
     checks.append(check_modal_credentials())
     return checks

@@ -46,26 +46,48 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
     `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
     across calls); by default one is loaded for `model` / `model.name`."""
     path = Path(problems_path) if problems_path else config.problems_path
-    problems = load_problems(path, split=config.generate.split or None)
+    malformed: list[dict[str, Any]] = []  # bad lines are reported and skipped; the run then exits 1
+    problems = load_problems(path, split=config.generate.split or None, malformed=malformed)
+    for item in malformed:
+        reporter.log(f"{path}:{item['line']}: {item['reason']}")
     out = Path(out_path) if out_path else config.run_dir / "samples.jsonl"
-    return generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
-                            problems_label=str(path), sampler=sampler)
+    result = generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
+                              problems_label=str(path), sampler=sampler)
+    if malformed:
+        result.update(ok=False, malformed_lines=len(malformed), malformed=malformed)
+        result.setdefault("tables", []).append({"title": f"malformed lines of {path.name} (skipped)",
+                                                "columns": ["line", "problem"],
+                                                "rows": [[m["line"], m["reason"]] for m in malformed]})
+    return result
 
 
-def load_problems(path: Path, split: str | None = None) -> list[dict[str, Any]]:
-    """Problems of `path` (of `split` if given); bad lines and duplicate ids are errors naming the line."""
-    from prover_cli.data import iter_problems
+def load_problems(path: Path, split: str | None = None,
+                  malformed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Problems of `path` (of `split` if given). A bad line or duplicate id is an error naming the
+    line, or, when a `malformed` list is given, appended to it ({"line", "reason"}) and skipped."""
+    from prover_cli.jsonl import BadLine, read_jsonl
 
     if not path.exists():
         raise InputError(f"{path}: problems file not found",
                          hint="write it with `prover prepare-data` (e.g. `prover prepare-data examples --out problems.jsonl`)")
+
+    def bad(line_no: int, reason: str) -> None:
+        if malformed is None:
+            raise InputError(f"{path}:{line_no}: {reason}")
+        malformed.append({"line": line_no, "reason": reason})
+
     problems, seen, splits = [], {}, set()
-    for line_no, problem in iter_problems(path):
+    for line_no, problem in read_jsonl(path):
+        if isinstance(problem, BadLine):
+            bad(line_no, problem.reason)
+            continue
         pid = problem.get("id")
         if not isinstance(pid, str) or not pid:
-            raise InputError(f"{path}:{line_no}: problem has no string `id`")
+            bad(line_no, "problem has no string `id`")
+            continue
         if pid in seen:
-            raise InputError(f"{path}:{line_no}: duplicate problem id {pid!r} (first on line {seen[pid]})")
+            bad(line_no, f"duplicate problem id {pid!r} (first on line {seen[pid]})")
+            continue
         seen[pid] = line_no
         splits.add(problem.get("split"))
         if split is None or problem.get("split") == split:
@@ -103,7 +125,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     if task_name == "lean":  # the prompt, the candidate and verify all see the same header
         problems = [{**p, "header": p.get("header") or config.verify.header} for p in problems]
     model_label = model_label or model or config.model.name
-    family = resolve_family(family_name or model or config.model.name, config.model.family)
+    family = resolve_family(family_name or model or config.model.name, config.model.family, reporter=reporter)
 
     with ResumableWriter(out) as writer:
         existing = _existing_samples(writer.records)

@@ -11,15 +11,23 @@ What happens, top to bottom:
 3. reward: the task's batched `rewards(problems, completions, config)` in TRL's reward signature,
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
 4. `GRPOConfig`: every `[grpo]` key, and every TRL default we depend on, set explicitly;
-5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema;
+5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema, with
+   the held-out `eval/*` keys every `run.eval_every` steps (prover_cli/heldout.py, the function
+   ES calls) and streams it to `run.report_to` (prover_cli/tracking.py, the logger ES uses);
 6. train, checkpointing into `checkpoints/` every `grpo.save_every` steps, then save `final/`
-   (safetensors model + tokenizer).
+   (safetensors model + tokenizer), whole or not at all.
+
+Precision: with `model.dtype` bfloat16/float16 the policy trains fp32 master weights (fp32
+parameters, gradients and AdamW moments; forward/backward under the Trainer's autocast in the
+model dtype), TRL 1.16's own default for a model given by path (`load_policy`); `final/` holds
+the fp32 master. `grpo.fp32_master = false` trains the low-precision weights directly.
 
 Resuming (`--resume`): transformers' Trainer saves the weights, optimizer, scheduler and RNG
 states every `grpo.save_every` steps (the last 2 kept); `--resume` continues from the newest
 complete checkpoint, drops the metrics lines written after it and keeps `samples/total` and
 `time/elapsed_s` counting from the last kept line. On CPU the resumed run ends with the same
-weights, bit for bit, as an uninterrupted one (tested). Without `--resume` an existing
+weights, bit for bit, as an uninterrupted one (tested). A run whose newest checkpoint is at
+`grpo.steps` is complete: `--resume` says so and changes nothing. Without `--resume` an existing
 `metrics.jsonl` or `checkpoints/` is refused rather than overwritten, as `train es` refuses an
 existing ledger; a config that differs from the run's `config.toml` where it changes the
 trajectory is refused on resume.
@@ -42,8 +50,10 @@ Not covered: multi-process (DDP) training: metrics count the samples of this pro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -58,55 +68,118 @@ KEEP_CHECKPOINTS = 2  # the newest may be torn by a kill mid-save; the one befor
 
 
 def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
-    """Train with GRPO; write `config.toml`, `metrics.jsonl`, `checkpoints/` and `final/` into `run.dir`."""
+    """Train with GRPO; write `config.toml`, `metrics.jsonl`, `checkpoints/` and `final/` into `run.dir`.
+
+    Whatever transformers, TRL or a tracker prints meanwhile (transformers announces W&B offline
+    mode on import, trackio its run) goes to stderr: with --json, stdout carries the result only."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return _train_grpo(config, resume=resume, reporter=reporter)
+
+
+def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
     from prover_cli.metrics import METRICS_FILE, write_resolved_config
     from prover_cli.tasks import get_task
 
+    from prover_cli.heldout import heldout_problems
+    from prover_cli.tracking import open_tracker
+
     check_batch_shape(config)
     run_dir = config.run_dir
+    final_dir = run_dir / "final"
     checkpoint = start_or_resume(config, resume, reporter)  # refuses to overwrite a run; truncates metrics
+    if checkpoint is not None and checkpoint_step(checkpoint) == config.grpo.steps:
+        return finished_run(config, checkpoint, reporter)  # nothing to train: say so, change nothing
     task = get_task(config.data.task)
     problems = load_train_problems(config, reporter)  # before the model: a missing file fails fast
+    heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
     write_resolved_config(config)
     kept = read_metrics(run_dir)  # lines up to the checkpoint (none when starting from scratch)
     resumed_from = checkpoint_step(checkpoint) if checkpoint else 0
 
-    model, tokenizer, device = load_policy(config)
+    model, tokenizer, device, compute_dtype = load_policy(config)
     cuda = device.startswith("cuda")
     dataset = build_dataset(problems, task, tokenizer, config.model.family)
     stats = StepRewards()
     reward_fn = make_reward_function(task, config, stats, columns=problem_columns(problems))
 
-    args = grpo_args(config, output_dir=run_dir / CHECKPOINTS_DIR, cuda=cuda)
+    args = grpo_args(config, output_dir=run_dir / CHECKPOINTS_DIR, cuda=cuda, compute_dtype=compute_dtype)
     samples_per_step = config.grpo.per_device_train_batch_size * config.grpo.gradient_accumulation_steps
     reporter.log(
         f"GRPO on {len(problems)} {config.data.task} problems ({config.data.train_split}): "
         f"{config.grpo.steps} steps x {samples_per_step // config.grpo.num_generations} prompts x "
-        f"{config.grpo.num_generations} completions = {samples_per_step} samples/step, device {device}"
+        f"{config.grpo.num_generations} completions = {samples_per_step} samples/step, device {device}, "
+        f"weights {model.dtype}, compute {compute_dtype}".replace("torch.", "")
     )
 
     from transformers import PrinterCallback, ProgressCallback
 
-    with reporter.task("grpo", total=config.grpo.steps, unit="steps") as progress, warnings.catch_warnings():
+    with reporter.task("grpo", total=config.grpo.steps, unit="steps") as progress, warnings.catch_warnings(), \
+            open_tracker(config, resumed_from=resumed_from) as tracker:
         # TRL 1.16 still calls the old name inside the trainer; nothing for the user to change.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
         progress.advance(resumed_from)
         last = kept[-1] if kept else {}
+        evaluation = HeldOutEvaluation(config, task, heldout, tokenizer, compute_dtype, reporter)
         callback = make_metrics_callback(config, stats, progress, samples_total=last.get("samples/total", 0),
-                                         elapsed_s=last.get("time/elapsed_s", 0.0))
+                                         elapsed_s=last.get("time/elapsed_s", 0.0), tracker=tracker,
+                                         evaluation=evaluation)
         trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                             processing_class=tokenizer, callbacks=[callback])
         for printer in (PrinterCallback, ProgressCallback):  # both print to stdout
             trainer.remove_callback(printer)
+        place_trl_tensorboard(trainer, run_dir)
         # The Trainer restores weights, optimizer, scheduler, step and RNG states, and skips the
         # batches the checkpointed steps consumed.
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
 
-    final_dir = run_dir / "final"
-    trainer.model.save_pretrained(final_dir)  # safetensors (the transformers >= 4.x default)
-    tokenizer.save_pretrained(final_dir)
+    save_final(trainer.model, tokenizer, final_dir)  # the fp32 master: nothing trained is lost
     return summarize(kept + callback.records, final_dir, run_dir / METRICS_FILE, resumed_from)
+
+
+def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
+    """final/ appears whole or not at all (written aside, then renamed), as `train es` does.
+
+    The model is saved in its parameters' dtype: with fp32 master weights `config.json` says
+    `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve."""
+    import shutil
+
+    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)  # safetensors (the transformers >= 4.x default)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final_dir, ignore_errors=True)
+    tmp.rename(final_dir)
+
+
+# Trainer checkpoint files that are training state, not the model (final/ gets everything else).
+_TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
+
+
+def finished_run(config: Any, checkpoint: Path, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """--resume on a run whose newest checkpoint is at `grpo.steps`: report it, train nothing.
+
+    Only a missing `final/` (a kill during the final save) is rebuilt, from that checkpoint's
+    model files; metrics.jsonl, the checkpoints and an existing `final/` are left as they are."""
+    import shutil
+
+    from prover_cli.metrics import METRICS_FILE
+
+    run_dir, final_dir = config.run_dir, config.run_dir / "final"
+    steps = config.grpo.steps
+    reporter.log(f"{run_dir}: the run is complete ({checkpoint.name} is at grpo.steps = {steps}); nothing to train. "
+                 "Raise grpo.steps and pass --resume to train further.")
+    if not final_dir.is_dir():
+        tmp = final_dir.with_name(final_dir.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(checkpoint, tmp, ignore=lambda d, names: [n for n in names if n in _TRAINING_STATE_FILES
+                                                                    or n.startswith("rng_state")])
+        tmp.rename(final_dir)
+        reporter.log(f"{final_dir}: was missing; written from {checkpoint}")
+    records = [r for r in read_metrics(run_dir) if r.get("iteration", 0) <= steps]
+    result = summarize(records, final_dir, run_dir / METRICS_FILE, resumed_from=steps)
+    result["complete"] = True
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,6 +220,8 @@ def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) ->
     if step > config.grpo.steps:
         raise ConfigError(f"{checkpoint}: the checkpoint is at step {step}, past grpo.steps = {config.grpo.steps}",
                           hint="raise grpo.steps, or start a new run.dir")
+    if step == config.grpo.steps:
+        return checkpoint  # a finished run: train_grpo says so and changes nothing (not even metrics)
     truncate_metrics(run_dir, step)  # lines written after the checkpoint are redone
     reporter.log(f"resuming from {checkpoint} (step {step} of {config.grpo.steps})")
     return checkpoint
@@ -284,7 +359,7 @@ def generate_problems(config: Any) -> list[dict[str, Any]] | None:
         from prover_cli.tasks import countdown
 
         return countdown.generate_problems(d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
-                                           seed=config.run.seed)
+                                           seed=config.run.seed, prompt=d.countdown_prompt)
     if d.task == "toy":
         from prover_cli.tasks import toy
 
@@ -356,15 +431,29 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
 # --------------------------------------------------------------------------------------------
 
 def load_policy(config: Any):
-    """(model, tokenizer, device). TRL reloads the reference model (beta > 0) and vLLM loads the
-    policy from `model.name_or_path`; both must see a local directory holding exactly these
-    initial weights, never a hub id that needs network (and would lose `model.revision`)."""
+    """(model, tokenizer, device, compute dtype), the model's parameters the fp32 master copy.
+
+    fp32 master weights (`grpo.fp32_master`, default on) when `model.dtype` resolves to bfloat16
+    or float16: the parameters, gradients and AdamW moments are fp32 and the forward/backward
+    pass runs under the Trainer's autocast in the model dtype (`bf16=True` / `fp16=True`). This is
+    what TRL 1.16 does when given a model path (`create_model_from_path` defaults `dtype` to
+    float32; TRL's `bf16` default then autocasts); we load the model ourselves, so we upcast it.
+    Without it AdamW updates bf16 parameters directly and steps below half a bf16 ulp round away
+    (at lr 1e-5, most weights and every RMSNorm weight never move).
+
+    TRL reloads the reference model (beta > 0) and vLLM loads the policy from
+    `model.name_or_path`; both must see a local directory holding exactly these initial weights,
+    never a hub id that needs network (and would lose `model.revision`). That directory keeps the
+    model dtype, so vLLM serves in it; TRL builds the reference in the policy's dtype (fp32)."""
     from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer
 
     model, tokenizer, device = load_model_and_tokenizer(config.model)
     if config.grpo.beta > 0 or config.grpo.use_vllm:
         ensure_local_base(model, tokenizer, config.run_dir / "base")
-    return model, tokenizer, device
+    compute_dtype = model.dtype
+    if config.grpo.fp32_master and model.dtype.is_floating_point and model.dtype.itemsize < 4:
+        model.float()  # exact: every bf16/fp16 value is an fp32 value
+    return model, tokenizer, device, compute_dtype
 
 
 def ensure_local_base(model: Any, tokenizer: Any, base_dir: Path) -> str:
@@ -396,11 +485,18 @@ def check_batch_shape(config: Any) -> None:
         )
 
 
-def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool):
-    """TRL `GRPOConfig` from our config. Everything the run depends on is set here, explicitly."""
+def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype: Any = None):
+    """TRL `GRPOConfig` from our config. Everything the run depends on is set here, explicitly.
+
+    `compute_dtype` (the model dtype, from `load_policy`) picks the autocast: bfloat16 -> `bf16`,
+    float16 -> `fp16` (CUDA only: accelerate has no CPU fp16 autocast), float32 -> none."""
+    import torch
     from trl import GRPOConfig
 
+    from prover_cli.tracking import parse_report_to, project_name, run_name
+
     check_batch_shape(config)
+    trackers = parse_report_to(config.run.report_to)
     g = config.grpo
     checkpointing_key = ("activation_checkpointing"  # transformers >= 5.x name; the old one warns
                          if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -445,13 +541,15 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool):
         data_seed=config.run.seed,
         logging_steps=1,
         **checkpointing(g.save_every),
-        report_to="none",
+        report_to=trackers or "none",  # TRL's own curves; ours go through prover_cli/tracking.py
+        run_name=run_name(config),
+        project=project_name("trackio"),  # trackio resumes the run our tracker opened (same project+name)
         log_completions=False,
         disable_tqdm=True,  # progress goes through our reporter
         # -- device and precision --------------------------------------------------------------
         use_cpu=not cuda,
-        bf16=cuda,  # bf16 autocast only where it is fast and supported
-        fp16=False,
+        bf16=compute_dtype == torch.bfloat16,  # autocast: fp32 master weights, bf16 matmuls
+        fp16=compute_dtype == torch.float16 and cuda,
         **{checkpointing_key: cuda},  # trade compute for memory on GPU; the tiny CPU model needs none
     )
 
@@ -464,6 +562,56 @@ def checkpointing(save_every: int) -> dict[str, Any]:
     return {"save_strategy": "steps", "save_steps": save_every, "save_total_limit": KEEP_CHECKPOINTS,
             "save_only_model": False,  # optimizer and RNG states too: what an exact resume needs
             "ignore_data_skip": False}  # skip the batches the checkpointed steps consumed
+
+
+# --------------------------------------------------------------------------------------------
+# Held-out evaluation and trackers
+# --------------------------------------------------------------------------------------------
+
+class HeldOutEvaluation:
+    """The policy's held-out `eval/*` keys (prover_cli/heldout.py, the function ES calls too).
+
+    Runs on the Trainer's model after the optimizer step: eval mode (no dropout, no activation
+    checkpointing, so generation keeps its KV cache), under the same autocast as training, so
+    it scores the weights exactly as training computes with them; then back to train mode."""
+
+    def __init__(self, config: Any, task: Any, problems: list[dict[str, Any]], tokenizer: Any, compute_dtype: Any,
+                 reporter: Any = NULL_REPORTER):
+        self.config, self.task, self.problems, self.tokenizer = config, task, problems, tokenizer
+        self.compute_dtype, self.reporter = compute_dtype, reporter
+
+    def due(self, step: int) -> bool:
+        from prover_cli.heldout import eval_due
+
+        return eval_due(self.config, step, self.config.grpo.steps)
+
+    def __call__(self, model: Any) -> dict[str, Any]:
+        import torch
+
+        from prover_cli.heldout import evaluate_heldout
+        from prover_cli.samplers.transformers_sampler import TransformersSampler
+
+        sampler = TransformersSampler(self.config, model=model, tokenizer=self.tokenizer)
+        device_type = next(model.parameters()).device.type
+        # The autocast grpo_args gives the Trainer: bf16 anywhere, fp16 on CUDA only.
+        autocasts = self.compute_dtype != model.dtype and (self.compute_dtype == torch.bfloat16 or device_type == "cuda")
+        autocast = torch.autocast(device_type, dtype=self.compute_dtype) if autocasts else contextlib.nullcontext()
+        was_training = model.training
+        model.eval()
+        try:
+            with autocast:
+                return evaluate_heldout(sampler, self.config, self.problems, task=self.task, reporter=self.reporter)
+        finally:
+            model.train(was_training)
+
+
+def place_trl_tensorboard(trainer: Any, run_dir: Path) -> None:
+    """TRL's TensorBoard events go to `<run.dir>/tensorboard/trl/`, beside ours, not into checkpoints/."""
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = str(run_dir / "tensorboard" / "trl")
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,10 +641,12 @@ _TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo
 
 
 def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, samples_total: int = 0,
-                          elapsed_s: float = 0.0):
+                          elapsed_s: float = 0.0, tracker: Any = None, evaluation: Any = None):
     """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log.
 
-    `samples_total` and `elapsed_s` are where a resumed run's cumulative counters start."""
+    `samples_total` and `elapsed_s` are where a resumed run's cumulative counters start. On the
+    steps `run.eval_every` picks, `evaluation(model)` adds the held-out `eval/*` keys (its time is
+    not counted in `time/*`); every line also goes to `tracker` (run.report_to)."""
     from transformers import TrainerCallback
 
     from prover_cli.metrics import append_metrics
@@ -520,8 +670,12 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
             self.samples_total += len(rewards)
             self.pending = step_record(config, state.global_step, rewards, self.samples_total,
                                        wall_s=now - self.last, elapsed_s=elapsed_s + now - self.start)
-            self.last = now
             record = self.pending
+            if evaluation is not None and evaluation.due(state.global_step):
+                record.update(evaluation(kwargs["model"]))
+                self.start += time.perf_counter() - now  # evaluation time is not training time
+                now = time.perf_counter()
+            self.last = now
             progress.advance(1, reward=f"{record['reward/mean']:.3f}", verified=record["verify/verified"])
 
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -538,6 +692,8 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
         def _flush(self) -> None:
             if self.pending is not None:
                 append_metrics(run_dir, self.pending)
+                if tracker is not None:
+                    tracker.log(self.pending)
                 self.records.append(self.pending)
                 self.pending = None
 

@@ -1,20 +1,36 @@
 """JSONL in and out, written so that a killed run loses nothing and resumes cleanly.
 
-- `read_jsonl` yields (line_number, object-or-error) and never stops at a bad line: the caller
-  reports it by line number and goes on.
+- `read_jsonl` yields (line_number, object-or-BadLine) and never stops at a bad line: the caller
+  reports it by line number and goes on. Every line is decoded on its own, so one invalid
+  UTF-8 byte costs one line, not the file; a UTF-8 byte order mark is skipped; a line longer
+  than `io.max_line_bytes` is reported and skipped without being held in memory.
 - `ResumableWriter` appends one record per line and flushes each, so a `kill -9` loses at most
   the line being written. On reopen it drops a torn last line (no trailing newline) before
   appending, and `done_ids` tells which records already exist, so a rerun skips them.
+- A failed write (disk full, permissions...) is a `MachineError` naming the file and the
+  operation; what was written before it stays valid, so the rerun resumes.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from prover_cli.errors import InputError
+from prover_cli.errors import InputError, MachineError
+
+# The longest line a reader holds in memory; `io.max_line_bytes` in the config sets it (the cli
+# calls `configure`). A proof is a few KiB; a 50 MB line is a broken file, not a record.
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+_limits = {"max_line_bytes": DEFAULT_MAX_LINE_BYTES}
+_SKIP_CHUNK_BYTES = 1024 * 1024  # how an over-long line is skipped: in pieces of this size
+
+
+def configure(*, max_line_bytes: int) -> None:
+    """Set the line-length limit of every reader in this process (from `io.max_line_bytes`)."""
+    _limits["max_line_bytes"] = int(max_line_bytes)
 
 
 class BadLine:
@@ -27,27 +43,90 @@ class BadLine:
         return f"BadLine({self.reason!r})"
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
+def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None
+               ) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
+    """(line number, JSON object or BadLine) for every non-blank line of `path`."""
     path = Path(path)
+    limit = max_line_bytes if max_line_bytes is not None else _limits["max_line_bytes"]
     try:
-        handle = path.open("r", encoding="utf-8")
+        handle = path.open("rb")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, expected a JSONL file") from None
+    except OSError as exc:
+        raise MachineError.from_os_error(exc, path, "open") from None
     with handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+        line_no = 0
+        while True:
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield line_no, BadLine(f"not valid JSON ({exc.msg} at column {exc.colno})")
+                raw = handle.readline(limit + 1)
+            except OSError as exc:
+                raise MachineError.from_os_error(exc, path, f"read line {line_no + 1}") from None
+            if not raw:
+                return
+            line_no += 1
+            if len(raw) > limit and not (raw.endswith(b"\n") and len(raw) - 1 <= limit):
+                total = len(raw) + _skip_rest_of_line(handle)
+                yield line_no, BadLine(f"line of {total:,} bytes is longer than io.max_line_bytes = {limit:,}; skipped")
                 continue
-            if not isinstance(obj, dict):
-                yield line_no, BadLine(f"expected a JSON object, got {type(obj).__name__}")
-                continue
-            yield line_no, obj
+            if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            yield from _decode(line_no, raw)
+
+
+def _skip_rest_of_line(handle: Any) -> int:
+    """Read past the end of an over-long line a chunk at a time; returns the bytes skipped."""
+    skipped = 0
+    while True:
+        chunk = handle.readline(_SKIP_CHUNK_BYTES)
+        skipped += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return skipped
+
+
+def _decode(line_no: int, raw: bytes) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
+    if not raw.strip():
+        return
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield line_no, BadLine(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+        return
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        yield line_no, BadLine(f"not valid JSON ({exc.msg} at column {exc.colno})")
+        return
+    except RecursionError:
+        yield line_no, BadLine("not valid JSON (nested too deeply)")
+        return
+    if not isinstance(obj, dict):
+        yield line_no, BadLine(f"expected a JSON object, got {type(obj).__name__}")
+        return
+    yield line_no, obj
+
+
+def read_utf8(path: str | Path) -> str:
+    """A whole text file (a .json document, a .lean file) as str; a BOM is skipped, and a byte
+    that is not UTF-8 is an InputError naming the file, line and column."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise MachineError.from_os_error(exc, path, "read") from None
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column})") from None
 
 
 def fields_first(record: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
@@ -79,7 +158,10 @@ class ResumableWriter:
         self._handle = None
 
     def __enter__(self) -> "ResumableWriter":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MachineError.from_os_error(exc, self.path.parent, "create directory") from None
         if self.path.exists():
             self._drop_torn_tail()
             for line_no, obj in read_jsonl(self.path):
@@ -89,30 +171,56 @@ class ResumableWriter:
                 self.records.append(obj)
                 if self.key in obj:
                     self.done_ids.add(str(obj[self.key]))
-        self._handle = self.path.open("a", encoding="utf-8")
+        try:
+            self._handle = self.path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise MachineError.from_os_error(exc, self.path, "open for appending") from None
         return self
 
     def _drop_torn_tail(self) -> None:
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1  # keep every complete line
+        """Cut a last line without its newline (a write killed midway), scanning back from the end."""
+        try:
             with self.path.open("r+b") as handle:
-                handle.truncate(cut)
+                end = handle.seek(0, os.SEEK_END)
+                if end == 0:
+                    return
+                handle.seek(end - 1)
+                if handle.read(1) == b"\n":
+                    return
+                position = end
+                while position > 0:
+                    start = max(0, position - _SKIP_CHUNK_BYTES)
+                    handle.seek(start)
+                    newline = handle.read(position - start).rfind(b"\n")
+                    if newline >= 0:
+                        handle.truncate(start + newline + 1)  # keep every complete line
+                        return
+                    position = start
+                handle.truncate(0)
+        except OSError as exc:
+            raise MachineError.from_os_error(exc, self.path, "truncate a torn last line of") from None
 
     def write(self, record: dict[str, Any]) -> None:
         assert self._handle is not None, "use ResumableWriter as a context manager"
-        self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        if self.fsync:
-            os.fsync(self._handle.fileno())
+        try:
+            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._handle.flush()
+            if self.fsync:
+                os.fsync(self._handle.fileno())
+        except OSError as exc:
+            raise MachineError.from_os_error(exc, self.path, "write") from None
         self.records.append(record)
         if self.key in record:
             self.done_ids.add(str(record[self.key]))
 
     def __exit__(self, *exc: Any) -> None:
         if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+            handle, self._handle = self._handle, None
+            try:
+                handle.close()
+            except OSError as error:
+                if exc[0] is None:  # a close that fails on its own is news; after a failure it is not
+                    raise MachineError.from_os_error(error, self.path, "write") from None
 
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
@@ -120,9 +228,15 @@ def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        raise MachineError.from_os_error(exc, tmp, "write") from None
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise MachineError.from_os_error(exc, path, f"move {tmp.name} into place as") from None

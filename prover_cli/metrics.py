@@ -15,6 +15,15 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `time/elapsed_s` | cumulative wall seconds |
 | `es/update_norm` | ES only: L2 norm of the update applied (0 when skipped) |
 | `es/skipped` | ES only: true when all rewards were equal and no update was made |
+| `grpo/loss`, `grpo/grad_norm`, `grpo/kl`, ... | GRPO only: TRL's own numbers for the step |
+| `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/heldout.py): verified samples / samples |
+| `eval/solved_rate`, `eval/reward_mean` | held-out: problems with a verified sample / problems; mean reward |
+| `eval/verified`, `eval/samples`, `eval/problems` | held-out counts |
+| `eval/wall_s` | held-out evaluation seconds (not counted in `time/wall_s` or `time/elapsed_s`) |
+
+The `eval/*` keys appear only on the lines of the iterations that were evaluated (every
+`run.eval_every` and the last one). Every line is also streamed to `run.report_to`
+(prover_cli/tracking.py), with `iteration` as the step.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Tests and the demo use it so that nothing downloads: `model.name = "tiny"` build
 `model.cache_dir`) a Qwen2-architecture model with a byte-level BPE tokenizer trained on a small
 built-in corpus of Lean and arithmetic text, plus a Qwen-style chat template. The build is a
 pure function of `seed`: the same seed gives the same tokenizer and bit-identical weights.
+`model.name = "tiny-countdown"` is the same model after a short supervised warm-start on
+countdown (prover_cli/warmstart.py): a base policy with some skill, for the demo.
 """
 
 from __future__ import annotations
@@ -112,8 +114,16 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     return out
 
 
+WARMSTART_NAME = "tiny-countdown"  # the tiny model warm-started on countdown (prover_cli/warmstart.py)
+BUILT_NAMES = (TINY_NAME, WARMSTART_NAME)  # model names built offline from `model.tiny_seed`, never downloaded
+
+
 def resolve_model_path(name: str, cache_dir: str | Path, seed: int = 0) -> str:
-    """The path or hub id transformers should load: builds the tiny model for `tiny`."""
+    """The path or hub id transformers should load: builds `tiny` and `tiny-countdown` on first use."""
     if name == TINY_NAME:
         return str(build_tiny_model(tiny_model_dir(cache_dir, seed), seed))
+    if name == WARMSTART_NAME:
+        from prover_cli.warmstart import build_warmstart, warmstart_dir
+
+        return str(build_warmstart(warmstart_dir(cache_dir, seed), cache_dir, seed))
     return name

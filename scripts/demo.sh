@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: tiny random model on CPU, countdown task, local backend,
-# no credentials, nothing downloaded. Every stage is a real `prover` command; see configs/demo.toml.
-# A random tiny model solves no countdown problem, so the countdown rewards are all 0 (ES records
-# skipped updates); stage 6 shows ES learning on an objective the tiny model can reach, and
-# stage 7 rebuilds those trained weights bit for bit from the base model and the seed ledger.
+# The main job on the embedded default (configs/demo.toml): a tiny model on CPU, the countdown
+# task, local backend, no credentials, nothing downloaded. Every stage is a real `prover` command.
+#
+# The base policy is `tiny-countdown`, the tiny random model after a short supervised warm-start
+# on generated countdown solutions (prover_cli/warmstart.py; built on first use, ~20 s, then
+# cached): it solves some held-out problems, not all. ES and GRPO train from it on the same
+# problems with the same sample budget, both evaluate their current weights on the same held-out
+# problems, and the demo ends with one line comparing them, then `prover report` of both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=configs/demo.toml
@@ -18,28 +21,24 @@ prover doctor --config "$CONFIG"
 stage "2/8 prepare-data: countdown problems -> $RUN/problems.jsonl"
 prover prepare-data --config "$CONFIG"
 
-stage "3/8 generate: samples from the tiny model -> $RUN/samples.jsonl"
-prover generate --config "$CONFIG"
+stage "3/8 generate: samples of the held-out problems from the base model -> $RUN/samples.jsonl"
+prover generate --config "$CONFIG" --set generate.split=valid
 
-stage "4/8 train es: a short Evolution Strategies run -> $RUN/ledger.json, metrics.jsonl, final/"
-prover train es --config "$CONFIG"
+stage "4/8 train es from the base -> $RUN/es/{ledger.json,metrics.jsonl,final/}"
+python3 - "$CONFIG" <<'PY'
+import sys
+from prover_cli.config import load_config
+from prover_cli.warmstart import budget_line
+print(budget_line(load_config(sys.argv[1])))
+PY
+prover train es --config "$CONFIG" --set run.dir="$RUN/es"
 
 stage "5/8 eval: pass@k of the ES weights, rebuilt from the ledger"
-prover eval --config "$CONFIG" --ledger "$RUN/ledger.json"
+prover eval --config "$CONFIG" --set run.dir="$RUN/es" --ledger "$RUN/es/ledger.json"
 
-stage "6/8 train es on the toy objective (configs/toy.toml): the reward should rise"
-prover train es --config configs/toy.toml --set run.dir="$RUN/toy"
-python3 - "$RUN/toy/metrics.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-first, last = rows[0]["reward/mean"], rows[-1]["reward/mean"]
-updates = sum(not r["es/skipped"] for r in rows)
-print(f"toy reward/mean: iteration 1 {first:.3f} -> iteration {rows[-1]['iteration']} {last:.3f} ({updates} updates)")
-PY
-
-stage "7/8 replay-seeds: rebuild the toy run's final weights from the base model + its ledger"
-prover replay-seeds "$RUN/toy/ledger.json" --out "$RUN/toy/replayed" --config configs/toy.toml
-python3 - "$RUN/toy" <<'PY'
+stage "6/8 replay-seeds: rebuild the ES run's final weights from the base model + its ledger"
+prover replay-seeds "$RUN/es/ledger.json" --out "$RUN/es/replayed" --config "$CONFIG"
+python3 - "$RUN/es" <<'PY'
 import hashlib, pathlib, sys
 run = pathlib.Path(sys.argv[1])
 digest = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()
@@ -49,8 +48,14 @@ print(f"ledger {ledger} bytes; final/ sha256 {a[:16]}  replayed/ sha256 {b[:16]}
 sys.exit(0 if a == b else 1)
 PY
 
-stage "8/8 train grpo + report: the same task with GRPO, compared with ES"
-prover train grpo --config "$CONFIG" --set run.dir="$RUN/grpo"
-prover report "$RUN" "$RUN/grpo" --out "$RUN/report"
+stage "7/8 train grpo from the same base, same problems -> $RUN/grpo/"
+prover train grpo --config "$CONFIG" --set run.dir="$RUN/grpo" --set run.eval_every=20
 
-printf '\nDone. Everything the demo wrote is under %s/\n' "$RUN"
+stage "8/8 held-out verified rate of the base, then of ES and GRPO after training; prover report"
+python3 - "$CONFIG" "$RUN/es" "$RUN/grpo" <<'PY'
+import sys
+from prover_cli.config import load_config
+from prover_cli.warmstart import comparison
+print(comparison(load_config(sys.argv[1]), sys.argv[2], sys.argv[3])["line"])
+PY
+prover report "$RUN/es" "$RUN/grpo" --out "$RUN/report"

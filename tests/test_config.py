@@ -106,9 +106,94 @@ def test_malformed_override(bad):
         parse_override(bad)
 
 
-def test_override_is_validated_too():
-    with pytest.raises(ConfigError, match=r"<defaults>: es.sigma = -1.0: must be > 0.0"):
+def test_override_is_validated_too_and_blamed_on_the_set():
+    with pytest.raises(ConfigError) as err:
         load_config(None, ["es.sigma=-1.0"])
+    assert str(err.value) == "--set es.sigma=-1.0: must be > 0.0"
+
+
+def test_set_errors_name_the_set_even_with_a_config_file(tmp_path):
+    path = write(tmp_path, "[es]\nsigma = 0.5\n")
+    for override, expected in [("es.populaton=8", "--set es.populaton=8: unknown key; did you mean `population`?"),
+                               ("trainer.x=1", "--set trainer.x=1: unknown section [trainer]"),
+                               ("es.sigma=\"big\"", "--set es.sigma=\"big\": expected a number, got str")]:
+        with pytest.raises(ConfigError) as err:
+            load_config(path, [override])
+        assert str(err.value).startswith(expected), str(err.value)
+        assert "x.toml" not in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["es.learning_rate", "es.sigma", "generate.temperature", "verify.memory_limit_gb",
+                                 "grpo.beta", "data.valid_fraction", "modal.gpu_price_per_hour"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+nan"])
+def test_non_finite_numbers_are_rejected_from_set_and_file(tmp_path, key, value):
+    with pytest.raises(ConfigError, match=r"must be a finite number") as err:
+        load_config(None, [f"{key}={value}"])
+    assert str(err.value).startswith(f"--set {key}={value}:")
+    section, name = key.split(".")
+    path = write(tmp_path, f"[{section}]\n{name} = {value}\n")
+    with pytest.raises(ConfigError, match=r"must be a finite number") as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: {key} = ")
+
+
+def test_every_float_key_rejects_nan():
+    """No key may slip through: NaN fails every comparison, so a range check alone lets it pass."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from prover_cli.config import SECTIONS
+
+    checked = 0
+    for section, cls in SECTIONS.items():
+        for f in fields(cls):
+            if get_type_hints(cls)[f.name] is float:
+                with pytest.raises(ConfigError, match="finite"):
+                    config_from_dict({section: {f.name: float("nan")}})
+                checked += 1
+    assert checked >= 10
+
+
+def test_inf_only_where_a_key_documents_it():
+    from prover_cli.config import _check_value
+
+    meta = {"doc": "", "min": 0.0, "max": None, "min_exclusive": True, "choices": None, "allow_inf": True}
+    assert _check_value("k", float("inf"), float, meta) == float("inf")
+    with pytest.raises(ConfigError, match="nan is never accepted"):
+        _check_value("k", float("nan"), float, meta)
+    with pytest.raises(ConfigError, match="must be a finite number; use inf for no limit"):
+        _check_value("k", float("-inf"), float, meta)
+
+
+def test_cross_key_errors_say_where_each_value_came_from(tmp_path):
+    path = write(tmp_path, "[eval]\nk = [1, 8]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, ["eval.n=4"])
+    assert str(err.value).startswith(f"{path}: eval.k = [1, 8]: k = 8 exceeds eval.n = 4 (from --set)")
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["es.population=5"])
+    assert str(err.value).startswith("--set es.population=5: must be a positive even integer with "
+                                     "es.antithetic = true (the default")
+
+
+def test_toml_with_bom_loads_and_a_bad_byte_names_file_and_line(tmp_path):
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf[es]\npopulation = 8\n")
+    assert load_config(path).es.population == 8
+    path.write_bytes(b"[es]\npopulation = 8\n# caf\xe9\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}:3: not valid UTF-8 (byte 0xe9 at column 6)")
+    path.write_bytes(b"[es]\npopulation = 8\nsigma = \n")
+    with pytest.raises(ConfigError, match=rf"{path.name}:3: not valid TOML"):
+        load_config(path)
+
+
+def test_io_max_line_bytes_is_a_documented_key():
+    assert load_config(None).io.max_line_bytes == 16 * 1024 * 1024
+    assert "| `max_line_bytes` |" in config_reference()
+    with pytest.raises(ConfigError, match=r"--set io.max_line_bytes=10: must be >= 1024"):
+        load_config(None, ["io.max_line_bytes=10"])
 
 
 def test_resolved_toml_roundtrips():

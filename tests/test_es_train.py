@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from prover_cli.cli import app
 from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError, ReplayMismatchError
-from prover_cli.es.ledger import read_ledger
+from prover_cli.es.ledger import decode_rewards, encode_rewards, read_ledger
 from prover_cli.es.replay import replay_seeds
 from prover_cli.es.train import (load_problems, member_noise, pick_problems, shape_fitness, train_es,
                                  update_terms)
@@ -160,9 +160,10 @@ def test_replay_without_snapshots_starts_from_the_base_and_gives_the_same_bits(t
 def test_a_tampered_reward_is_named_by_its_iteration(trained, tmp_path):
     config, _ = trained
     ledger = json.loads((config.run_dir / "ledger.json").read_text())
-    rewards = ledger["iterations"][2]["r"].split()
-    rewards[0] = str(float(rewards[0]) + 0.25)
-    ledger["iterations"][2]["r"] = " ".join(rewards)
+    record = ledger["iterations"][2]  # [fingerprint, rewards as numerators over 1000, ...]
+    numerators = decode_rewards(record[1], 4)
+    numerators[0] += 250  # +0.25
+    record[1] = encode_rewards(numerators)
     tampered = tmp_path / "ledger.json"
     tampered.write_text(json.dumps(ledger))
     with pytest.raises(ReplayMismatchError, match="iteration 3") as error:
@@ -175,7 +176,7 @@ def test_a_snapshot_that_disagrees_with_its_record_stops_replay(trained, tmp_pat
     copy = tmp_path / "run"
     shutil.copytree(config.run_dir, copy)
     ledger = json.loads((copy / "ledger.json").read_text())
-    ledger["iterations"][3]["fp"] = "0" * 16  # iteration 4 names an intact snapshot
+    ledger["iterations"][3][0] = "0" * 16  # iteration 4's fingerprint; it names an intact snapshot
     (copy / "ledger.json").write_text(json.dumps(ledger))
     with pytest.raises(ReplayMismatchError, match="iteration 4: snapshot fingerprint"):
         replay_seeds(config, ledger_path=copy / "ledger.json", out_dir=tmp_path / "out")
@@ -207,7 +208,7 @@ def test_all_equal_rewards_skip_the_update_and_are_recorded(tmp_path, cache_dir,
     config = make_config(tmp_path / "run", cache_dir, iterations=2)
     train_es(config)
     header, records = read_ledger(config.run_dir / "ledger.json")
-    assert [r.get("skip") for r in records] == [1, 1] and records[0]["r"] == ".5 .5 .5 .5"
+    assert [r.get("skip") for r in records] == [1, 1] and records[0]["rewards"] == [0.5] * 4
     assert records[-1]["fp"] == header["base_model"]["sha256"][:16]  # the weights never moved
     metrics = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(m["es/skipped"], m["es/update_norm"]) for m in metrics] == [(True, 0.0), (True, 0.0)]
@@ -289,6 +290,42 @@ def test_kill_9_during_training_then_resume_ends_bit_identical_to_an_uninterrupt
     assert [m["iteration"] for m in metrics] == list(range(1, 21))
 
 
+# -- held-out evaluation of the center and tracking -------------------------------------------------
+
+def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, tmp_path, cache_dir):
+    """eval_every 3 over 4 iterations: eval/* on iterations 3 and 4 (the last); the iteration-4 numbers
+    are those of final/ evaluated on its own; ledger and weights equal a run without evaluation;
+    TensorBoard gets the metrics.jsonl values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from prover_cli.heldout import EVAL_KEYS, evaluate_heldout, heldout_problems
+    from prover_cli.samplers import load_sampler
+
+    plain_config, _ = trained
+    raw = raw_config(tmp_path / "run", cache_dir, snapshot_every=2)
+    raw["run"].update({"eval_every": 3, "eval_problems": 6, "report_to": "tensorboard"})
+    config = config_from_dict(raw)
+    train_es(config)
+
+    assert tensor_hashes(config.run_dir / "final") == tensor_hashes(plain_config.run_dir / "final")
+    assert read_ledger(config.run_dir / "ledger.json")[1] == read_ledger(plain_config.run_dir / "ledger.json")[1]
+    metrics = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(k for k in m if k.startswith("eval/")) for m in metrics] == [[], [], sorted(EVAL_KEYS),
+                                                                                sorted(EVAL_KEYS)]
+    problems = heldout_problems(config)
+    assert len(problems) == 6 and {p["split"] for p in problems} == {"valid"}
+    assert problems == heldout_problems(config)  # a fixed subset
+    final = evaluate_heldout(load_sampler(config, model_path=str(config.run_dir / "final")), config, problems)
+    for key in ("eval/reward_mean", "eval/verified_rate", "eval/samples", "eval/problems"):
+        assert metrics[-1][key] == final[key], key
+
+    events = EventAccumulator(str(config.run_dir / "tensorboard")).Reload()
+    assert [(e.step, pytest.approx(e.value)) for e in events.Scalars("reward/mean")] == \
+        [(m["iteration"], m["reward/mean"]) for m in metrics]
+    assert [e.step for e in events.Scalars("eval/reward_mean")] == [3, 4]
+    assert [e.value for e in events.Scalars("es/skipped")] == [float(m["es/skipped"]) for m in metrics]
+
+
 # -- the CLI --------------------------------------------------------------------------------------
 
 def test_cli_train_es_and_replay_seeds(tmp_path, cache_dir):
@@ -308,7 +345,7 @@ def test_cli_train_es_and_replay_seeds(tmp_path, cache_dir):
     assert tensor_hashes(tmp_path / "out") == tensor_hashes(tmp_path / "run" / "final")
 
     data = json.loads(ledger.read_text())
-    data["iterations"][1]["fp"] = "0" * 16
+    data["iterations"][1][0] = "0" * 16  # iteration 2's fingerprint
     ledger.write_text(json.dumps(data))
     failed = runner.invoke(app, ["replay-seeds", str(ledger), "--out", str(tmp_path / "out2"), *overrides])
     assert failed.exit_code == 1 and failed.stdout == ""

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import save_file
 
 from prover_cli.errors import InputError
-from prover_cli.es.noise import fp32, stream_key
+from prover_cli.es.noise import fp32, noise, perturbed, stream_key, updated
 from prover_cli.es.vllm_worker import ESWorkerExtension
-from prover_cli.es.weights import NamedWeights, fingerprint
+from prover_cli.es.weights import NamedWeights, fingerprint, save_model_dir
 from prover_cli.samplers.vllm_sampler import VLLMWeights
 
 
@@ -99,10 +99,12 @@ def test_update_applies_the_sum_of_terms_to_base_and_model():
 def test_bf16_weights_keep_updates_that_per_member_rounding_would_lose():
     # bf16 steps around 1.0 are 2^-8 below and 2^-7 above, so anything under 2^-9 = 0.00195 in
     # size rounds back to 1.0. Each member adds |0.0005 * eps| <= 0.00174: one by one in bf16
-    # nothing changes, while the fp32 sum of 16 of them (0.008 * eps) moves most weights.
+    # nothing changes, while the fp32 sum of 16 of them (0.008 * eps) moves most weights, even
+    # in the version-1 rule that keeps the master in bf16 (cast once per iteration).
     ones = torch.ones(4096, dtype=torch.bfloat16)
-    weights = NamedWeights({"w": ones.clone()}, write=lambda items: None)
+    weights = NamedWeights({"w": ones.clone()}, write=lambda items: None, master_dtype=None)
     weights.update([(7, fp32(0.0005))] * 16)
+    assert weights.base["w"].dtype == torch.bfloat16
     changed_fp32 = (weights.base["w"] != ones).float().mean()
 
     naive = ones.clone()
@@ -111,6 +113,83 @@ def test_bf16_weights_keep_updates_that_per_member_rounding_would_lose():
         naive = (naive.float() + noise(key, 0, 4096) * coefficient).to(torch.bfloat16)
     assert torch.equal(naive, ones)  # the published failure mode: every update rounded away
     assert changed_fp32 > 0.6  # eps > 0.49 or eps < -0.24: about 70% of elements
+
+
+def test_the_fp32_master_keeps_steps_below_bf16_resolution_and_writes_the_live_weights_rounded():
+    # 16 iterations of one tiny step each (|0.0005 * eps| < 2^-9): a bf16 master rounds every
+    # iteration's change away; the fp32 master accumulates them and the live weights follow.
+    ones = torch.ones(4096, dtype=torch.bfloat16)
+    live = {"w": ones.clone()}
+    master = NamedWeights({"w": ones.clone()}, live=live)
+    legacy = NamedWeights({"w": ones.clone()}, write=lambda items: None, master_dtype=None)
+    assert (master.dtype, master.master_dtype, legacy.master_dtype) == ("bfloat16", "float32", "bfloat16")
+    expected = torch.ones(4096)
+    for iteration in range(16):
+        terms = [(100 + iteration, fp32(0.0005))]
+        master.update(terms)
+        legacy.update(terms)
+        expected = updated(expected, [(stream_key(100 + iteration, "w"), fp32(0.0005))])[0]
+    assert torch.equal(legacy.base["w"], ones)  # the version-1 rule: nothing moved
+    assert torch.equal(master.base["w"], expected)  # fp32 master: the exact fp32 definition
+    assert (master.base["w"] != 1).float().mean() > 0.99
+    assert torch.equal(live["w"], expected.to(torch.bfloat16))  # restore writes cast(master)
+    assert (live["w"] != ones).float().mean() > 0.1  # a random walk of 16 steps: ~20% cross half a bf16 step
+
+    key, sigma = stream_key(3, "w"), fp32(1e-3)
+    master.perturb(3, sigma)
+    assert torch.equal(live["w"], perturbed(expected, key, sigma).to(torch.bfloat16))  # cast(master + delta)
+    master.restore()
+    assert torch.equal(live["w"], expected.to(torch.bfloat16)) and torch.equal(master.base["w"], expected)
+
+
+def test_tiny_bf16_model_at_reference_settings_moves_its_norm_weights_in_the_master(tmp_path_factory):
+    """Issue 12: at sigma 1e-3, lr 5e-4 in bf16, no RMSNorm weight moved in 4 iterations (bf16
+    master). With the fp32 master every norm weight moves there; the bf16 master moves none."""
+    from transformers import AutoModelForCausalLM
+
+    from prover_cli.es.train import apply_rewards
+    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+
+    checkpoint = build_tiny_model(tiny_model_dir(tmp_path_factory.getbasetemp() / "tiny-model-cache", 0), 0)
+    es = {"population": 30, "sigma": 1e-3, "learning_rate": 5e-4, "antithetic": True, "fitness_shaping": "zscore"}
+    runs = {}
+    for master_dtype in ("float32", None):
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16)
+        weights = NamedWeights.from_module(model, master_dtype=master_dtype)
+        start = {name: t.clone() for name, t in weights.base.items()}
+        for iteration in range(1, 5):
+            rewards = [((member * 7 + iteration * 3) % 11) / 10 for member in range(30)]  # distinct, fixed
+            apply_rewards(weights, rewards, run_seed=0, iteration=iteration, es=es)
+        runs[master_dtype] = (start, weights, model)
+    norms = [name for name in runs["float32"][0] if "norm" in name]
+    assert norms
+    start, weights, model = runs["float32"]
+    assert all(weights.base[n].dtype == torch.float32 for n in norms)
+    assert all((weights.base[n] != start[n]).float().mean() > 0.9 for n in norms)
+    legacy_start, legacy, _ = runs[None]
+    assert all(torch.equal(legacy.base[n], legacy_start[n]) for n in norms)
+    # the live bf16 model is the master rounded: what the members and the held-out eval sample with
+    params = dict(model.named_parameters())
+    assert all(torch.equal(params[n].detach(), weights.base[n].to(torch.bfloat16)) for n in weights.base)
+
+
+def test_final_dir_holds_the_fp32_master_and_its_config_says_so(tmp_path, tmp_path_factory):
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+
+    checkpoint = build_tiny_model(tiny_model_dir(tmp_path_factory.getbasetemp() / "tiny-model-cache", 0), 0)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16)
+    weights = NamedWeights.from_module(model)
+    weights.update([(1, fp32(1e-4)), (2, fp32(-3e-5))])
+    save_model_dir(model, AutoTokenizer.from_pretrained(checkpoint), weights, tmp_path / "final")
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["dtype"] == "float32"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")  # dtype from config.json
+    assert fingerprint(dict(loaded.named_parameters())) == weights.fingerprint()
+    as_bf16 = AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype=torch.bfloat16)
+    assert fingerprint(dict(as_bf16.named_parameters())) == fingerprint(dict(model.named_parameters()))
 
 
 def test_fingerprint_covers_names_dtypes_and_bits_not_insertion_order():
@@ -202,3 +281,18 @@ def test_vllm_sampler_saves_a_from_pretrained_directory_with_the_transformers_bi
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype=torch.float32)
     assert fingerprint(dict(loaded.named_parameters())) == reference.fingerprint() == sampler.es_weights().fingerprint()
     assert (tmp_path / "final" / "tokenizer.json").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to compare the GPU master with the CPU one")
+def test_the_fp32_master_of_a_bf16_model_is_the_same_on_cuda_and_cpu():
+    masters = {}
+    for device in ("cpu", "cuda"):
+        model = Reference(seed=2, dtype=torch.bfloat16).to(device)
+        weights = NamedWeights.from_module(model)
+        for iteration in range(3):
+            weights.update([(10 + iteration, fp32(3e-4)), (20 + iteration, fp32(-1e-4))])
+        weights.perturb(7, fp32(1e-3))
+        live = fingerprint(dict(model.named_parameters()))
+        weights.restore()
+        masters[device] = (weights.fingerprint(), live, fingerprint(dict(model.named_parameters())))
+    assert masters["cuda"] == masters["cpu"]

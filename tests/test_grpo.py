@@ -21,7 +21,7 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.metrics import REQUIRED_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "configs" / "demo.toml"
+DEMO = REPO / "tests" / "configs" / "tiny.toml"  # the tests' own tiny config
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -420,6 +420,7 @@ def test_reward_is_one_only_for_verified_and_verifies_one_batch(recording_verify
 # --------------------------------------------------------------------------------------------
 
 OURS_TO_TRL = {"steps": "max_steps", "save_every": "save_steps"}  # every other [grpo] key has TRL's name
+NOT_TRL_KEYS = {"fp32_master"}  # ours alone: how load_policy loads the model (tested below)
 
 
 def test_every_grpo_key_lands_on_trl_config(tmp_path):
@@ -432,6 +433,8 @@ def test_every_grpo_key_lands_on_trl_config(tmp_path):
     ])
     args = grpo.grpo_args(config, output_dir=tmp_path, cuda=False)
     for field in dataclasses.fields(GRPOSection):
+        if field.name in NOT_TRL_KEYS:
+            continue
         ours = getattr(config.grpo, field.name)
         assert getattr(args, OURS_TO_TRL.get(field.name, field.name)) == ours, field.name
     # Values we depend on, set explicitly rather than inherited from TRL's defaults.
@@ -532,3 +535,189 @@ def test_reference_model_dir_is_a_local_path(tmp_path, cache_dir):
     assert saved == str(tmp_path / "base") == model.config._name_or_path == model.name_or_path
     reloaded = AutoModelForCausalLM.from_pretrained(saved)
     assert reloaded.lm_head.weight.equal(model.lm_head.weight)
+
+
+# --------------------------------------------------------------------------------------------
+# fp32 master weights with a bfloat16 model
+# --------------------------------------------------------------------------------------------
+
+def changed_fraction(base, after, name):
+    import torch
+
+    return (after[name].float() != base[name].to(torch.bfloat16).float()).float().mean().item()
+
+
+@pytest.mark.slow
+def test_bf16_model_trains_fp32_master_weights_where_bf16_weights_round_small_steps_away(tmp_path, cache_dir,
+                                                                                        monkeypatch):
+    """lr 1e-5 for 4 steps: with fp32 master weights every tensor moves, RMSNorm included; trained
+    in bfloat16 directly, about 1 weight in 8 moves and no norm weight does (the issue's figures)."""
+    from safetensors.torch import load_file
+
+    from prover_cli.tasks import countdown
+
+    monkeypatch.setattr(countdown, "score", lambda completion, problem: float(len(completion) % 2))
+    settings = ("model.dtype=bfloat16", "grpo.learning_rate=1e-5", "grpo.steps=4", "grpo.save_every=0",
+                "grpo.per_device_train_batch_size=8", "grpo.num_generations=4",
+                "run.eval_every=4", "run.eval_problems=2")  # held-out once, at the end, under bf16 autocast
+    moved = {}
+    for master in ("true", "false"):
+        run = tmp_path / f"master-{master}"
+        grpo.train_grpo(demo_config(run, cache_dir, *settings, f"grpo.fp32_master={master}"))
+        base = load_file(_tiny_dir(cache_dir) / "model.safetensors")  # built by the first run
+        after = load_file(run / "final" / "model.safetensors")
+        dtype = json.loads((run / "final" / "config.json").read_text())["dtype"]
+        assert [m["eval/samples"] for m in read_metrics(run) if "eval/samples" in m] == [2]
+        moved[master] = ({name: changed_fraction(base, after, name) for name in base}, dtype,
+                         {t.dtype for t in after.values()})
+
+    fractions, dtype, dtypes = moved["true"]
+    assert dtype == "float32" and {str(d) for d in dtypes} == {"torch.float32"}  # final/ holds the master
+    norms = [name for name in fractions if "norm" in name]
+    assert len(norms) == 5 and all(fractions[name] > 0.95 for name in norms)
+    # Every element of every tensor moves, except embedding rows of tokens no batch contained.
+    assert all(fraction > 0.95 for name, fraction in fractions.items() if name != "model.embed_tokens.weight")
+    assert fractions["model.embed_tokens.weight"] > 0.1
+
+    fractions, dtype, dtypes = moved["false"]
+    assert dtype == "bfloat16" and {str(d) for d in dtypes} == {"torch.bfloat16"}
+    assert all(fractions[name] == 0.0 for name in norms)  # a 1e-5 step is far below a bf16 ulp at 1.0
+    sizes = {name: tensor.numel() for name, tensor in base.items()}
+    overall = sum(fractions[n] * sizes[n] for n in base) / sum(sizes.values())
+    assert 0.0 < overall < 0.3
+
+
+def test_load_policy_upcasts_a_bf16_model_and_keeps_bf16_compute(tmp_path, cache_dir):
+    import torch
+
+    config = demo_config(tmp_path / "run", cache_dir, "model.dtype=bfloat16")
+    model, _, device, compute = grpo.load_policy(config)
+    assert {p.dtype for p in model.parameters()} == {torch.float32} and compute == torch.bfloat16
+    args = grpo.grpo_args(config, output_dir=tmp_path, cuda=False, compute_dtype=compute)
+    assert args.bf16 is True and args.fp16 is False  # the Trainer's autocast computes in bf16
+
+    off = demo_config(tmp_path / "run", cache_dir, "model.dtype=bfloat16", "grpo.fp32_master=false")
+    model, _, _, compute = grpo.load_policy(off)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16} == {compute}
+    fp32 = demo_config(tmp_path / "run", cache_dir)  # demo: float32, nothing to upcast, no autocast
+    model, _, _, compute = grpo.load_policy(fp32)
+    assert compute == torch.float32
+    assert grpo.grpo_args(fp32, output_dir=tmp_path, cuda=False, compute_dtype=compute).bf16 is False
+
+
+# --------------------------------------------------------------------------------------------
+# A finished run: --resume says so and changes nothing
+# --------------------------------------------------------------------------------------------
+
+def run_files(run_dir):
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_resume_of_a_finished_run_trains_nothing_and_changes_nothing(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    settings = ("grpo.steps=2", "grpo.save_every=1")
+    grpo.train_grpo(demo_config(run, cache_dir, *settings))
+    before = run_files(run)
+
+    logs = []
+    reporter = types.SimpleNamespace(log=logs.append, task=grpo.NULL_REPORTER.task)
+    result = grpo.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
+    assert any("the run is complete" in line and "checkpoint-2" in line for line in logs)
+    assert result["complete"] is True and result["steps"] == 2 and result["resumed_from"] == 2
+    assert run_files(run) == before  # metrics, checkpoints, final/, config.toml: byte for byte
+
+    again = grpo.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
+    assert again["complete"] is True  # and it stays resumable: no step 3 was trained
+    assert sorted(p.name for p in (run / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+    # A kill during the final save leaves no final/: the finished checkpoint provides it.
+    final_before = {k: v for k, v in before.items() if k.startswith("final/")}
+    import shutil
+
+    shutil.rmtree(run / "final")
+    grpo.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
+    from safetensors.torch import load_file
+
+    assert load_file(run / "final" / "model.safetensors").keys() == load_file(
+        run / "checkpoints" / "checkpoint-2" / "model.safetensors").keys()
+    assert (run / "final" / "model.safetensors").read_bytes() == final_before["final/model.safetensors"]
+    assert not (run / "final" / "optimizer.pt").exists() and (run / "final" / "tokenizer.json").exists()
+    assert {k: v for k, v in run_files(run).items() if not k.startswith("final/")} == \
+        {k: v for k, v in before.items() if not k.startswith("final/")}
+
+
+# --------------------------------------------------------------------------------------------
+# Held-out evaluation and tracking
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_heldout_eval_and_tensorboard_leave_the_trajectory_unchanged(tmp_path, cache_dir):
+    """eval/* keys on steps 2 and 3 (eval_every 2, and the last step), the same TensorBoard curves as
+    metrics.jsonl, and bit-identical weights to a run without either."""
+    from safetensors.torch import load_file
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from prover_cli.heldout import EVAL_KEYS, heldout_problems
+
+    settings = ("data.task=toy", "grpo.steps=3", "grpo.save_every=0")
+    plain = tmp_path / "plain"
+    grpo.train_grpo(demo_config(plain, cache_dir, *settings))
+    tracked = tmp_path / "tracked"
+    config = demo_config(tracked, cache_dir, *settings, "run.eval_every=2", "run.eval_problems=3",
+                         "run.report_to=tensorboard")
+    grpo.train_grpo(config)
+
+    before, after = load_file(plain / "final" / "model.safetensors"), load_file(tracked / "final" / "model.safetensors")
+    assert all(before[name].equal(after[name]) for name in before), "evaluation changed the training trajectory"
+    plain_metrics, metrics = read_metrics(plain), read_metrics(tracked)
+    assert [m["reward/mean"] for m in metrics] == [m["reward/mean"] for m in plain_metrics]
+    assert [sorted(k for k in m if k.startswith("eval/")) for m in metrics] == [[], sorted(EVAL_KEYS), sorted(EVAL_KEYS)]
+    for m in metrics[1:]:
+        assert m["eval/problems"] == 3 == len(heldout_problems(config)) and m["eval/samples"] == 3  # eval_n = 1
+        assert 0.0 <= m["eval/reward_mean"] <= 1.0 and m["eval/wall_s"] > 0
+
+    events = EventAccumulator(str(tracked / "tensorboard")).Reload()
+    assert "eval/reward_mean" in events.Tags()["scalars"]
+    for key in ("reward/mean", "verify/verified", "samples/total"):
+        assert [(e.step, pytest.approx(e.value)) for e in events.Scalars(key)] == \
+            [(m["iteration"], m[key]) for m in metrics], key
+    assert [e.step for e in events.Scalars("eval/reward_mean")] == [2, 3]
+    assert list((tracked / "tensorboard" / "trl").glob("events.out.tfevents.*"))  # TRL's own curves too
+
+
+def test_report_to_reaches_trl_and_unknown_trackers_are_refused(tmp_path):
+    args = grpo.grpo_args(load_config(None, ["run.report_to=tensorboard, wandb", f"run.dir={tmp_path / 'r1'}"]),
+                          output_dir=tmp_path, cuda=False)
+    assert args.report_to == ["tensorboard", "wandb"] and args.run_name == "r1"
+    with pytest.raises(ConfigError, match=r"run.report_to = .*unknown tracker 'comet'"):
+        load_config(None, ['run.report_to=["tensorboard", "comet"]'])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("trackio") is None or importlib.util.find_spec("wandb") is None,
+                    reason="trackio and wandb (optional extras) not installed")
+def test_cli_grpo_streams_to_trackio_and_wandb_offline_with_clean_json(tmp_path, cache_dir):
+    """Our records and TRL's own curves land in ONE trackio run and ONE W&B run; stdout stays JSON."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "TRACKIO_PROJECT": "prover",
+           "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
+    run = tmp_path / "run-t"
+    done = subprocess.run([sys.executable, "-m", "prover_cli", "train", "grpo", "--config", str(DEMO),
+                           "--set", f"run.dir={run}", "--set", f"model.cache_dir={cache_dir}",
+                           "--set", "grpo.max_completion_length=8", "--set", "run.report_to=trackio,wandb", "--json"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"] == 2  # banners (trackio, W&B offline) went to stderr
+
+    read = subprocess.run([sys.executable, "-c", "import json; from trackio.sqlite_storage import SQLiteStorage; "
+                           "print(json.dumps(SQLiteStorage.get_logs('prover', 'run-t')))"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    logs = json.loads(read.stdout)
+    ours = [(row["step"], row["reward/mean"]) for row in logs if "reward/mean" in row]
+    assert ours == [(m["iteration"], m["reward/mean"]) for m in read_metrics(run)]
+    assert [row["step"] for row in logs if "train/loss" in row] == [1, 2]  # TRL's, in the same run
+    run_id = (run / "wandb-run-id").read_text().strip()
+    assert [p.name.rsplit("-", 1)[1] for p in (run / "wandb").glob("offline-run-*")] == [run_id]

@@ -1,8 +1,10 @@
 """`--backend modal`: declarations, in-process (`.local()`) runs of every wrapper, the CLI seam, the plan.
 
 No Modal credentials and no network: the declared objects are read back from the installed SDK
-(modal 1.6), the wrappers run in this process on a temp directory standing in for the runs
-Volume, and the CLI's remote calls go to a fake runner.
+(modal 1.6); every test runs with the Volumes replaced by tests/modal_standin.py's VolumeStandIn,
+which enforces Modal's reload/commit rules (what a no-op Volume would hide); the wrappers run in
+this process with `.local()`, and the CLI's remote calls go to a fake runner. Verification in
+Sandboxes has its own file, tests/test_modal_sandbox.py.
 """
 
 import contextlib
@@ -17,15 +19,50 @@ import modal
 import pytest
 from typer.testing import CliRunner
 
-from prover_cli import backends, modal_app, modal_plan
+from modal_standin import SandboxStandIn, VolumeStandIn
+from prover_cli import backends
+from prover_cli.on_modal import functions, images, remote, sandbox
+from prover_cli.on_modal import plan as modal_plan
 from prover_cli.cli import app
 from prover_cli.config import Config, config_from_dict, load_config
 from prover_cli.errors import BackendError, InputError, NotBuiltError
 
 REPO = Path(__file__).resolve().parents[1]
+FAKE_REPL = REPO / "tests" / "fake_repl.py"
 runner = CliRunner()
 # `.local()` warns that a function with Volumes runs without them: that is the point here.
 pytestmark = pytest.mark.filterwarnings("ignore:.*executing locally.*:UserWarning")
+
+
+def install_volumes(mp, root):
+    """The Volume stand-ins in place of Modal's, with the runs Volume mounted at `root`."""
+    runs = VolumeStandIn(root, "prover-ledgers")
+    models = VolumeStandIn(root.parent / (root.name + "-models"), "prover-models")
+    mp.setattr(functions, "RUNS_MOUNT", str(root))
+    for module in (functions, remote):
+        mp.setattr(module, "runs_volume", runs)
+    mp.setattr(functions, "models_volume", models)
+    return runs
+
+
+@pytest.fixture(autouse=True)
+def volume_rules(request, tmp_path_factory):
+    """Every test runs under the Volume stand-ins (the module-scoped `volume` fixture installs its own)."""
+    if "volume" in request.fixturenames:
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        yield install_volumes(mp, tmp_path_factory.mktemp("runs-volume"))
+
+
+@pytest.fixture(autouse=True)
+def sandbox_standin(monkeypatch):
+    """Lean verification goes to Sandboxes; here, to the stand-in running tests/fake_repl.py."""
+    SandboxStandIn.reset({tuple(images.REPL_COMMAND): [sys.executable, str(FAKE_REPL)]})
+    monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
+    yield SandboxStandIn
+    for box in SandboxStandIn.created:
+        box.terminate()
 
 
 # --------------------------------------------------------------------------------------------
@@ -33,10 +70,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*executing locally.*:UserWarnin
 # --------------------------------------------------------------------------------------------
 
 def declared(obj):
-    """image, gpu, cpu, memory, timeout, retries, max_containers and volumes of a Function or Cls.
+    """image, gpu, cpu, memory, timeout, retries, max_containers, scaledown and volumes of a Function or Cls.
 
-    gpu/cpu/memory/volumes/image sit on the function spec; timeout, retries and max_containers
-    only in the closure modal 1.6 builds the function definition from (hence the pinned minor).
+    gpu/cpu/memory/volumes/image sit on the function spec; timeout, retries, max_containers and
+    scaledown_window only in the closure modal 1.6 builds the function definition from (hence
+    the pinned minor).
     """
     from modal._utils.async_utils import synchronizer
 
@@ -44,57 +82,55 @@ def declared(obj):
         obj = obj._get_class_service_function()
     impl = synchronizer._translate_in(obj)
     cells = dict(zip(impl._load.__code__.co_freevars, (c.cell_contents for c in impl._load.__closure__)))
-    images = {name: synchronizer._translate_in(getattr(modal_app, f"{name}_image"))
-              for name in ("orchestrator", "gpu", "trl", "lean")}
-    volumes = {synchronizer._translate_in(modal_app.models_volume): "models",
-               synchronizer._translate_in(modal_app.runs_volume): "runs"}
+    by_image = {name: synchronizer._translate_in(image) for name, image in images.IMAGES.items()}
+    volumes = {synchronizer._translate_in(images.models_volume): "models",
+               synchronizer._translate_in(images.runs_volume): "runs"}
     spec = impl._spec
     return {
-        "image": next(name for name, image in images.items() if image is spec.image),
+        "image": next(name for name, image in by_image.items() if image is spec.image),
         "gpu": spec.gpus,
         "cpu": spec.cpu,
         "memory_mb": spec.memory,
         "timeout_s": cells["timeout"],
         "retries": cells["retry_policy"].retries if cells["retry_policy"] else 0,
         "max_containers": cells["max_containers"],
+        "scaledown_window_s": cells["scaledown_window"],
         "volumes": {path: volumes[volume] for path, volume in spec.volumes.items()},
     }
 
 
 BOTH = {"/models": "models", "/runs": "runs"}
 RUNS = {"/runs": "runs"}
-# One Lean batch may take: header 600 s + ceil(64 proofs / 4 workers) x (60 s + 5 s) + 120 s.
-LEAN_BATCH_TIMEOUT_S = 600 + 16 * 65 + 120
 INTENDED = {
-    # name: (image, gpu, cpu, memory MiB, timeout s, retries, max containers, volumes)
-    "download_model": ("gpu", None, 2.0, 8192, 2 * 3600, 2, 1, BOTH),
-    "prepare_data": ("orchestrator", None, 2.0, 8192, 2 * 3600, 2, 1, RUNS),
-    "verify": ("orchestrator", None, 1.0, 2048, 24 * 3600, 2, 1, RUNS),
-    "verify_shard": ("lean", None, 8.0, 32 * 1024, LEAN_BATCH_TIMEOUT_S, 2, 100, RUNS),
-    "verify_batch": ("lean", None, 8.0, 32 * 1024, LEAN_BATCH_TIMEOUT_S, 2, 100, RUNS),
-    "Generator": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 1, BOTH),
-    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, BOTH),
-    "train_es": ("gpu", "H100:1", 8.0, 65536, 24 * 3600, 2, 1, BOTH),
-    "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, BOTH),
-    "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, BOTH),
-    "evaluate": ("gpu", None, 8.0, 65536, 24 * 3600, 2, 1, BOTH),
+    # name: (image, gpu, cpu, memory MiB, timeout s, retries, max containers, scaledown s, volumes)
+    "download_model": ("gpu", None, 2.0, 8192, 2 * 3600, 2, 1, None, BOTH),
+    "prepare_data": ("orchestrator", None, 2.0, 8192, 2 * 3600, 2, 1, None, RUNS),
+    "verify": ("orchestrator", None, 2.0, 4096, 24 * 3600, 2, 1, None, RUNS),
+    "lean_image_check": ("lean", None, 1.0, 4096, 600, 0, 1, None, {}),
+    "Generator": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 1, None, BOTH),
+    # warm through the gap between iterations: 2 x (82 s + 140 s - 82 s), at least 300 s
+    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 300, BOTH),
+    "train_es": ("gpu", "H100:1", 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
+    "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, None, BOTH),
+    "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, None, BOTH),
+    "evaluate": ("gpu", None, 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
 }
-FIELDS = ("image", "gpu", "cpu", "memory_mb", "timeout_s", "retries", "max_containers", "volumes")
+FIELDS = ("image", "gpu", "cpu", "memory_mb", "timeout_s", "retries", "max_containers", "scaledown_window_s", "volumes")
 
 
 def test_module_imports_without_credentials_or_network(tmp_path):
-    probe = ("import prover_cli.modal_app as m; "
+    probe = ("import prover_cli.on_modal.remote as m; "
              "print(sorted(m.app.registered_functions))")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr
     names = eval(out.stdout)  # a printed list of str
-    assert {"train_es", "ESMember.*", "Generator.*", "verify_batch", "verify_shard", "evaluate"} <= set(names)
+    assert {"train_es", "ESMember.*", "Generator.*", "verify", "evaluate"} <= set(names)
 
 
 @pytest.mark.parametrize("name", sorted(INTENDED))
 def test_each_function_declares_its_intended_resources(name):
-    got = declared(getattr(modal_app, name))
+    got = declared(getattr(functions, name))
     assert {f: got[f] for f in FIELDS} == dict(zip(FIELDS, INTENDED[name]))
 
 
@@ -104,7 +140,7 @@ def test_each_function_declares_its_intended_resources(name):
 def test_declarations_are_the_plan_table(name, key):
     """The decorators receive `modal_plan.resources`, so the dry-run plan describes what deploys."""
     table = modal_plan.resources(Config())[key]
-    got = declared(getattr(modal_app, name))
+    got = declared(getattr(functions, name))
     assert (got["image"], got["gpu"], got["cpu"], got["memory_mb"], got["timeout_s"], got["retries"],
             got["max_containers"]) == (table.image, table.gpu, table.cpu, table.memory_mb, table.timeout_s,
                                        table.retries, table.max_containers)
@@ -114,46 +150,50 @@ def test_declarations_are_the_plan_table(name, key):
 def test_with_options_applies_the_callers_modal_section():
     config = config_from_dict({"modal": {"gpu": "A100", "gpus_per_container": 2, "max_containers": 7,
                                          "timeout_min": 5, "retries": 1, "verify_cpus": 4.0}})
-    assert modal_app._options("es_member", config) == dict(
-        gpu="A100:2", cpu=8.0, memory=65536, timeout=300, retries=1, max_containers=7)
-    lean = modal_app._options("verify_batch", config)
-    assert "gpu" not in lean and lean["cpu"] == 4.0
+    assert functions.options("es_member", config) == dict(
+        gpu="A100:2", cpu=8.0, memory=65536, timeout=300, retries=1, max_containers=7,
+        scaledown_window=modal_plan.es_member_scaledown_window_s(config))
+    assert sandbox.sandbox_arguments(config)["cpu"] == (4.0, 4.0)  # the Lean Sandboxes follow [modal] too
     # eval and replay_seeds are CPU functions that get the GPU only when they need it
-    assert "gpu" not in modal_app._options("eval", config)
-    assert modal_app._options("eval", config, gpu=True)["gpu"] == "A100:2"
+    assert "gpu" not in functions.options("eval", config)
+    assert functions.options("eval", config, gpu=True)["gpu"] == "A100:2"
 
 
 def test_lean_image_pins_toolchain_repl_and_mathlib_and_fetches_the_cache():
-    assert "--default-toolchain leanprover/lean4:v4.15.0" in modal_app.ELAN_STEPS[1]
-    assert modal_app.PINS["elan"] in modal_app.ELAN_STEPS[0]
-    assert "--branch v4.15.0 https://github.com/leanprover-community/repl" in modal_app.REPL_STEPS[0]
-    assert 'rev = "v4.15.0"' in modal_app.LEAN_PROJECT_LAKEFILE
-    assert any("lake exe cache get" in step for step in modal_app.MATHLIB_STEPS)
+    assert "--default-toolchain leanprover/lean4:v4.15.0" in images.ELAN_STEPS[1]
+    assert images.PINS["elan"] in images.ELAN_STEPS[0]
+    assert "--branch v4.15.0 https://github.com/leanprover-community/repl" in images.REPL_STEPS[0]
+    assert 'rev = "v4.15.0"' in images.LEAN_PROJECT_LAKEFILE
+    assert any("lake exe cache get" in step for step in images.MATHLIB_STEPS)
     # no step builds Mathlib itself: only `lake update`, the cache, and one `import Mathlib` check
-    assert not any("lake build" in step for step in modal_app.MATHLIB_STEPS)
+    assert not any("lake build" in step for step in images.MATHLIB_STEPS)
 
 
 def test_config_values_shape_the_declarations_through_the_environment(tmp_path):
     config = config_from_dict({"modal": {"runs_volume": "my-runs"},
                                "verify": {"lean_toolchain": "leanprover/lean4:v4.16.0", "mathlib_rev": "v4.16.0"}})
-    settings = modal_app.deploy_settings(config)
-    probe = ("import prover_cli.modal_app as m; "
+    settings = images.deploy_settings(config)
+    probe = ("import prover_cli.on_modal.images as m; "
              "print(repr(m.runs_volume)); print(m.REPL_STEPS[0]); print(m.LEAN_PROJECT_LAKEFILE)")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **settings}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "'my-runs'" in out.stdout and "--branch v4.16.0" in out.stdout and 'rev = "v4.16.0"' in out.stdout
-    assert modal_app.deploy_settings(Config()) == modal_app.SETTINGS  # this process: the defaults
+    assert images.deploy_settings(Config()) == images.SETTINGS  # this process: the defaults
 
 
-def test_lean_image_config_uses_the_image_project_and_fails_closed_on_version_mismatch(monkeypatch):
-    monkeypatch.setenv("PROVER_IMAGE_LEAN_TOOLCHAIN", "leanprover/lean4:v4.15.0")
-    monkeypatch.setenv("PROVER_IMAGE_MATHLIB_REV", "v4.15.0")
-    config = modal_app._config({"verify": {"project_dir": "/home/me/lean", "repl_command": ["my-repl"]}})
-    assert config.verify.project_dir == modal_app.LEAN_PROJECT_DIR
-    assert config.verify.repl_command == ["lake", "env", "repl"]
-    with pytest.raises(BackendError, match="v4.16.0.*this Lean image has 'leanprover/lean4:v4.15.0'"):
-        modal_app._config({"verify": {"lean_toolchain": "leanprover/lean4:v4.16.0"}})
+def test_config_paths_become_absolute_on_the_runs_volume(tmp_path, monkeypatch):
+    """Nothing chdirs into a Volume: every relative path of the wire config is made absolute."""
+    monkeypatch.setattr(functions, "RUNS_MOUNT", str(tmp_path))
+    (tmp_path / "uploaded-model").mkdir()
+    config = functions._config({"run": {"dir": "runs/a"}, "data": {"problems": "data/p.jsonl", "source": "org/set"},
+                                "model": {"name": "uploaded-model", "cache_dir": ".cache/m"}})
+    assert config.run.dir == str(tmp_path / "runs/a") and config.data.problems == str(tmp_path / "data/p.jsonl")
+    assert config.model.cache_dir == str(tmp_path / ".cache/m")
+    assert config.model.name == str(tmp_path / "uploaded-model")  # a file on the Volume
+    assert config.data.source == "org/set"                           # a hub id stays an id
+    assert functions._paths_in({"proofs_path": "p.jsonl", "resume": False}) == {
+        "proofs_path": tmp_path / "p.jsonl", "resume": False}
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,7 +205,7 @@ def volume(tmp_path_factory):
     """A temp directory standing in for the runs Volume, shared by the in-process runs below."""
     root = tmp_path_factory.mktemp("runs-volume")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(modal_app, "RUNS_MOUNT", str(root))
+        install_volumes(mp, root)
         yield root
 
 
@@ -191,7 +231,7 @@ def lines(path):
 
 @pytest.fixture(scope="module")
 def prepared(volume, tiny):
-    result = modal_app.prepare_data.local(tiny, {"source": None, "out_path": None, "limit": None, "preset": None})
+    result = functions.prepare_data.local(tiny, {"source": None, "out_path": None, "limit": None, "preset": None})
     return result
 
 
@@ -204,7 +244,7 @@ def test_prepare_data_local_writes_problems_on_the_volume(volume, prepared):
 
 @pytest.mark.slow
 def test_generator_local_writes_samples_on_the_volume(volume, tiny, prepared):
-    generator = modal_app.Generator(config_json=json.dumps(tiny))
+    generator = functions.Generator(config_json=json.dumps(tiny))
     result = generator.generate_file.local({"problems_path": "data/problems.jsonl",
                                             "out_path": "runs/tiny/samples.jsonl"})
     samples = lines(volume / "runs/tiny/samples.jsonl")
@@ -214,22 +254,22 @@ def test_generator_local_writes_samples_on_the_volume(volume, tiny, prepared):
 
 @pytest.mark.slow
 def test_train_es_then_replay_seeds_local(volume, tiny, prepared):
-    result = modal_app.train_es.local(tiny, {"resume": False})
+    result = functions.train_es.local(tiny, {"resume": False})
     assert result["ok"] and result["iterations"] == 1
     ledger = volume / "runs/tiny/ledger.json"
     assert ledger.exists() and (volume / "runs/tiny/metrics.jsonl").exists()
 
-    replayed = modal_app.replay_seeds.local(tiny, {"ledger_path": "runs/tiny/ledger.json",
+    replayed = functions.replay_seeds.local(tiny, {"ledger_path": "runs/tiny/ledger.json",
                                                    "out_dir": "runs/tiny/replayed", "upto": None, "device": "cpu"})
     assert replayed["ok"] and (volume / "runs/tiny/replayed/config.json").exists()
 
 
 @pytest.mark.slow
 def test_es_member_local_or_names_the_missing_building_block(volume, tiny, prepared):
-    member = modal_app.ESMember(config_json=json.dumps(tiny))
+    member = functions.ESMember(config_json=json.dumps(tiny))
     problems = lines(volume / "data/problems.jsonl")[:2]
     try:
-        modal_app._building_block("es_member")
+        functions.building_block("es_member")
     except NotBuiltError as exc:
         assert "prover_cli.es.train:MemberEvaluator" in str(exc)
         with pytest.raises(NotBuiltError):
@@ -241,7 +281,7 @@ def test_es_member_local_or_names_the_missing_building_block(volume, tiny, prepa
 
 @pytest.mark.slow
 def test_evaluate_local_scores_countdown(volume, tiny, prepared):
-    result = modal_app.evaluate.local(tiny, {"model": None, "ledger": None, "verdicts": None, "k": None})
+    result = functions.evaluate.local(tiny, {"model": None, "ledger": None, "verdicts": None, "k": None})
     valid = [p for p in lines(volume / "data/problems.jsonl") if p["split"] == "valid"]
     assert result["ok"] and result["problems"] == len(valid) and result["samples"] == 2 * len(valid)
     assert 0.0 <= result["pass@1"] <= result["pass@2"] <= 1.0
@@ -251,11 +291,8 @@ def test_evaluate_local_scores_countdown(volume, tiny, prepared):
 @pytest.mark.slow
 def test_train_grpo_local(volume, tiny, prepared):
     config = {**tiny, "run": {**tiny["run"], "dir": "runs/tiny-grpo"}}  # runs/tiny holds the ES run
-    result = modal_app.train_grpo.local(config, {"resume": False})
+    result = functions.train_grpo.local(config, {"resume": False})
     assert result["ok"] and (volume / "runs/tiny-grpo/metrics.jsonl").exists()
-
-
-FAKE_REPL = REPO / "tests" / "fake_repl.py"
 
 
 @pytest.mark.slow
@@ -266,80 +303,14 @@ def test_verify_local_shards_through_the_real_library_with_the_repl_stand_in(vol
     config["modal"] = {"verify_batch_size": 2}
     config["data"]["task"] = "lean"
     statement = "theorem t{i} : 1 + 1 = 2 := by"
-    proofs = [{"id": f"p{i}", "problem_id": f"t{i}", "formal_statement": statement.format(i=i), "proof": "norm_num"}
+    proofs = [{"id": f"p{i}", "problem_id": f"t{i}", "formal_statement": statement.format(i=i), "proof": "  norm_num"}
               for i in range(3)]
     (volume / "proofs").mkdir(exist_ok=True)
     (volume / "proofs/in.jsonl").write_text("".join(json.dumps(p) + "\n" for p in proofs), encoding="utf-8")
-    result = modal_app.verify.local(config, {"proofs_path": "proofs/in.jsonl", "out_path": "proofs/out.jsonl"})
+    result = functions.verify.local(config, {"proofs_path": "proofs/in.jsonl", "out_path": "proofs/out.jsonl"})
     verdicts = lines(volume / "proofs/out.jsonl")
     assert [v["id"] for v in verdicts] == ["p0", "p1", "p2"] and result["shards"] == 2
     assert {v["verdict"] for v in verdicts} == {"verified"} and result["ok"]
-
-
-# --------------------------------------------------------------------------------------------
-# Isolation: a failed batch becomes `error` verdicts for its proofs, the rest goes on
-# --------------------------------------------------------------------------------------------
-
-class FakeShardFunction:
-    """Stands in for `verify_shard`: verifies every line, except that a shard holding `boom` dies."""
-
-    def __init__(self):
-        self.options = None
-
-    def with_options(self, **options):
-        self.options = options
-        return self
-
-    def local(self, config, proofs_path, out_path):
-        records = lines(proofs_path)
-        if any(r["id"] == "boom" for r in records):
-            raise RuntimeError("container lost")
-        Path(out_path).write_text("".join(json.dumps({**r, "verdict": "verified"}) + "\n" for r in records))
-        return {"ok": True}
-
-
-def test_verify_file_shards_in_order_and_a_failed_shard_becomes_error_verdicts(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    fake = FakeShardFunction()
-    monkeypatch.setattr(modal_app, "verify_shard", fake)
-    config = config_from_dict({"modal": {"verify_batch_size": 2}})
-    ids = ["a", "b", "boom", "c", "d"]
-    Path("in.jsonl").write_text("".join(json.dumps({"id": i, "problem_id": i.upper()}) + "\n" for i in ids))
-
-    result = modal_app._verify_file_in_lean_containers(config)(config, proofs_path=Path("in.jsonl"),
-                                                              out_path=Path("out.jsonl"))
-    verdicts = lines("out.jsonl")
-    assert [v["id"] for v in verdicts] == ids  # input order, across shards
-    assert [v["verdict"] for v in verdicts] == ["verified", "verified", "error", "error", "verified"]
-    assert "container lost" in verdicts[2]["reason"] and verdicts[3]["problem_id"] == "C"
-    assert verdicts[2]["verifier"]["lean_toolchain"] == config.verify.lean_toolchain  # who (would have) verified
-    assert result["ok"] is False and result["failed_shards"] == 1 and result["shards"] == 3
-    assert result["verified"] == 3 and result["error"] == 2
-    assert sorted(p.name for p in Path("out.jsonl.shards").glob("*.jsonl") if "verdicts" not in p.name) == [
-        "lines-0000001-0000002.jsonl", "lines-0000003-0000004.jsonl", "lines-0000005-0000005.jsonl"]
-    assert fake.options["timeout"] == modal_plan.verify_batch_timeout_s(config)
-
-
-def test_verify_records_batches_and_isolates_a_failed_batch(monkeypatch):
-    calls = []
-
-    class FakeBatch:
-        def with_options(self, **options):
-            return self
-
-        def local(self, verify_section, records):
-            calls.append([r["id"] for r in records])
-            if any(r["id"] == "bad" for r in records):
-                raise TimeoutError("batch wedged")
-            return [{**r, "verdict": "verified", "reason": ""} for r in records]
-
-    monkeypatch.setattr(modal_app, "verify_batch", FakeBatch())
-    config = config_from_dict({"modal": {"verify_batch_size": 2}, "data": {"task": "lean"}})
-    records = [{"id": i} for i in ("a", "b", "bad", "c", "d")]
-    verdicts = modal_app._verify_records_in_lean_containers(config)(records, config.verify)
-    assert calls == [["a", "b"], ["bad", "c"], ["d"]]
-    assert [(v["id"], v["verdict"]) for v in verdicts] == [
-        ("a", "verified"), ("b", "verified"), ("bad", "error"), ("c", "error"), ("d", "verified")]
 
 
 def test_fan_out_on_modal_uses_starmap_with_the_requested_exception_policy(monkeypatch):
@@ -350,8 +321,8 @@ def test_fan_out_on_modal_uses_starmap_with_the_requested_exception_policy(monke
             seen.update(inputs=list(inputs), order_outputs=order_outputs, return_exceptions=return_exceptions)
             return iter(["r1", "r2"])
 
-    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
-    assert modal_app._fan_out(FakeFunction(), [(1,), (2,)], return_exceptions=True) == ["r1", "r2"]
+    monkeypatch.setattr(functions.modal, "is_local", lambda: False)
+    assert functions.fan_out(FakeFunction(), [(1,), (2,)], return_exceptions=True) == ["r1", "r2"]
     assert seen == {"inputs": [(1,), (2,)], "order_outputs": True, "return_exceptions": True}
 
 
@@ -372,45 +343,48 @@ def test_es_members_fail_the_iteration_instead_of_returning_exceptions(monkeypat
             seen["options"] = options
             return FakeMembers
 
-    monkeypatch.setattr(modal_app, "ESMember", FakeCls())
-    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
-    monkeypatch.setattr(modal_app, "_commit", lambda volume: seen.setdefault("committed", True))
+    monkeypatch.setattr(functions, "ESMember", FakeCls())
+    monkeypatch.setattr(functions.modal, "is_local", lambda: False)
+    monkeypatch.setattr(functions, "_commit", lambda volume: seen.setdefault("committed", True))
     config = config_from_dict({"es": {"population": 2}})
-    generate = modal_app._population_on_modal(config, config.to_dict())
+    generate = functions.population_on_modal(config, config.to_dict())
     assert generate(3, [{"id": "p"}]) == [["x"], ["y"]]
     assert seen["return_exceptions"] is False and seen["committed"]
     assert seen["inputs"] == [(3, 0, [{"id": "p"}]), (3, 1, [{"id": "p"}])]
     assert seen["options"]["max_containers"] == config.modal.max_containers
 
 
-def test_routing_sends_lean_verification_to_lean_containers_and_restores(monkeypatch):
+def test_routing_sends_lean_verification_to_sandboxes_and_restores(monkeypatch):
     fake_verify = types.ModuleType("prover_cli.verify")
     fake_verify.verify_records = original_records = object()
     fake_verify.verify_file = original_file = object()
     monkeypatch.setitem(sys.modules, "prover_cli.verify", fake_verify)
     monkeypatch.setattr(sys.modules["prover_cli"], "verify", fake_verify, raising=False)
     lean = config_from_dict({"data": {"task": "lean"}})
-    with modal_app._verification_in_lean_containers(lean):
+    with functions.verification_in_sandboxes(lean):
         assert fake_verify.verify_records is not original_records
-        assert fake_verify.verify_records.__qualname__.startswith("_verify_records_in_lean_containers")
-        assert fake_verify.verify_file.__qualname__.startswith("_verify_file_in_lean_containers")
+        assert fake_verify.verify_records.__qualname__.startswith("verify_records_in_sandboxes")
+        assert fake_verify.verify_file.__qualname__.startswith("verify_file_in_sandboxes")
     assert fake_verify.verify_records is original_records and fake_verify.verify_file is original_file
-    with modal_app._verification_in_lean_containers(config_from_dict({"data": {"task": "countdown"}})):
+    with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "countdown"}})):
         assert fake_verify.verify_records is original_records  # Python-checked tasks never reach Lean
+    with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
+                                                               "verify": {"backend": "kimina"}})):
+        assert fake_verify.verify_records is original_records  # a Kimina server is its own sandbox
 
 
 def test_a_retried_training_call_resumes_from_the_ledger(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(modal_app.modal, "current_function_call_id", lambda: "fc-1")
+    monkeypatch.setattr(functions.modal, "current_function_call_id", lambda: "fc-1")
     config = config_from_dict({"run": {"dir": "runs/x"}})
-    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": False}  # first attempt
+    assert functions.resume_after_retry(config, {"resume": False}) == {"resume": False}  # first attempt
     assert (tmp_path / "runs/x/.modal-call").read_text() == "fc-1"
     # the retry comes before any iteration finished: nothing to resume from yet
-    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": False}
+    assert functions.resume_after_retry(config, {"resume": False}) == {"resume": False}
     (tmp_path / "runs/x/ledger.json").write_text("{}")
-    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": True}
-    monkeypatch.setattr(modal_app.modal, "current_function_call_id", lambda: "fc-2")  # a new command
-    assert modal_app._resume_after_retry(config, {"resume": False}) == {"resume": False}
+    assert functions.resume_after_retry(config, {"resume": False}) == {"resume": True}
+    monkeypatch.setattr(functions.modal, "current_function_call_id", lambda: "fc-2")  # a new command
+    assert functions.resume_after_retry(config, {"resume": False}) == {"resume": False}
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,29 +395,29 @@ def test_to_wire_maps_paths_onto_the_volume_and_lists_uploads(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     Path("samples.jsonl").write_text("{}\n")
     config = config_from_dict({"run": {"dir": str(tmp_path / "runs/a")}})
-    config_dict, kwargs, uploads = modal_app.to_wire(
+    config_dict, kwargs, uploads = remote.to_wire(
         "verify", config, {"proofs_path": tmp_path / "samples.jsonl", "out_path": Path("out/v.jsonl")})
     assert kwargs == {"proofs_path": "samples.jsonl", "out_path": "out/v.jsonl"}
     assert uploads == [(tmp_path / "samples.jsonl", "samples.jsonl")]
     assert config_dict["run"]["dir"] == "runs/a" and config_dict["model"]["name"] == config.model.name
 
     # a hub id stays an id; a ledger only on the Volume (from an earlier Modal run) passes through
-    _, kwargs, uploads = modal_app.to_wire("eval", config, {"model": "AI-MO/x", "ledger": Path("runs/a/ledger.json"),
+    _, kwargs, uploads = remote.to_wire("eval", config, {"model": "AI-MO/x", "ledger": Path("runs/a/ledger.json"),
                                                             "verdicts": None, "k": [1]})
     assert kwargs == {"model": "AI-MO/x", "ledger": "runs/a/ledger.json", "verdicts": None, "k": [1]} and uploads == []
 
     with pytest.raises(InputError, match="inside"):
-        modal_app.to_wire("verify", config, {"proofs_path": Path("/etc/hosts"), "out_path": None})
+        remote.to_wire("verify", config, {"proofs_path": Path("/etc/hosts"), "out_path": None})
     with pytest.raises(BackendError, match="no Modal function"):
-        modal_app.to_wire("report", config, {})
+        remote.to_wire("report", config, {})
 
 
 def test_outputs_brought_back_are_small_files_only():
     config_dict = config_from_dict({"run": {"dir": "runs/a"}}).to_dict()
-    assert modal_app._outputs("train_es", config_dict, {}) == ["runs/a/ledger.json", "runs/a/metrics.jsonl",
+    assert remote._outputs("train_es", config_dict, {}) == ["runs/a/ledger.json", "runs/a/metrics.jsonl",
                                                                "runs/a/config.toml"]
-    assert modal_app._outputs("verify", config_dict, {"out_path": "v.jsonl"}) == ["v.jsonl"]
-    assert modal_app._outputs("replay_seeds", config_dict, {"out_dir": "w"}) == []  # weights stay on the Volume
+    assert remote._outputs("verify", config_dict, {"out_path": "v.jsonl"}) == ["v.jsonl"]
+    assert remote._outputs("replay_seeds", config_dict, {"out_dir": "w"}) == []  # weights stay on the Volume
 
 
 # --------------------------------------------------------------------------------------------
@@ -485,7 +459,7 @@ def test_cli_routes_backend_modal_through_the_runner_seam(fake_runner, argv, nam
 
 @pytest.mark.parametrize("argv", [["train", "es"], ["verify", "s.jsonl"], ["eval"]])
 def test_cli_without_credentials_fails_with_one_sentence(no_modal_token, monkeypatch, argv):
-    monkeypatch.setattr(modal_app, "run_remote", lambda *a: pytest.fail("must not reach Modal"))
+    monkeypatch.setattr(remote, "run_remote", lambda *a: pytest.fail("must not reach Modal"))
     result = runner.invoke(app, [*argv, "--backend", "modal"])
     assert result.exit_code == 1 and result.stdout == ""
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
@@ -507,19 +481,34 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["samples_per_iteration"] == 240 and plan["iterations"] == 100
     generation_s = 8192 / 100                 # max_tokens at 100 tokens/s: 81.92 s
     batch_s = 60 + math.ceil(64 / 4) * 5      # header + 16 rounds of 4 proofs: 140 s
-    wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 batches
-    gpu_h = wall_s / 3600 + 30 * generation_s / 3600  # the loop's GPU + 30 member GPUs
-    core_h = 4 * batch_s * 8 / 3600
+    wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 Sandboxes
+    # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
+    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 32 GiB.
+    gpu_container_s = 31 * wall_s
+    sandbox_s = 4 * batch_s
+    breakdown = plan["est_usd_breakdown"]
+    assert breakdown["gpu"]["gpu_s"] == round(gpu_container_s, 1)
+    assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8, 1)
+    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 32, 1)
+    assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s, 1)
+    usd = (gpu_container_s * 3.95 + (gpu_container_s + sandbox_s) * 8 * 0.047
+           + (gpu_container_s * 64 + sandbox_s * 32) * 0.008) / 3600
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
-    assert plan["est_gpu_hours_per_iteration"] == round(gpu_h, 4)
-    assert plan["est_usd_per_iteration"] == round(gpu_h * 3.95 + core_h * 0.047, 4)
-    assert plan["est_usd_total"] == round((gpu_h * 3.95 + core_h * 0.047) * 100, 2)
+    assert plan["est_gpu_hours_per_iteration"] == round(gpu_container_s / 3600, 4)
+    assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
+    assert plan["est_usd_total"] == pytest.approx(usd * 100, abs=0.05)
+    # every image it uses, with the exact requirement strings it installs
+    assert plan["images"]["gpu"]["python_packages"] == list(modal_plan.image_specs(
+        "leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages)
+    assert "vllm==0.31.0" in plan["images"]["gpu"]["python_packages"]
+    assert plan["images"]["lean"]["toolchain"]["lean_toolchain"] == "leanprover/lean4:v4.15.0"
+    assert plan["images"]["lean"]["apt_packages"] == ["curl", "git", "ca-certificates"]
 
     human = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"),
                                 "--backend", "modal", "--dry-run"], env={"COLUMNS": "160"})
     assert human.exit_code == 0 and human.stdout == ""
-    for text in ("ESMember", "verify_batch", "H100 x 1", "leanprover/lean4:v4.15.0", "Mathlib v4.15.0",
-                 "vllm==0.33.*", "est_usd_per_iteration"):
+    for text in ("ESMember", "verify Sandbox", "H100 x 1", "leanprover/lean4:v4.15.0", "mathlib4 v4.15.0",
+                 "vllm==0.31.0", "est_usd_per_iteration", "scaledown_window"):
         assert text in human.stderr
 
 
@@ -530,7 +519,11 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     plan = json.loads(grpo.stdout)
     step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5)  # generation + one Lean batch of 8 proofs
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
-    assert plan["est_usd_per_step"] == round(step_s / 3600 * 3.95 + 70 * 8 / 3600 * 0.047, 4)
+    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for 70 s
+    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 70 * (8 * 0.047 + 32 * 0.008)) / 3600
+    assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
+    assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}
+    assert "trl==1.16.*" in plan["images"]["trl"]["python_packages"]
 
     local = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"), "--dry-run", "--json"])
     assert local.exit_code == 0
@@ -558,30 +551,15 @@ def test_es_arguments_hand_the_population_to_members_when_the_loop_takes_the_hoo
     def train_with_hook(config, *, resume=False, reporter=None, generate_population=None):
         raise AssertionError("not called here")
 
-    monkeypatch.setattr(modal_app, "resolve", lambda name: train_with_hook)
+    monkeypatch.setattr(functions, "resolve", lambda name: train_with_hook)
     config = config_from_dict({"run": {"dir": "runs/h"}})
-    arguments = modal_app._es_arguments(config.to_dict())(config, {"resume": False})
+    arguments = functions.es_arguments(config.to_dict())(config, {"resume": False})
     assert callable(arguments["generate_population"]) and arguments["resume"] is False
 
 
 # --------------------------------------------------------------------------------------------
 # run_remote with Modal's client objects replaced: uploads, the call, downloads, --detach
 # --------------------------------------------------------------------------------------------
-
-class FakeVolume:
-    def __init__(self, files=None):
-        self.uploaded, self.files = [], dict(files or {})
-
-    @contextlib.contextmanager
-    def batch_upload(self, force=False):
-        yield types.SimpleNamespace(put_file=lambda local, remote: self.uploaded.append((Path(local), remote)),
-                                    put_directory=lambda local, remote: self.uploaded.append((Path(local), remote)))
-
-    def read_file(self, path):
-        if path not in self.files:
-            raise modal.exception.NotFoundError(path)
-        yield self.files[path]
-
 
 class FakeApp:
     app_id = "ap-123"
@@ -615,20 +593,20 @@ class FakeRemote:
 @pytest.fixture
 def fake_modal(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    volume, fake_app = FakeVolume(), FakeApp()
-    monkeypatch.setattr(modal_app, "runs_volume", volume)
-    monkeypatch.setattr(modal_app, "app", fake_app)
+    volume, fake_app = VolumeStandIn(tmp_path / "mnt"), FakeApp()
+    monkeypatch.setattr(remote, "runs_volume", volume)
+    monkeypatch.setattr(remote, "app", fake_app)
     return types.SimpleNamespace(volume=volume, app=fake_app)
 
 
 def test_run_remote_uploads_inputs_calls_and_pulls_outputs(fake_modal, monkeypatch):
     Path("samples.jsonl").write_text('{"id": "a"}\n')
     function = FakeRemote({"ok": True, "verified": 1})
-    monkeypatch.setitem(modal_app.REMOTE_FUNCTIONS, "verify", function)
-    fake_modal.volume.files["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
+    monkeypatch.setitem(remote.REMOTE_FUNCTIONS, "verify", function)
+    fake_modal.volume.committed["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
     config = config_from_dict({"modal": {"verify_batch_size": 8}})
 
-    result = modal_app.run_remote("verify", config, {"proofs_path": Path("samples.jsonl"),
+    result = remote.run_remote("verify", config, {"proofs_path": Path("samples.jsonl"),
                                                      "out_path": Path("out/v.jsonl")})
     assert fake_modal.volume.uploaded == [(Path("samples.jsonl"), "/samples.jsonl")]
     [(kind, (config_dict, kwargs))] = function.calls
@@ -636,14 +614,14 @@ def test_run_remote_uploads_inputs_calls_and_pulls_outputs(fake_modal, monkeypat
     assert kwargs == {"proofs_path": "samples.jsonl", "out_path": "out/v.jsonl"}
     assert config_from_dict(config_dict).modal.verify_batch_size == 8  # the config crosses as a dict
     assert function.options["max_containers"] == 1 and "gpu" not in function.options
-    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume.files["out/v.jsonl"]
+    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume.committed["out/v.jsonl"]
     assert result["verified"] == 1 and result["modal_pulled"] == "out/v.jsonl"
 
 
 def test_run_remote_detach_spawns_and_returns_how_to_watch(fake_modal, monkeypatch):
     function = FakeRemote({"ok": True})
-    monkeypatch.setitem(modal_app.REMOTE_FUNCTIONS, "train_es", function)
-    result = modal_app.run_remote("train_es", config_from_dict({"run": {"dir": "runs/d"}}),
+    monkeypatch.setitem(remote.REMOTE_FUNCTIONS, "train_es", function)
+    result = remote.run_remote("train_es", config_from_dict({"run": {"dir": "runs/d"}}),
                                   {"resume": False, "detach": True})
     [(kind, (config_dict, kwargs))] = function.calls
     assert kind == "spawn" and kwargs == {"resume": False} and fake_modal.app.detach is True
@@ -654,67 +632,97 @@ def test_run_remote_detach_spawns_and_returns_how_to_watch(fake_modal, monkeypat
 
 def test_run_remote_gives_eval_a_gpu_only_when_it_generates(fake_modal, monkeypatch):
     function = FakeRemote({"ok": True})
-    monkeypatch.setitem(modal_app.REMOTE_FUNCTIONS, "eval", function)
+    monkeypatch.setitem(remote.REMOTE_FUNCTIONS, "eval", function)
     Path("v.jsonl").write_text("")
-    modal_app.run_remote("eval", Config(), {"model": None, "ledger": None, "verdicts": Path("v.jsonl"), "k": None})
+    remote.run_remote("eval", Config(), {"model": None, "ledger": None, "verdicts": Path("v.jsonl"), "k": None})
     assert "gpu" not in function.options
-    modal_app.run_remote("eval", Config(), {"model": None, "ledger": None, "verdicts": None, "k": None})
+    remote.run_remote("eval", Config(), {"model": None, "ledger": None, "verdicts": None, "k": None})
     assert function.options["gpu"] == "H100:1"
 
 
 def test_to_wire_rebuilds_an_outside_model_cache_on_the_volume(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = config_from_dict({"model": {"cache_dir": "/var/cache/elsewhere"}})
-    config_dict, _, _ = modal_app.to_wire("train_es", config, {"resume": False})
+    config_dict, _, _ = remote.to_wire("train_es", config, {"resume": False})
     assert config_dict["model"]["cache_dir"] == Config().model.cache_dir
 
 
 @pytest.mark.slow
-def test_eval_of_the_lean_task_sends_proofs_to_the_lean_functions(volume, tiny):
-    """In a GPU function, Lean verification goes through verify_shard (here: in-process, on the stand-in)."""
+def test_eval_of_the_lean_task_verifies_in_sandboxes(volume, tiny, sandbox_standin):
+    """In a GPU function, Lean verification runs in Sandboxes (here: the stand-in running the REPL stand-in)."""
     config = json.loads(json.dumps(tiny))
     config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl"})
-    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,
-                        "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["verify"] = {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
     config["modal"] = {"verify_batch_size": 3}
     config["eval"].update({"split": "test"})
     config["run"]["dir"] = "runs/lean-eval"
-    modal_app.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
+    functions.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
 
-    result = modal_app.evaluate.local(config, {"model": None, "ledger": None, "verdicts": None, "k": None})
+    result = functions.evaluate.local(config, {"model": None, "ledger": None, "verdicts": None, "k": None})
     verdicts = lines(volume / result["verdicts"])
     assert result["problems"] == 2 and len(verdicts) == result["samples"] == 4
     assert all(v["verifier"]["lean_toolchain"] == "leanprover/lean4:v4.15.0" for v in verdicts)
+    assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in verdicts)  # the image's REPL
     shards = sorted((volume / (result["verdicts"] + ".shards")).glob("lines-*.verdicts.jsonl"))
     assert [s.name for s in shards] == ["lines-0000001-0000003.verdicts.jsonl", "lines-0000004-0000004.verdicts.jsonl"]
-    assert modal_app._UNROUTED == {}  # routing undone when the function returns
+    assert functions.UNROUTED == {}  # routing undone when the function returns
 
 
 @pytest.mark.slow
-def test_train_es_on_the_lean_task_scores_rewards_in_the_lean_functions(volume, tiny, monkeypatch):
+def test_train_es_on_the_lean_task_scores_rewards_in_sandboxes(volume, tiny, monkeypatch):
     batches = []
-    real_verify_batch = modal_app.verify_batch
+    real_verify_batch = sandbox.verify_batch
 
-    class CountingBatch:
-        def with_options(self, **options):
-            return self
+    def counting_batch(config, records, verify_config):
+        batches.append(len(records))
+        return real_verify_batch(config, records, verify_config)
 
-        def local(self, section, records):
-            batches.append(len(records))
-            return real_verify_batch.local(section, records)
-
-    monkeypatch.setattr(modal_app, "verify_batch", CountingBatch())
+    monkeypatch.setattr(sandbox, "verify_batch", counting_batch)
     config = json.loads(json.dumps(tiny))
     config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl",
                            "train_split": "train"})
-    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,
-                        "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["verify"] = {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
     config["modal"] = {"verify_batch_size": 3}
     config["run"]["dir"] = "runs/lean-es"
-    modal_app.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
+    functions.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
 
-    result = modal_app.train_es.local(config, {"resume": False})
-    # 2 members x 2 problems x 1 sample = 4 proofs, in batches of 3, through the library's verify_records
+    result = functions.train_es.local(config, {"resume": False})
+    # 2 members x 2 problems x 1 sample = 4 proofs, in batches of 3, each batch in its own Sandbox
+    # (created only when a proof reaches Lean: the tiny model's text rarely gets past the checks)
     assert result["ok"] and batches == [3, 1]
     metrics = lines(volume / "runs/lean-es/metrics.jsonl")
     assert metrics[0]["samples"] == 4 and metrics[0]["task"] == "lean"
+
+
+@pytest.mark.parametrize("argv", [["train", "es", "--dry-run"], ["train", "grpo", "--dry-run", "--json"],
+                                  ["train", "es"], ["verify", "s.jsonl"], ["eval"]])
+def test_a_backend_typo_is_a_usage_error_with_did_you_mean(fake_runner, argv):
+    result = runner.invoke(app, [*argv, "--backend", "modall"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "unknown backend 'modall'; did you mean 'modal'?" in result.stderr
+    assert fake_runner == []  # nothing planned, nothing run
+    far = runner.invoke(app, [*argv, "--backend", "kubernetes"], env={"COLUMNS": "200"})
+    assert far.exit_code == 2 and "did you mean" not in far.stderr and "use one of local, modal" in far.stderr
+
+
+def test_no_library_module_imports_the_modal_package():
+    """Only backends.py (lazily, for --backend modal) reaches prover_cli.on_modal's Modal layers."""
+    import re
+
+    for path in (REPO / "prover_cli").rglob("*.py"):
+        if "on_modal" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        imports = re.findall(r"^\s*(?:from|import) prover_cli\.on_modal(?:\.(\w+))?", text, re.M)
+        assert set(imports) <= {"plan"}, f"{path} imports prover_cli.on_modal.{imports}"
+
+
+def test_reload_package_redeclares_every_layer_from_the_environment(tmp_path):
+    probe = ("import os; import prover_cli.on_modal.remote as r; os.environ['PROVER_RUNS_VOLUME'] = 'other-runs'; "
+             "os.environ['PROVER_LEAN_TOOLCHAIN'] = 'leanprover/lean4:v4.16.0'; r = r.reload_package(); "
+             "import prover_cli.on_modal.images as i, prover_cli.on_modal.functions as f, prover_cli.on_modal.sandbox as s; "
+             "print(repr(r.runs_volume), f.runs_volume is i.runs_volume, s.LEAN_TOOLCHAIN, s.lean_image is i.lean_image)")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert "'other-runs'" in out.stdout and out.stdout.split()[-3:] == ["True", "leanprover/lean4:v4.16.0", "True"]

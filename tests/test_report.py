@@ -19,20 +19,31 @@ ES_ITERATIONS = [(2, 8, 360.0, 0.25), (4, 8, 720.0, 0.5), (6, 8, 1080.0, 0.75)]
 GRPO_ITERATIONS = [(1, 4, 1800.0, 0.25), (3, 4, 3600.0, 0.75)]
 
 
-def make_run(run_dir: Path, method: str, iterations, *overrides: str) -> Path:
+def make_run(run_dir: Path, method: str, iterations, *overrides: str, heldout=None) -> Path:
+    """A run directory; `heldout` maps iteration -> eval/verified_rate for the lines that have one."""
     run_dir.mkdir(parents=True)
     config = load_config(None, ["data.task=countdown", f"run.dir={run_dir}", *overrides])
     (run_dir / "config.toml").write_text(config.to_toml(), encoding="utf-8")
     lines, total, previous = [], 0, 0.0
     for i, (verified, samples, elapsed_s, mean) in enumerate(iterations, start=1):
         total += samples
-        lines.append(json.dumps({
+        record = {
             "iteration": i, "method": method, "task": config.data.task, "reward/mean": mean, "reward/max": 1.0,
             "verify/verified": verified, "samples": samples, "samples/total": total,
-            "time/wall_s": elapsed_s - previous, "time/elapsed_s": elapsed_s}))
+            "time/wall_s": elapsed_s - previous, "time/elapsed_s": elapsed_s}
+        if heldout and i in heldout:
+            record.update({"eval/verified_rate": heldout[i], "eval/solved_rate": heldout[i], "eval/reward_mean": 0.5,
+                           "eval/verified": 1, "eval/samples": 10, "eval/problems": 10, "eval/wall_s": 1.0})
+        lines.append(json.dumps(record))
         previous = elapsed_s
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return run_dir
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_dir(tmp_path, monkeypatch):
+    """Default reports go to ./reports/: keep them out of the repository."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture
@@ -70,14 +81,100 @@ def test_report_table_numbers_and_plot(tmp_path, two_runs):
     import matplotlib.image
 
     pixels = matplotlib.image.imread(png)
-    assert pixels.shape[:2] == (450, 1500)  # three panels side by side
+    assert pixels.shape[:2] == (800, 1500)  # two rows of three panels
     assert pixels[..., :3].std() > 0.05  # curves and text, not a blank canvas
 
 
-def test_report_goes_to_the_first_run_dir_by_default(two_runs):
+def test_report_goes_to_a_new_reports_dir_by_default_never_into_a_run(tmp_path, two_runs, monkeypatch):
     es, grpo = two_runs
-    result = report_runs(run_dirs=[es, grpo])
-    assert Path(result["plot"]) == es / "report.png" and (es / "report.json").exists()
+    monkeypatch.chdir(tmp_path)
+    first = report_runs(run_dirs=[es, grpo])
+    second = report_runs(run_dirs=[es, grpo])  # within the same second: still a new directory
+    for result in (first, second):
+        out = Path(result["out"])
+        assert out.parent == Path("reports") and re.fullmatch(r"es-vs-grpo-\d{8}-\d{6}(-\d+)?", out.name)
+        assert (out / "report.json").exists() and Path(result["plot"]) == out / "report.png"
+    assert first["out"] != second["out"]
+    assert not (es / "report.png").exists() and not (grpo / "report.json").exists()
+
+
+@pytest.mark.parametrize("where", ["es", "grpo", "es/../es"])
+def test_out_in_a_run_dir_is_refused(tmp_path, two_runs, where):
+    es, grpo = two_runs
+    with pytest.raises(InputError, match="is the input run directory"):
+        report_runs(run_dirs=[es, grpo], out_dir=tmp_path / where)
+    assert not (es / "report.png").exists() and not (grpo / "report.json").exists()
+    # A subdirectory of a run holds only the report: allowed (scripts/demo.sh writes runs/demo/report/).
+    assert Path(report_runs(run_dirs=[es, grpo], out_dir=es / "report")["plot"]) == es / "report" / "report.png"
+
+
+def test_an_existing_report_is_not_overwritten(tmp_path, two_runs):
+    es, grpo = two_runs
+    report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    before = (tmp_path / "out" / "report.json").read_bytes()
+    with pytest.raises(InputError, match=r"report.json: a report is already there; not overwriting it"):
+        report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    assert (tmp_path / "out" / "report.json").read_bytes() == before
+
+
+def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
+    from prover_cli.report import build_figure, load_run
+
+    es = make_run(tmp_path / "es", "es", ES_ITERATIONS, heldout={2: 0.4, 3: 0.3})
+    grpo = make_run(tmp_path / "grpo", "grpo", GRPO_ITERATIONS, heldout={2: 0.1})
+    result = report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    by_run = {s["run"]: s for s in result["runs"]}
+    assert by_run["es"]["heldout_verified_rate"] == 0.3 and by_run["es"]["heldout_iteration"] == 3
+    assert by_run["es"]["heldout_best_verified_rate"] == 0.4 and by_run["es"]["heldout_best_iteration"] == 2
+    assert by_run["es"]["heldout_evaluations"] == 2 and by_run["grpo"]["heldout_problems"] == 10
+    rows = {row[0]: dict(zip(result["tables"][0]["columns"], row)) for row in result["tables"][0]["rows"]}
+    assert rows["es"]["held-out"] == "0.300 @3" and rows["es"]["best held-out"] == "0.400 @2"
+    assert rows["grpo"]["held-out"] == "0.100 @2"
+
+    fig = build_figure([load_run(es), load_run(grpo)])
+    reward_iter, reward_samples, reward_time, eval_iter, eval_samples, eval_time = fig.axes[:6]
+    es_curve, grpo_curve = eval_iter.get_lines()
+    assert list(es_curve.get_xdata()) == [2, 3] and list(es_curve.get_ydata()) == [0.4, 0.3]
+    assert list(grpo_curve.get_xdata()) == [2] and list(eval_samples.get_lines()[1].get_xdata()) == [0.008]
+    assert list(reward_iter.get_lines()[0].get_ydata()) == [0.25, 0.5, 0.75]
+    for axis in fig.axes[:6]:
+        assert axis.get_ylim()[0] == 0  # y from 0
+    assert all(float(t).is_integer() for t in reward_iter.get_xticks())  # whole iterations
+    # The longest run took 3,600 s: minutes fit; GRPO's last point is at 60 min.
+    assert reward_time.get_xlabel() == "wall-clock (min)" and list(reward_time.get_lines()[1].get_xdata()) == [30, 60]
+    title = fig._suptitle.get_text()
+    assert "countdown" in title and "AI-MO/Kimina-Prover-Preview-Distill-1.5B" in title
+    assert "es (es)" in title and "grpo (grpo)" in title
+
+
+def test_runs_without_heldout_evaluations_say_so(tmp_path, two_runs):
+    from prover_cli.report import build_figure, load_run
+
+    fig = build_figure([load_run(d) for d in two_runs])
+    assert not fig.axes[3].get_lines() and "no held-out evaluation" in fig.axes[3].texts[0].get_text()
+    result = report_runs(run_dirs=list(two_runs), out_dir=tmp_path / "out")
+    assert all(s["heldout_verified_rate"] is None for s in result["runs"])
+    assert result["tables"][0]["rows"][0][-2:] == ["-", "-"]
+
+
+@pytest.mark.parametrize("seconds, unit", [(30, "s"), (119, "s"), (600, "min"), (7199, "min"), (7200, "h")])
+def test_time_unit_fits_the_span(seconds, unit):
+    from prover_cli.report import time_unit
+
+    assert time_unit(seconds)[0] == unit
+
+
+def test_refuses_runs_with_different_heldout_subsets(tmp_path):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"id": f"p{i}", "split": s}) + "\n"
+                                for i, s in enumerate(["train", "valid"] * 5)))
+    shared = (f"data.problems={problems}", "run.eval_problems=2")
+    es = make_run(tmp_path / "es", "es", ES_ITERATIONS, *shared, "run.seed=1", heldout={3: 0.5})
+    grpo = make_run(tmp_path / "grpo", "grpo", GRPO_ITERATIONS, *shared, "run.seed=2", heldout={2: 0.5})
+    with pytest.raises(InputError, match="different heldout problem sets"):
+        report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    same = make_run(tmp_path / "grpo2", "grpo", GRPO_ITERATIONS, *shared, "run.seed=1", heldout={2: 0.5})
+    assert report_runs(run_dirs=[es, same], out_dir=tmp_path / "out")["problem_sets_unchecked"] == 0
 
 
 def test_refuses_runs_of_different_tasks(tmp_path):

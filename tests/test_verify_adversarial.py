@@ -93,7 +93,7 @@ def test_sorry_that_passes_the_text_is_still_caught_by_the_answers(verify_config
     pool = ReplPool(verify_config(workers=1))
     got = []
     try:
-        pool.run([Candidate("s", DEFAULT_HEADER, STATEMENT + "\n  sorry", "amc_p1")],
+        pool.run([Candidate("s", DEFAULT_HEADER, STATEMENT + "\n  sorry", "amc_p1", STATEMENT)],
                  lambda c, v: got.append(v))
     finally:
         pool.close()

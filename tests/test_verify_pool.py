@@ -14,6 +14,7 @@ from prover_cli.config import DEFAULT_HEADER
 from prover_cli.errors import BackendError
 from prover_cli.verify import verify_records
 from prover_cli.verify.pool import ReplPool
+from conftest import fake_repl_command
 from test_verify_statement import STATEMENT
 
 MARGIN_S = 3.0  # process start-up and scheduling on a loaded CI machine
@@ -139,7 +140,10 @@ def test_processes_are_recycled_after_max_proofs(verify_config, tmp_path):
     verdicts = verify_records([proof(f"p{k}") for k in range(7)], config)
     assert all(v["verdict"] == "verified" for v in verdicts)
     by_pid = requests_by_pid(log)
-    assert sorted(sum(e["kind"] == "cmd" for e in entries) for entries in by_pid.values()) == [1, 3, 3]
+    # proof commands per process (the trusted statement, elaborated once per pool with `sorry`, aside)
+    proofs = [sum(e["kind"] == "cmd" and not e["cmd"].endswith(" sorry") for e in entries)
+              for entries in by_pid.values()]
+    assert sorted(proofs) == [1, 3, 3]
     assert all([e["kind"] for e in entries].count("header") == 1 for entries in by_pid.values())
 
 
@@ -189,3 +193,37 @@ def test_unknown_repl_program_is_a_backend_error(verify_config):
     with pytest.raises(BackendError) as info:
         verify_records([proof("a")], config)
     assert "cannot start" in str(info.value)
+
+
+# -- a transport factory given to verify_records / verify_file reaches the pool ---------------
+
+def test_transport_factory_is_passed_on_by_verify_records_and_verify_file(verify_config, tmp_path):
+    """The configured REPL command cannot start; only the factory's transports (the stand-in)
+    can answer, so a verdict proves the factory was used, on every entry point."""
+    from prover_cli.config import Config
+    from prover_cli.verify.engine import close_warm_verifiers, verify_file
+    from prover_cli.verify.transport import LocalTransport
+
+    made = []
+
+    def factory():
+        made.append(1)
+        return LocalTransport(fake_repl_command())
+
+    config = verify_config(workers=1, repl_command=[str(tmp_path / "no-such-repl")])
+    record = {"id": "a", "formal_statement": "theorem t : 1 + 1 = 2 := by", "proof": "  rfl"}
+    assert verify_records([record], config, transport_factory=factory)[0]["verdict"] == "verified"
+    assert len(made) == 1
+    try:
+        assert verify_records([record], config, keep_warm=True, transport_factory=factory)[0]["verdict"] == "verified"
+        assert len(made) == 2
+    finally:
+        close_warm_verifiers()
+    full = Config()
+    full.verify = config
+    proofs = tmp_path / "proofs.jsonl"
+    proofs.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    summary = verify_file(full, proofs_path=proofs, out_path=tmp_path / "out.jsonl", transport_factory=factory)
+    assert summary["verified"] == 1 and len(made) == 3
+    with pytest.raises(BackendError):   # and without the factory the configured command is what runs
+        verify_records([record], config)

@@ -74,11 +74,22 @@ def test_protocol_problems(response, problem):
     assert judge_proof(response).status == "error"
 
 
-def test_native_decide_policy_adds_its_axiom():
+def test_native_decide_policy_adds_the_native_axioms_of_every_supported_lean_version():
     config = VerifyConfig()
-    assert "Lean.ofReduceBool" not in allowed_axioms(config)
+    default = allowed_axioms(config)
+    native_names = ["Lean.ofReduceBool", "Lean.trustCompiler",                  # Lean <= 4.28
+                    "amc_p1._native.native_decide.ax_1_1",                      # Lean >= 4.29
+                    "Foo.bar._native.native_decide.ax_2_10", "t._native.bv_decide.ax_1_5"]
+    assert not any(name in default for name in native_names)
     config.allow_native_decide = True
-    assert allowed_axioms(config) == ALLOWED | {"Lean.ofReduceBool"}
+    native = allowed_axioms(config)
+    assert set(native) == ALLOWED | {"Lean.ofReduceBool", "Lean.trustCompiler"}
+    assert all(name in native for name in native_names)
+    # anything else still fails closed, lookalikes included
+    for other in ["Lean.ofReduceNat", "sorryAx", "myCheat", "t._native.native_decide.ax",
+                  "t._native.native_decide.ax_1_1.extra", "t._native.other_tactic.ax_1_1",
+                  "_native.native_decide.ax_1_1", "a b._native.native_decide.ax_1_1"]:
+        assert other not in native, other
 
 
 def test_verdict_status_is_checked():

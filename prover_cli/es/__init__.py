@@ -4,7 +4,9 @@
   evaluate, normalise, update, ledger).
 - `noise.py`: device-independent noise (integer counter hash, Irwin-Hall) and the exact fp32
   arithmetic that applies it.
-- `weights.py`: `NamedWeights`, the base copy ES perturbs / restores / updates, and fingerprints.
+- `kernel.py`: the same noise, perturb and update fused into one C pass per chunk on CPU
+  (compiled at first use, checked against the definition, eager fallback).
+- `weights.py`: `NamedWeights`, the fp32 master ES perturbs / restores / updates, and fingerprints.
 - `ledger.py`: the ledger format, written atomically after every iteration.
 - `replay.py`: `prover replay-seeds`, and `rebuild` (ledger records onto base weights), which
   `--resume` uses too.

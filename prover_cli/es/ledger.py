@@ -1,18 +1,25 @@
-"""ledger.json: an ES run as base weights plus ~150 bytes per iteration (docs/ledger.md).
+"""ledger.json: an ES run as base weights plus ~115 bytes per iteration at population 30 (docs/ledger.md).
 
 One JSON document: the header (what replay needs besides the base weights) and `iterations`,
-one compact record per line:
+one compact record per line, a JSON array (version 2):
 
-    {"i":12,"r":".25 0 .125 1 ...","fp":"3fa2c1d09b7e54aa"}
+    ["3fa2c1d09b7e54aa","05b06506404f07b063074"]
+    ["3fa2c1d09b7e54aa","05b06506404f07b063074","<sha256 of a snapshot>"]
 
-`r` holds each member's reward in member order, rounded to REWARD_DECIMALS (training uses the
-rounded values, so replay reads exactly what training used); `fp` is the start of the weights'
-fingerprint after the update; `skip` marks an iteration whose rewards were all equal; `snap`
-names a snapshot. Seeds are not stored: they derive from (run seed, iteration, member).
+- [0] the start of the weights' (fp32 master's) fingerprint after the update;
+- [1] each member's reward as an exact integer numerator over the header's
+  `reward_denominator` (1000: rewards rounded to 3 decimals, as training uses them), written as
+  fixed-width lowercase hex, width = length / population; a record with a negative reward
+  writes its numerators as space-separated signed decimals instead;
+- [2] (optional) the snapshot written after this iteration.
+
+The iteration number is the position; "skipped" is implied by all-equal rewards. Seeds are not
+stored: they derive from (run seed, iteration, member). Version 1 ledgers (one object per
+record, rewards as decimal strings, the master in the model's dtype) still read and replay.
 
 The file is rewritten whole after each iteration (temp file, fsync, rename, fsync of the
 directory), so a `kill -9` at any moment leaves the previous or the new ledger, never a torn one.
-Rewriting costs O(iterations) bytes per iteration: 200 KB at 1,000 iterations, nothing next to
+Rewriting costs O(iterations) bytes per iteration: 115 KB at 1,000 iterations, nothing next to
 sampling.
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +37,24 @@ from prover_cli.errors import InputError
 from prover_cli.es.noise import NOISE_NAME, NOISE_VERSION
 
 FORMAT = "prover-es-ledger"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 LEDGER_FILE = "ledger.json"
 REWARD_DECIMALS = 3
+REWARD_DENOMINATOR = 10 ** REWARD_DECIMALS  # rewards are stored as numerator / 1000, exactly
 FINGERPRINT_CHARS = 16  # 64 bits: a wrong replay passes a check with probability 2^-64
+MASTER_DTYPE = "float32"  # es/weights.py keeps the master in fp32 whatever the model's dtype
 # Header keys that may change when a run is resumed (everything else must match the config).
 RESUMABLE_CHANGES = ("es.iterations", "created_by")
 
 
-def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: str) -> dict[str, Any]:
+def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: str,
+                master_dtype: str = MASTER_DTYPE) -> dict[str, Any]:
     es, model, gen = config.es, config.model, config.generate
     base = {"name": model.name, "revision": model.revision, "sha256": base_sha256}
-    if model.name == "tiny":  # rebuilt offline from its seed by replay
+    from prover_cli.tiny_model import BUILT_NAMES
+
+    if model.name in BUILT_NAMES:  # `tiny`, `tiny-countdown`: rebuilt offline from its seed by replay
         base["tiny_seed"] = model.tiny_seed
     return {
         "format": FORMAT,
@@ -49,6 +63,7 @@ def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: s
         "noise": {"name": NOISE_NAME, "version": NOISE_VERSION},
         "base_model": base,
         "dtype": dtype,
+        "master_dtype": master_dtype,
         "run_seed": config.run.seed,
         "task": config.data.task,
         "problems_sha256": problems_sha256,
@@ -61,9 +76,14 @@ def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: s
         # These change rewards, not replay; a resumed run needs them unchanged to stay bit-exact.
         "sampling": {"backend": gen.backend, "temperature": gen.temperature, "top_p": gen.top_p,
                      "max_tokens": gen.max_tokens},
-        "reward_decimals": REWARD_DECIMALS,
+        "reward_denominator": REWARD_DENOMINATOR,
         "fingerprint_chars": FINGERPRINT_CHARS,
     }
+
+
+def master_dtype_of(header: dict[str, Any]) -> str | None:
+    """The dtype replay keeps the master in: the header's, or (version 1) the model's own."""
+    return header.get("master_dtype")
 
 
 def header_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -77,6 +97,10 @@ def header_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
                 out[prefix + key] = value
         return out
 
+    if stored.get("version") != current.get("version"):
+        return [f"version: ledger {stored.get('version')!r} (written by {stored.get('created_by')}) != "
+                f"{current.get('version')!r}: this prover replays it (`prover replay-seeds`) but resumes only "
+                f"version-{current.get('version')} ledgers"]
     a, b = flat(stored), flat(current)
     return [f"{k}: ledger {a.get(k)!r} != now {b.get(k)!r}"
             for k in sorted(set(a) | set(b)) if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k)]
@@ -90,9 +114,39 @@ def reward_text(reward: float) -> str:
     return text.replace("0.", ".", 1) if text.startswith(("0.", "-0.")) else text
 
 
-def make_record(iteration: int, rewards: list[str], fingerprint: str, skipped: bool,
-                snapshot: str | None = None) -> dict[str, Any]:
-    record: dict[str, Any] = {"i": iteration, "r": " ".join(rewards), "fp": fingerprint[:FINGERPRINT_CHARS]}
+def reward_numerator(reward: float | str, denominator: int = REWARD_DENOMINATOR) -> int:
+    """round(reward * denominator), exactly (half to even, as `reward_text` rounds)."""
+    return round(Fraction(reward) * denominator)
+
+
+def encode_rewards(numerators: list[int]) -> str:
+    """Fixed-width lowercase hex (the narrowest that fits); signed decimals if any is negative."""
+    if min(numerators) < 0:
+        return " ".join(map(str, numerators))
+    width = len(f"{max(numerators):x}")
+    return "".join(f"{n:0{width}x}" for n in numerators)
+
+
+def decode_rewards(text: str, population: int) -> list[int]:
+    """The numerators of one record; ValueError when `text` does not hold `population` of them."""
+    if " " in text or text.startswith("-"):
+        numerators = [int(part) for part in text.split(" ")]
+    else:
+        width, extra = divmod(len(text), population)
+        if extra or width == 0 or any(c not in "0123456789abcdef" for c in text):
+            raise ValueError(f"{len(text)} characters are not {population} fixed-width hex numerators")
+        numerators = [int(text[i:i + width], 16) for i in range(0, len(text), width)]
+    if len(numerators) != population:
+        raise ValueError(f"{len(numerators)} rewards for a population of {population}")
+    return numerators
+
+
+def make_record(iteration: int, rewards: list[str] | list[float], fingerprint: str, skipped: bool,
+                snapshot: str | None = None, denominator: int = REWARD_DENOMINATOR) -> dict[str, Any]:
+    """A record in memory: `rewards` are the values training used (numerator / denominator)."""
+    numerators = [reward_numerator(r, denominator) for r in rewards]
+    record: dict[str, Any] = {"i": iteration, "fp": fingerprint[:FINGERPRINT_CHARS],
+                              "rewards": [n / denominator for n in numerators], "numerators": numerators}
     if skipped:
         record["skip"] = 1
     if snapshot:
@@ -101,15 +155,24 @@ def make_record(iteration: int, rewards: list[str], fingerprint: str, skipped: b
 
 
 def record_rewards(record: dict[str, Any]) -> list[float]:
-    return [float(text) for text in record["r"].split()]
+    return list(record["rewards"])
+
+
+def _record_json(record: dict[str, Any]) -> str:
+    row = [record["fp"], encode_rewards(record["numerators"])]
+    if record.get("snap"):
+        row.append(record["snap"])
+    return json.dumps(row, separators=(",", ":"))
 
 
 def ledger_text(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
     """The header indented for reading, then one compact line per iteration."""
+    if header.get("version") != VERSION:
+        raise ValueError(f"this prover writes ledger version {VERSION} only")
     head = json.dumps({**header, "iterations": []}, indent=1)[: -len("[]\n}")]
     if not records:
         return head + "[]\n}\n"
-    return head + "[\n" + ",\n".join(json.dumps(r, separators=(",", ":")) for r in records) + "\n]\n}\n"
+    return head + "[\n" + ",\n".join(_record_json(r) for r in records) + "\n]\n}\n"
 
 
 def write_ledger(path: str | Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
@@ -136,7 +199,11 @@ def bytes_per_iteration(header: dict[str, Any], records: list[dict[str, Any]]) -
 
 
 def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, records), checked enough that replay fails on a bad ledger, not midway."""
+    """(header, records in memory), checked enough that replay fails on a bad ledger, not midway.
+
+    Reads versions 1 and 2; records come back in one form: {"i", "fp", "rewards", "numerators"
+    (version 2), "skip" (all rewards equal), "snap"}.
+    """
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -148,30 +215,71 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"{path}: not a prover ES ledger (expected \"format\": \"{FORMAT}\")")
-    if data.get("version") != VERSION:
-        raise InputError(f"{path}: ledger version {data.get('version')!r}; this prover reads version {VERSION}",
+    if data.get("version") not in READABLE_VERSIONS:
+        raise InputError(f"{path}: ledger version {data.get('version')!r}; this prover reads versions "
+                         f"{', '.join(map(str, READABLE_VERSIONS))}",
                          hint="replay it with the prover version that wrote it (see `created_by`)")
     noise = data.get("noise", {})
     if noise != {"name": NOISE_NAME, "version": NOISE_VERSION}:
         raise InputError(f"{path}: noise {noise!r}; this prover implements {NOISE_NAME} v{NOISE_VERSION}")
-    for key in ("base_model", "dtype", "run_seed", "es", "iterations"):
+    required = ("base_model", "dtype", "run_seed", "es", "iterations")
+    if data["version"] >= 2:
+        required += ("master_dtype", "reward_denominator")
+    for key in required:
         if key not in data:
             raise InputError(f"{path}: ledger header lacks `{key}`")
-    records = data.pop("iterations")
+    rows = data.pop("iterations")
     population = data["es"]["population"]
-    for index, record in enumerate(records, start=1):
-        where = f"{path}: iteration {index}"
-        if not isinstance(record, dict) or record.get("i") != index:
-            raise InputError(f"{where}: expected a record with \"i\": {index}")
-        try:
-            rewards = record_rewards(record)
-        except (KeyError, AttributeError, ValueError):
-            raise InputError(f"{where}: `r` must be a string of space-separated numbers") from None
-        if len(rewards) != population:
-            raise InputError(f"{where}: {len(rewards)} rewards for a population of {population}")
-        if not isinstance(record.get("fp"), str) or not record["fp"]:
-            raise InputError(f"{where}: missing fingerprint `fp`")
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: `iterations` must be a list")
+    if data["version"] == 1:
+        records = [_read_v1(row, index, population, f"{path}: iteration {index}") for index, row in enumerate(rows, 1)]
+    else:
+        denominator = data["reward_denominator"]
+        if not isinstance(denominator, int) or isinstance(denominator, bool) or denominator < 1:
+            raise InputError(f"{path}: reward_denominator must be a positive integer, got {denominator!r}")
+        records = [_read_v2(row, index, population, denominator, f"{path}: iteration {index}")
+                   for index, row in enumerate(rows, 1)]
     return data, records
+
+
+def _finish(record: dict[str, Any]) -> dict[str, Any]:
+    if max(record["rewards"]) == min(record["rewards"]):
+        record["skip"] = 1  # no update was made: shaping has no signal (replay derives it the same way)
+    return record
+
+
+def _read_v2(row: Any, index: int, population: int, denominator: int, where: str) -> dict[str, Any]:
+    if not isinstance(row, list) or len(row) not in (2, 3) or not all(isinstance(v, str) for v in row):
+        raise InputError(f"{where}: expected [fingerprint, rewards] or [fingerprint, rewards, snapshot] strings")
+    if not row[0] or any(c not in "0123456789abcdef" for c in row[0]):
+        raise InputError(f"{where}: fingerprint {row[0]!r} is not lowercase hex")
+    try:
+        numerators = decode_rewards(row[1], population)
+    except ValueError as exc:
+        raise InputError(f"{where}: rewards {row[1][:40]!r}: {exc}") from None
+    record = {"i": index, "fp": row[0], "rewards": [n / denominator for n in numerators], "numerators": numerators}
+    if len(row) == 3:
+        record["snap"] = row[2]
+    return _finish(record)
+
+
+def _read_v1(row: Any, index: int, population: int, where: str) -> dict[str, Any]:
+    """Version 1: {"i": 12, "r": ".25 0 1 ...", "fp": "...", "skip": 1, "snap": "..."}."""
+    if not isinstance(row, dict) or row.get("i") != index:
+        raise InputError(f"{where}: expected a record with \"i\": {index}")
+    try:
+        rewards = [float(text) for text in row["r"].split()]
+    except (KeyError, AttributeError, ValueError):
+        raise InputError(f"{where}: `r` must be a string of space-separated numbers") from None
+    if len(rewards) != population:
+        raise InputError(f"{where}: {len(rewards)} rewards for a population of {population}")
+    if not isinstance(row.get("fp"), str) or not row["fp"]:
+        raise InputError(f"{where}: missing fingerprint `fp`")
+    record = {"i": index, "fp": row["fp"], "rewards": rewards}
+    if row.get("snap"):
+        record["snap"] = row["snap"]
+    return _finish(record)
 
 
 def sha256_file(path: str | Path) -> str:

@@ -3,8 +3,9 @@
 A worker keeps theta between calls: on each call it reads the ledger the loop has committed,
 applies only the iterations it has not applied yet (checking each fingerprint, as replay does),
 then perturbs, samples and restores with the same code the local loop runs
-(`train.member_completions`). So a worker that joins late, or restarts, catches up from the base
-model and the ledger alone: no checkpoint ever moves.
+(`train.member_completions`). So a worker that joins late, or restarts, catches up from the
+newest snapshot in the ledger (`es.snapshot_every`; the base model if none) and the ledger's
+later iterations alone.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from prover_cli.errors import ReplayMismatchError
 from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
+from prover_cli.es.replay import _load_latest_snapshot
 from prover_cli.es.train import _load_sampler, apply_rewards, member_completions
 from prover_cli.tasks import get_task
 
@@ -35,6 +37,8 @@ class MemberEvaluator:
         if len(records) < iteration - 1:
             raise ReplayMismatchError(f"{ledger_path}: iteration {iteration} asked for, but the ledger has only "
                                       f"{len(records)} iterations (was the runs volume committed?)")
+        if self.applied == 0:  # a cold worker: start from the newest intact snapshot, not the base
+            self.applied = _load_latest_snapshot(self.weights, records[:iteration - 1], ledger_path)
         for record in records[self.applied:iteration - 1]:
             apply_rewards(self.weights, record_rewards(record), header["run_seed"], record["i"], header["es"])
             got = self.weights.fingerprint()[:len(record["fp"])]

@@ -24,6 +24,11 @@ Applying it exactly: `perturbed` and `updated` use one elementwise op per kernel
 add: never `add(alpha=)`, `addcmul` or anything that may fuse into an FMA, never a reduction), in
 fp32, and cast to the weight dtype once (round-to-nearest-even on CPU and CUDA alike). Large
 tensors are processed in chunks of flat indices, which changes nothing in the values.
+
+Two implementations, one definition: the eager torch ops below (`noise_eager`, `perturbed`,
+`updated`: the definition, on any device) and, on CPU, the fused C kernel of es/kernel.py (one
+pass per chunk, checked against `reference_noise` and the eager ops when it loads). `noise`,
+`perturb_into`, `update_in_place` pick the kernel when it applies, the eager ops otherwise.
 """
 
 from __future__ import annotations
@@ -74,7 +79,22 @@ def stream_key(noise_seed: int, name: str) -> int:
 
 
 def noise(key: int, start: int, stop: int, device="cpu"):
-    """fp32 noise of flat elements start..stop-1 of the stream `key`."""
+    """fp32 noise of flat elements start..stop-1 of the stream `key` (the fused kernel on CPU)."""
+    if str(device) == "cpu" and _kernel_ready():
+        from prover_cli.es import kernel
+
+        return kernel.noise(key, start, stop)
+    return noise_eager(key, start, stop, device)
+
+
+def _kernel_ready() -> bool:
+    from prover_cli.es import kernel
+
+    return kernel.available()
+
+
+def noise_eager(key: int, start: int, stop: int, device="cpu"):
+    """`noise` as eager torch int64 ops: the definition on any device (and the GPU path)."""
     import torch
 
     x = torch.arange(start + 1, stop + 1, dtype=torch.int64, device=device)
@@ -105,7 +125,7 @@ def perturbed(base, key: int, scale32: float):
     flat = base.reshape(-1)
     out = torch.empty_like(flat)
     for start, stop in _chunks(flat):
-        delta = noise(key, start, stop, base.device).mul_(scale32)
+        delta = noise_eager(key, start, stop, base.device).mul_(scale32)
         out[start:stop] = flat[start:stop].to(torch.float32).add(delta)  # add() casts on assignment
     return out.view(base.shape)
 
@@ -125,7 +145,41 @@ def updated(base, terms: Sequence[tuple[int, float]]):
     for start, stop in _chunks(flat):
         total = torch.zeros(stop - start, dtype=torch.float32, device=base.device)
         for key, coefficient in terms:
-            total.add_(noise(key, start, stop, base.device).mul_(coefficient))
+            total.add_(noise_eager(key, start, stop, base.device).mul_(coefficient))
         out[start:stop] = flat[start:stop].to(torch.float32).add(total)
         squared_norm += float(total.double().square().sum())  # a metric only: order-free is fine
     return out.view(base.shape), squared_norm
+
+
+# ---------------------------------------------------------------------------------------------
+# In place, as NamedWeights uses them: the fused kernel where it applies, else the eager ops
+# ---------------------------------------------------------------------------------------------
+
+def _fused(master, out=None) -> bool:
+    import torch
+
+    ok = (master.device.type == "cpu" and master.dtype == torch.float32 and master.is_contiguous()
+          and (out is None or (out.device.type == "cpu" and out.is_contiguous()
+                               and out.dtype in (torch.float32, torch.bfloat16, torch.float16))))
+    return ok and _kernel_ready()
+
+
+def perturb_into(master, key: int, scale32: float, out) -> None:
+    """out := cast(master + scale32 * eps) to out's dtype (the live weight), master unchanged."""
+    if _fused(master, out):
+        from prover_cli.es import kernel
+
+        kernel.perturb_into(master, key, scale32, out.view(-1))
+    else:
+        out.copy_(perturbed(master, key, scale32).view(out.shape))  # copy_ casts: round to nearest even
+
+
+def update_in_place(master, terms: Sequence[tuple[int, float]]) -> float:
+    """master := `updated(master, terms)` in place; returns the squared L2 norm of the fp32 sum."""
+    if _fused(master):
+        from prover_cli.es import kernel
+
+        return kernel.update_master(master.view(-1), terms)
+    new, squared_norm = updated(master, terms)
+    master.copy_(new)
+    return squared_norm

@@ -3,11 +3,13 @@
     prover replay-seeds runs/demo/ledger.json --out runs/demo/replayed [--upto N] [--device cuda]
 
 Everything replay needs is in the ledger: the base model (name, revision, sha256 of its weights;
-the seed of the tiny test model), the dtype, the run seed and the ES parameters. The base is
-loaded, checked against the recorded sha256, brought forward record by record (from the latest
-intact snapshot when there is one), and each iteration's fingerprint is checked: the first
-mismatch stops replay with a ReplayMismatchError naming that iteration. The output is a
-`from_pretrained`-loadable directory, tensor for tensor identical to the run's final/.
+the seed of the tiny test model), the dtype and the master dtype, the run seed and the ES
+parameters. The base is loaded in the model dtype, its master built (fp32 for a version-2
+ledger; the model's dtype for a version-1 ledger, as those runs kept it), checked against the
+recorded sha256, brought forward record by record (from the latest intact snapshot when there
+is one), and each iteration's fingerprint is checked: the first mismatch stops replay with a
+ReplayMismatchError naming that iteration. The output is a `from_pretrained`-loadable directory
+holding the master, tensor for tensor identical to the run's final/.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.errors import InputError, ReplayMismatchError
-from prover_cli.es.ledger import read_ledger, record_rewards, sha256_file
+from prover_cli.es.ledger import master_dtype_of, read_ledger, record_rewards, sha256_file
 from prover_cli.es.train import apply_rewards
 from prover_cli.progress import NULL_REPORTER, Reporter
 
@@ -27,7 +29,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, upto: int | None = None,
                  device: str = "cpu", reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
-    from prover_cli.es.weights import NamedWeights
+    from prover_cli.es.weights import NamedWeights, save_model_dir
     from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer, resolve_device
 
     ledger_path, out_dir = Path(ledger_path), Path(out_dir)
@@ -42,11 +44,13 @@ def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, u
     base = header["base_model"]
     if header["dtype"] not in _DTYPES:
         raise InputError(f"{ledger_path}: dtype {header['dtype']!r} is not one of {', '.join(_DTYPES)}")
+    if master_dtype_of(header) not in (None, "float32"):
+        raise InputError(f"{ledger_path}: master_dtype {master_dtype_of(header)!r} is not \"float32\"")
     # The ledger decides what to load; only where the tiny model is cached comes from the config.
     model_config = dataclasses.replace(config.model, name=base["name"], revision=base["revision"],
                                        dtype=header["dtype"], tiny_seed=base.get("tiny_seed", 0))
     model, tokenizer, device = load_model_and_tokenizer(model_config, device=resolve_device(device))
-    weights = NamedWeights.from_module(model)
+    weights = NamedWeights.from_module(model, master_dtype=master_dtype_of(header))
     base_sha256 = weights.fingerprint()
     if base_sha256 != base["sha256"]:
         raise ReplayMismatchError(
@@ -58,8 +62,7 @@ def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, u
 
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    save_model_dir(model, tokenizer, weights, tmp)
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return {
@@ -68,6 +71,7 @@ def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, u
         "started_from": "base model" if started_from == 0 else f"snapshot at iteration {started_from}",
         "device": device,
         "dtype": header["dtype"],
+        "master_dtype": weights.master_dtype,
         "fingerprint": weights.fingerprint()[:16],
         "out": str(out_dir),
     }

@@ -20,13 +20,14 @@ Where we depart from the paper, and why:
   own stream, keyed by (seed, tensor name).
 - Antithetic pairs (es.antithetic, default on): members 2k and 2k+1 use +eps_k and -eps_k, which
   lowers the variance of the estimate and halves the noise the update regenerates.
-- The update is accumulated per tensor in fp32 over members in a fixed order and cast to the
-  weight dtype once per iteration, so bf16/fp16 weights do not round small contributions away.
+- ES keeps an fp32 master of the weights (es/weights.py): members are cast(master + sigma*eps)
+  in the model's dtype, and the update is accumulated in fp32 over members in a fixed order and
+  added to the fp32 master, so with bf16/fp16 models small steps add up instead of rounding away.
 - All members of an iteration share one sampling seed (common random numbers): their rewards
   differ by their weights, not by sampling luck. The paper decodes greedily for the same reason;
   we keep [generate].temperature.
-- Member rewards are rounded to 3 decimals before normalising: the ledger stores them as short
-  strings, and training uses exactly what replay will read.
+- Member rewards are rounded to 3 decimals before normalising: the ledger stores them exactly
+  (integer numerators over 1000), and training uses exactly what replay will read.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.noise import fp32
+from prover_cli.heldout import eval_due, evaluate_heldout, heldout_problems
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
+from prover_cli.tracking import open_tracker
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +86,7 @@ def load_problems(config: Any) -> list[dict[str, Any]]:
         from prover_cli.tasks.countdown import generate_problems
 
         problems = generate_problems(data.countdown_problems, data.countdown_numbers, data.countdown_max_number,
-                                     seed=config.run.seed)
+                                     seed=config.run.seed, prompt=data.countdown_prompt)
         source = f"countdown problems generated from run.seed = {config.run.seed}"
     elif task == "toy":
         from prover_cli.tasks.toy import DEFAULT_COUNT, generate_problems
@@ -221,7 +224,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
     header = make_header(config, base_sha256=weights.fingerprint(), dtype=weights.dtype,
-                         problems_sha256=problems_sha256)
+                         master_dtype=weights.master_dtype, problems_sha256=problems_sha256)
     records: list[dict[str, Any]] = []
     if resume and ledger_path.exists():
         records = _resume(ledger_path, header, weights, reporter)
@@ -231,8 +234,10 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     last = _last_metrics(run_dir)
     samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
     resumed_from = len(records)
+    heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
-    with reporter.task("train es", total=es.iterations, unit="it") as bar:
+    with reporter.task("train es", total=es.iterations, unit="it") as bar, \
+            open_tracker(config, resumed_from=resumed_from) as tracker:
         bar.advance(resumed_from)
         for iteration in range(resumed_from + 1, es.iterations + 1):
             started = time.monotonic()
@@ -250,14 +255,18 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             samples_total += len(sample_rewards)
             elapsed_s += wall_s
             mean_reward = sum(sample_rewards) / len(sample_rewards)
-            append_metrics(run_dir, {
+            metrics = {
                 "iteration": iteration, "method": "es", "task": config.data.task,
                 "reward/mean": mean_reward, "reward/max": max(sample_rewards),
                 "verify/verified": sum(r == 1.0 for r in sample_rewards),
                 "samples": len(sample_rewards), "samples/total": samples_total,
                 "time/wall_s": wall_s, "time/elapsed_s": elapsed_s,
                 "es/update_norm": norm, "es/skipped": skipped,
-            })
+            }
+            if eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
+                metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
+            append_metrics(run_dir, metrics)
+            tracker.log(metrics)
             records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
             write_ledger(ledger_path, header, records)
             bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped)

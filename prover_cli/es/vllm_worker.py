@@ -1,7 +1,7 @@
 """vLLM worker extension: ES perturbs, restores and updates the weights inside the engine.
 
     llm = vllm.LLM(path, worker_extension_cls="prover_cli.es.vllm_worker.ESWorkerExtension")
-    llm.collective_rpc("es_init", args=(checkpoint_dir,))
+    llm.collective_rpc("es_init", args=(checkpoint_dir, "float32"))  # -> (engine dtype, master dtype)
     llm.collective_rpc("es_perturb", args=(noise_seed, scale32)); llm.reset_prefix_cache()
 
 vLLM mixes this class into its GPU worker, so `self.model_runner.model` is the engine's model and
@@ -11,8 +11,8 @@ model's own `load_weights`, which fuses q/k/v and gate/up exactly as when vLLM l
 the noise is keyed by the same names, computed by the same code (es/noise.py), and the weights
 are bit-identical to the transformers path and to `prover replay-seeds`.
 
-The base copy is one more model's worth of GPU memory outside vLLM's budget: leave room for it
-with `generate.gpu_memory_utilization`. With tensor parallelism every worker keeps the full
+The fp32 master is one more model's worth of GPU memory outside vLLM's budget (4 bytes per
+parameter; twice a bf16 model): leave room for it with `generate.gpu_memory_utilization`. With tensor parallelism every worker keeps the full
 checkpoint and `load_weights` takes its shard.
 """
 
@@ -26,8 +26,9 @@ class ESWorkerExtension:
     model_runner: Any  # provided by the vLLM worker this class is mixed into
     model_config: Any
 
-    def es_init(self, checkpoint_dir: str) -> str:
-        """Load the base weights from the checkpoint onto the worker's device; returns their dtype."""
+    def es_init(self, checkpoint_dir: str, master_dtype: str | None = "float32") -> tuple[str, str]:
+        """Load the base weights from the checkpoint onto the worker's device, keep their master
+        (fp32 by default) there; returns (engine dtype, master dtype)."""
         from safetensors.torch import load_file
 
         from prover_cli.es.weights import NamedWeights
@@ -42,8 +43,10 @@ class ESWorkerExtension:
                     base[name] = tensor.to(dtype)
         if not base:
             raise FileNotFoundError(f"{checkpoint_dir}: no *.safetensors weights to take as the ES base")
-        self._prover_es = NamedWeights(base, write=lambda items: model.load_weights(items))
-        return self._prover_es.dtype
+        # The engine's tensors are written by its own load_weights (fusing q/k/v, gate/up), in
+        # the engine's dtype: cast(master + sigma*eps) at perturb, cast(master) at restore.
+        self._prover_es = NamedWeights(base, write=lambda items: model.load_weights(items), master_dtype=master_dtype)
+        return self._prover_es.dtype, self._prover_es.master_dtype
 
     def es_perturb(self, noise_seed: int, scale32: float) -> None:
         self._prover_es.perturb(noise_seed, scale32)

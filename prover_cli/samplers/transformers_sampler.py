@@ -126,7 +126,7 @@ class TransformersSampler:
 
     # -- ES: the weights are perturbed in place between `generate` calls ------------------------
     def es_weights(self):
-        """The model's parameters as NamedWeights: a base copy, and writes into the live model."""
+        """The model's parameters as NamedWeights: an fp32 master, written into the live model."""
         from prover_cli.es.weights import NamedWeights
 
         if self._es_weights is None:
@@ -134,7 +134,16 @@ class TransformersSampler:
         return self._es_weights
 
     def save_pretrained(self, out_dir: str | Path) -> None:
-        """The current weights as a `from_pretrained`-loadable directory (safetensors)."""
+        """The current weights as a `from_pretrained`-loadable directory (safetensors).
+
+        Under ES that is the master (fp32 for a bf16/fp16 model; config.json says so), not the
+        live weights, which are the master rounded to the model's dtype.
+        """
+        if self._es_weights is not None:
+            from prover_cli.es.weights import save_model_dir
+
+            save_model_dir(self.model, self.tokenizer, self._es_weights, out_dir)
+            return
         self.model.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
 

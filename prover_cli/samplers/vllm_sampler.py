@@ -94,11 +94,16 @@ class VLLMSampler:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.es_weights().save(out / "model.safetensors")
+        from prover_cli.es.weights import set_config_dtype
+
+        weights = self.es_weights()
+        weights.save(out / "model.safetensors")  # the master: fp32 for a bf16/fp16 engine
         source = Path(self._checkpoint_dir())
         for name in ("config.json", "generation_config.json"):
             if (source / name).exists():
                 shutil.copyfile(source / name, out / name)
+        if (out / "config.json").exists():
+            set_config_dtype(out / "config.json", weights.master_dtype)
         self.tokenizer.save_pretrained(out)
 
     def _checkpoint_dir(self) -> str:
@@ -118,9 +123,10 @@ class VLLMWeights:
     previous member's weights must not be reused for the next member's prompts.
     """
 
-    def __init__(self, llm: Any, checkpoint_dir: str):
+    def __init__(self, llm: Any, checkpoint_dir: str, master_dtype: str | None = "float32"):
         self.llm = llm
-        self.dtype = self._same(llm.collective_rpc("es_init", args=(checkpoint_dir,)))
+        self.dtype, self.master_dtype = self._same(
+            [tuple(r) for r in llm.collective_rpc("es_init", args=(checkpoint_dir, master_dtype))])
 
     def perturb(self, noise_seed: int, scale32: float) -> None:
         self.llm.collective_rpc("es_perturb", args=(noise_seed, scale32))

@@ -2,7 +2,10 @@
 
 The arithmetic task of the ES-at-scale paper (via TinyZero), here so that training can run end
 to end without Lean. Problems are generated offline from a seed and are solvable by
-construction (the target is the value of a random expression over the numbers). Answers are
+construction (the target is the value of a random expression over the numbers). A problem's
+split is a function of its content (numbers as a multiset, and target), not of the seed or its
+position: the same problem is `valid` in every generated set, so a warm-start that trains only on
+`train` problems (prover_cli/warmstart.py) never sees a held-out one. Answers are
 checked exactly: the expression is parsed with `ast` (numbers, + - * /, parentheses only),
 evaluated with `Fraction` (so 7/2*2 is exactly 7, and division by zero is a wrong answer), and
 the multiset of numbers used must equal the multiset given.
@@ -11,6 +14,8 @@ the multiset of numbers used must equal the multiset given.
 from __future__ import annotations
 
 import ast
+import hashlib
+import itertools
 import random
 import re
 from collections import Counter
@@ -25,13 +30,26 @@ PROMPT = (
     "<think> </think> tags. And return the final answer in <answer> </answer> tags, for example "
     "<answer> (1 + 2) / 3 </answer>."
 )
+# `data.countdown_prompt`: `tinyzero` is the paper's prompt above (~185 tokens with the tiny
+# model's tokenizer); `short` keeps its first sentence and the answer format (~50 tokens), which
+# the tiny CPU model can learn to read in a short warm-start (prover_cli/warmstart.py).
+PROMPTS = {
+    "tinyzero": PROMPT,
+    "short": "Using the numbers {numbers}, create an equation that equals {target}. Answer in <answer> </answer> tags.",
+}
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
         ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
 
 
-def generate_problems(count: int, numbers_per_problem: int, max_number: int, seed: int) -> list[dict[str, Any]]:
-    """`count` solvable problems, a pure function of the arguments."""
+def generate_problems(count: int, numbers_per_problem: int, max_number: int, seed: int,
+                      prompt: str = "tinyzero") -> list[dict[str, Any]]:
+    """`count` solvable problems, a pure function of the arguments.
+
+    A `prompt` other than `tinyzero` is stored in each problem as `prompt_style`, so the
+    problems file says how its problems are asked (and the ledger's problems hash covers it)."""
+    if prompt not in PROMPTS:
+        raise ValueError(f"countdown prompt {prompt!r}: not one of {', '.join(PROMPTS)}")
     rng = random.Random(f"countdown:{seed}")
     problems = []
     while len(problems) < count:
@@ -40,14 +58,26 @@ def generate_problems(count: int, numbers_per_problem: int, max_number: int, see
         if value is None or value.denominator != 1 or value <= 0:
             continue  # keep targets positive integers, as in the paper's data
         index = len(problems)
+        rng.random()  # formerly drew the split; kept so every seed still yields the same problems
         problems.append({
             "id": f"countdown_{seed}_{index:05d}",
             "numbers": numbers,
             "target": int(value),
-            "split": "valid" if rng.random() < 0.1 else "train",
+            "split": content_split(numbers, int(value)),
             "source": f"countdown(seed={seed})",
+            **({"prompt_style": prompt} if prompt != "tinyzero" else {}),
         })
     return problems
+
+
+VALID_FRACTION = 0.1  # of the problem space held out, by content
+
+
+def content_split(numbers: Sequence[int], target: int) -> str:
+    """`valid` for a fixed ~10% of all (number multiset, target) pairs, else `train`."""
+    key = f"countdown-split|{sorted(int(n) for n in numbers)}|{int(target)}".encode()
+    fraction = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
+    return "valid" if fraction < VALID_FRACTION else "train"
 
 
 def _random_value(numbers: list[int], rng: random.Random) -> Fraction | None:
@@ -60,6 +90,37 @@ def _random_value(numbers: list[int], rng: random.Random) -> Fraction | None:
             return None
         values.append({"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else a}[op])
     return values[0]
+
+
+def solve(numbers: Sequence[int], target: int) -> str | None:
+    """The first expression (in a fixed order) that uses `numbers` once each and equals `target`.
+
+    Order: numbers as given before permutations of them, left-nested `(a op b) op c` before
+    other shapes, and + - * / in that order; so the solution of a problem is unique and
+    simple, which makes it a consistent target for the supervised warm-start."""
+    for order in dict.fromkeys(itertools.permutations(int(n) for n in numbers)):
+        for text, value in _expressions(list(order)):
+            if value == target:
+                return text
+    return None
+
+
+def _expressions(numbers: list[int]):
+    """(text, exact value) of every expression over `numbers` in this order, left-nested first."""
+    if len(numbers) == 1:
+        yield str(numbers[0]), Fraction(numbers[0])
+        return
+    for split in range(len(numbers) - 1, 0, -1):  # split at the end first: ((a op b) op c) op d
+        for left_text, left in _expressions(numbers[:split]):
+            for right_text, right in _expressions(numbers[split:]):
+                for op in "+-*/":
+                    if op == "/" and right == 0:
+                        continue
+                    value = {"+": left + right, "-": left - right, "*": left * right,
+                             "/": left / right if right else left}[op]
+                    lt = f"({left_text})" if split > 1 else left_text
+                    rt = f"({right_text})" if len(numbers) - split > 1 else right_text
+                    yield f"{lt} {op} {rt}", value
 
 
 def extract_answer(completion: str) -> str | None:
@@ -109,7 +170,11 @@ class CountdownTask:
     name = "countdown"
 
     def build_prompt(self, problem: dict[str, Any], tokenizer: Any, family: str) -> str:
-        text = PROMPT.format(numbers=problem["numbers"], target=problem["target"])
+        style = problem.get("prompt_style", "tinyzero")
+        if style not in PROMPTS:
+            raise ValueError(f"countdown problem {problem.get('id')!r}: prompt_style {style!r} is not one of "
+                             f"{', '.join(PROMPTS)}")
+        text = PROMPTS[style].format(numbers=problem["numbers"], target=problem["target"])
         if tokenizer is not None and getattr(tokenizer, "chat_template", None):
             return tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True

@@ -4,10 +4,16 @@ Modules, in the order a proof meets them:
 
     lexer.py      Lean-faithful tokens; comments blanked, strings kept, what we cannot lex refused
     denylist.py   cheats found in the text before anything runs (sorry, axiom, #exit, debug.*, …)
+    allowlist.py  the commands and characters untrusted text may contain (theorem, lemma,
+                  set_option <resource limit> … in); everything else is rejected
     statement.py  record -> code: `proof` appended to the trusted statement, or a `completion`'s
                   last ```lean4 block checked against it and rebuilt around it
-    repl.py       one REPL process: framing, deadlines on every read and write, process-group kill
-    pool.py       `verify.workers` processes: header once per process, proofs in its env, restarts
+    repl.py       one REPL process: framing, deadlines on every read and write
+    transport.py  where it runs: LocalTransport (own process group, memory limit, dies with us via
+                  repl_watchdog.py) or another Transport (Modal)
+    pool.py       `verify.workers` processes: header once per process, proofs in its env, Lean's
+                  statement check, restarts, one retry after a REPL killed from outside
+    canary.py     honest proofs and one cheat per rule, run once per toolchain and by `doctor`
     kimina.py     the same rules against a Kimina Lean Server
     rules.py      the verdict rules (`Verdict`), and what they do not protect against
     engine.py     `verify_file` (the `prover verify` command) and `verify_records` (the RL reward)

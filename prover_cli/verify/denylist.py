@@ -61,6 +61,8 @@ DENIED_WORDS: dict[str, str] = {
     "reduceBool": "native evaluation inside a proof term",
     "reduceNat": "native evaluation inside a proof term",
     "apply?": "`apply?` closes the goal with sorry when it finds only a partial proof",
+    "plausible": "`plausible` closes the goal (with sorry) when it finds no counterexample",
+    "slim_check": "`slim_check` closes the goal (with sorry) when it finds no counterexample",
 }
 
 # Words that `verify.allow_native_decide = true` lifts (the axiom check then also accepts

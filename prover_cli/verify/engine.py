@@ -6,12 +6,20 @@
 Both go the same way: check the record's fields (`error` verdict when unusable), run the denylist
 and the statement check (`rejected` without running Lean), then hand the assembled code to the
 backend (`repl` pool or `kimina` server), which applies the verdict rules (`rules.py`).
-`verify_file` writes each verdict the moment it is known (append + flush), skips ids that already
-have a verdict in `--out` (resume), and reports malformed input lines by number.
+`verify_file` writes each verdict the moment it is known (append + flush), skips ids whose last
+verdict in `--out` was made from the same checked fields under the same policy (resume; a line
+whose digest differs is checked again and superseded), and reports malformed input lines by
+number. One bad record never stops a run: whatever goes wrong while preparing, checking or
+writing one record becomes that record's `error` verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,7 +29,7 @@ from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.verify.rules import VERDICTS, Verdict
-from prover_cli.verify.statement import BadRecord, Rejected, candidate_from_record, check_fields
+from prover_cli.verify.statement import BadRecord, Rejected, TextPolicy, candidate_from_record, check_fields
 
 OnResult = Callable[[Any, dict, Verdict], None]
 
@@ -37,19 +45,76 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
     return identity
 
 
-def verdict_record(record: dict[str, Any], verdict: Verdict, identity: dict[str, Any]) -> dict[str, Any]:
+# Bump when a verdict rule changes, so that resume rechecks verdicts made under the old rules.
+RULES_VERSION = 3   # 3: trusted-header copies in completions, Lean statement check on Kimina
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def policy_digest(verify_config: Any) -> str:
+    """What a verdict depends on besides the record: the verifier policy and the toolchain."""
+    policy = {
+        "rules": RULES_VERSION,
+        "allowed_axioms": sorted(verify_config.allowed_axioms),
+        "allow_native_decide": bool(verify_config.allow_native_decide),
+        "allow_commands": sorted(getattr(verify_config, "allow_commands", []) or []),
+        "max_proof_chars": getattr(verify_config, "max_proof_chars", None),
+        "backend": verify_config.backend,
+        "lean_toolchain": verify_config.lean_toolchain,
+        "mathlib_rev": verify_config.mathlib_rev,
+    }
+    return _digest(policy)
+
+
+def record_digest(record: dict[str, Any], default_header: str) -> str:
+    """The fields a verdict is about: header (as used), statement, proof or completion."""
+    header = record.get("header")
+    checked = {"header": header if header not in (None, "") else default_header,
+               "formal_statement": record.get("formal_statement"),
+               "proof": record.get("proof"), "completion": record.get("completion"),
+               "has": sorted(k for k in ("proof", "completion") if k in record)}
+    return _digest(checked)
+
+
+def _digest(value: Any) -> str:
+    # ensure_ascii: a lone surrogate is escaped, not an encoding error
+    text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=repr)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
+
+
+def _escape_surrogates(value: Any) -> Any:
+    """Lone surrogates (from `"\\ud800"` escapes in the input) cannot be written as UTF-8:
+    carried-through fields keep them as visible `\\udXXX` text instead."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_escape_surrogates(k): _escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_surrogates(v) for v in value]
+    return value
+
+
+def verdict_record(record: dict[str, Any], verdict: Verdict, identity: dict[str, Any],
+                   digest: dict[str, str] | None = None) -> dict[str, Any]:
     """The input record's fields, then ours (ours win)."""
-    return {**record, "id": record.get("id"), "verdict": verdict.status, "reason": verdict.reason,
-            "messages": verdict.messages, "axioms": verdict.axioms, "time_s": verdict.time_s,
-            "verifier": identity}
+    line = {**_escape_surrogates(record), "id": _escape_surrogates(record.get("id")),
+            "verdict": verdict.status, "reason": _escape_surrogates(verdict.reason),
+            "messages": _escape_surrogates(verdict.messages), "axioms": verdict.axioms,
+            "time_s": verdict.time_s, "verifier": identity}
+    if digest is not None:
+        line["digest"] = digest
+    return line
 
 
 class Verifier:
     """The configured backend. Keep one open across batches to keep REPL processes warm
     (the header, e.g. `import Mathlib`, then runs once per process, not once per batch)."""
 
-    def __init__(self, verify_config: Any):
+    def __init__(self, verify_config: Any, *, transport_factory: Any = None):
         self.config = verify_config
+        self.policy = TextPolicy.from_config(verify_config)
         self.identity = verifier_identity(verify_config)
         if verify_config.backend == "kimina":
             from prover_cli.verify.kimina import KiminaBackend
@@ -58,7 +123,7 @@ class Verifier:
         else:
             from prover_cli.verify.pool import ReplPool
 
-            self.backend = ReplPool(verify_config)
+            self.backend = ReplPool(verify_config, transport_factory=transport_factory)
 
     def __enter__(self) -> "Verifier":
         return self
@@ -75,12 +140,14 @@ class Verifier:
         queued = []
         for key, record in items:
             try:
-                candidate = candidate_from_record(record, self.config.header,
-                                                  allow_native_decide=self.config.allow_native_decide)
+                candidate = candidate_from_record(record, self.config.header, policy=self.policy)
             except BadRecord as exc:
                 on_result(key, record, Verdict("error", f"{describe(key)}malformed record: {exc}"))
             except Rejected as exc:
                 on_result(key, record, Verdict("rejected", str(exc)))
+            except Exception as exc:  # a bug or an input we did not foresee: this record only
+                on_result(key, record, Verdict("error", f"{describe(key)}could not prepare this record: "
+                                                        f"{type(exc).__name__}: {exc}"))
             else:
                 queued.append((key, record, candidate))
         by_candidate = {id(c): (k, r) for k, r, c in queued}
@@ -105,7 +172,8 @@ class Verifier:
 
 
 def verify_records(records: list[dict[str, Any]], verify_config: Any,
-                   reporter: Any = NULL_REPORTER, *, keep_warm: bool = False) -> list[dict[str, Any]]:
+                   reporter: Any = NULL_REPORTER, *, keep_warm: bool = False,
+                   transport_factory: Any = None) -> list[dict[str, Any]]:
     """One verdict dict per record, in input order (`id`, `verdict`, `reason`, …).
 
     By default starts and stops its own backend. Trainers pass `keep_warm=True`: the backend
@@ -113,24 +181,25 @@ def verify_records(records: list[dict[str, Any]], verify_config: Any,
     `import Mathlib` is paid once per REPL process, not once per ES member or GRPO step.
     """
     if keep_warm:
-        return _warm_verifier(verify_config).verify(list(records), reporter=reporter)
-    with Verifier(verify_config) as verifier:
+        return _warm_verifier(verify_config, transport_factory).verify(list(records), reporter=reporter)
+    with Verifier(verify_config, transport_factory=transport_factory) as verifier:
         return verifier.verify(list(records), reporter=reporter)
 
 
 _WARM: dict[str, Verifier] = {}
 
 
-def _warm_verifier(verify_config: Any) -> Verifier:
+def _warm_verifier(verify_config: Any, transport_factory: Any = None) -> Verifier:
     import atexit
     import dataclasses
     import json
 
     key = json.dumps(dataclasses.asdict(verify_config), sort_keys=True, default=str)
+    key += f"|transport={id(transport_factory) if transport_factory is not None else 'local'}"
     if key not in _WARM:
         if not _WARM:
             atexit.register(close_warm_verifiers)
-        _WARM[key] = Verifier(verify_config)
+        _WARM[key] = Verifier(verify_config, transport_factory=transport_factory)
     return _WARM[key]
 
 
@@ -145,7 +214,7 @@ def close_warm_verifiers() -> None:
 # --------------------------------------------------------------------------------------------
 
 def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | None = None,
-                reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+                reporter: Any = NULL_REPORTER, transport_factory: Any = None) -> dict[str, Any]:
     """Verify a JSONL of proofs into a JSONL of verdicts (resumable); returns the summary."""
     proofs_path = Path(proofs_path)
     out_path = Path(out_path) if out_path is not None else proofs_path.with_name(proofs_path.stem + ".verdicts.jsonl")
@@ -182,15 +251,33 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     for item in malformed:
         reporter.log(f"{proofs_path}:{item['line']}: {item['reason']}")
 
-    # -- check what has no verdict yet, writing each verdict as soon as it is known -----------
-    verifier = Verifier(verify_config)
-    with ResumableWriter(out_path) as writer:
-        todo = [(line_no, r) for line_no, r in records if r["id"] not in writer.done_ids]
+    # -- check what has no current verdict, writing each verdict as soon as it is known --------
+    policy = policy_digest(verify_config)
+    digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
+               for _, r in records}
+    verifier = Verifier(verify_config, transport_factory=transport_factory)
+    with ResumableWriter(out_path) as writer, _sigterm_as_interrupt():
+        last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
+        todo, rechecked = [], 0
+        for line_no, r in records:
+            previous = last.get(r["id"])
+            if previous is not None and previous.get("digest") == digests[r["id"]]:
+                continue
+            rechecked += previous is not None   # a stale verdict: its record or the policy changed
+            todo.append((line_no, r))
         resumed = len(records) - len(todo)
         counts: Counter = Counter()
         with reporter.task("verify", total=len(todo), unit="proofs") as task:
             def on_result(line_no: int, record: dict, verdict: Verdict) -> None:
-                writer.write(verdict_record(record, verdict, verifier.identity))
+                digest = digests.get(record.get("id"))
+                try:
+                    line = verdict_record(record, verdict, verifier.identity, digest)
+                    json.dumps(line, ensure_ascii=False).encode("utf-8")  # fails here, not half-written
+                except Exception as exc:   # an input field we cannot write: keep the verdict, say why
+                    verdict = Verdict("error", f"line {line_no}: the verdict could not be written with "
+                                               f"the record's fields ({type(exc).__name__}: {exc})")
+                    line = verdict_record({"id": str(record.get("id"))}, verdict, verifier.identity, digest)
+                writer.write(line)
                 counts[verdict.status] += 1
                 task.advance(1, **{k: counts[k] for k in VERDICTS if counts[k]})
 
@@ -212,6 +299,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         **{status: totals.get(status, 0) for status in VERDICTS},
         "checked": checked,
         "resumed": resumed,
+        "rechecked": rechecked,
         "malformed_lines": len(malformed),
         "elapsed_s": round(elapsed_s, 3),
         "proofs_per_s": round(checked / elapsed_s, 3) if elapsed_s > 0 else 0.0,
@@ -227,3 +315,23 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
                        "rows": [[m["line"], m["reason"]] for m in malformed]})
     summary["tables"] = tables
     return summary
+
+
+class _sigterm_as_interrupt:
+    """While `prover verify` runs, SIGTERM (what `timeout`, `docker stop` and schedulers send)
+    is handled like Ctrl-C: KeyboardInterrupt in the main thread, so the pool kills its REPLs
+    and the verdicts written so far stay. (REPLs also die with us however we die: transport.py.)"""
+
+    def __enter__(self) -> "_sigterm_as_interrupt":
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handler)
+        return self
+
+    @staticmethod
+    def _handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)

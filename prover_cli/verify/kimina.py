@@ -2,26 +2,53 @@
 
 The server (project-numina/kimina-lean-server, the one the reference pipeline used) runs its own
 REPL pool. We POST `{verify.kimina_url}/verify` with
-`{"codes": [{"custom_id": ID, "proof": CODE}], "infotree_type": null, "timeout": S}` and read
+`{"codes": [{"custom_id": ID, "proof": CODE}, ...], "infotree_type": null, "timeout": S}`
+(`verify.kimina_batch_size` proofs per request, `verify.workers` requests at once) and read
 `{"results": [{"custom_id", "error", "response": <REPL command response>}]}`.
 
-The server runs one file per proof, so the axiom check travels inside it: after the proof we
-append `theorem prover_axioms_<nonce> : type_of% @TARGET := @TARGET` and
-`#print axioms prover_axioms_<nonce>`. The alias has exactly the target's axioms, and its random
-name means no message in the proof can pose as the answer (a proof can print any text with
+The API key: when the server is started with one, every request needs the header
+`Authorization: Bearer <key>` (server/auth.py); we read the key from the environment variable
+named by `verify.kimina_api_key_env`. A 401/403 is one BackendError that names that variable.
+
+The server runs one file per proof, so the axiom check and Lean's statement check travel inside
+it: after the proof we append `theorem prover_axioms_<nonce> : type_of% @TARGET := @TARGET`,
+`#print axioms prover_axioms_<nonce>` and `#check @prover_axioms_<nonce>` under the pp options of
+rules.STATEMENT_CHECK_OPTIONS. The alias has exactly the target's axioms and type, and its
+random name means no message in the proof can pose as an answer (a proof can print any text with
 `trace`; it cannot guess the nonce). The server may report positions relative to the body or
-to the whole file and may omit `env`, so neither is relied on: the nonce answer proves the file
+to the whole file and may omit `env`, so neither is relied on: the nonce answers prove the file
 was checked to its end.
 
-Failures of the server itself (unreachable, HTTP error, a reply that is not the documented shape)
-stop the batch with a BackendError, like a REPL that cannot start; per-proof `error` strings
-become `timeout` ("timed out") or `error` verdicts.
+Lean's statement check (rule 4): once per problem (cached for the backend's life) we send
+header + trusted statement + ` sorry` + the same alias and `#check` under another nonce; the type
+printed after `@<alias> : ` must be the same text in both files. The server returns every
+message the REPL produced, info included (server/routers/backward.py passes the REPL's command
+response through; `Message.severity` is `trace | info | warning | error`, client/models.py), so
+this is the REPL backend's check, read from one file instead of three commands. Any other answer
+(no answer naming our alias, two, an error) is `rejected`; a trusted statement that does not
+elaborate is the record's `error`.
+
+The canary (canary.py) runs through `check_canaries` before the first proof, cached per server
+URL (`canary_key`): we cannot see the server's Lean version, only its answers.
+
+What the server changes: it splits each file into its import header and body and rewrites every
+`import Mathlib.X` line to one `import Mathlib` (server/split.py), so a proof is checked under
+the whole of Mathlib even when its header names one module: a wider environment than the header
+we trusted (the REPL backend runs the header exactly as written).
+
+Failures: the server unreachable, a 4xx, or a reply that is not the documented shape stop the
+batch with a BackendError, like a REPL that cannot start. An HTTP 500 is what the server answers
+when one proof crashes its REPL (and it fails the whole request): the request is split and its
+proofs sent one by one, so only a proof that still gets a 500 has an `error` verdict, with the
+server's message. Per-proof `error` strings become `timeout` ("timed out") or `error` verdicts.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import secrets
 import time
 import urllib.error
@@ -33,50 +60,140 @@ from prover_cli.errors import BackendError
 from prover_cli.verify.rules import (
     Verdict,
     allowed_axioms,
+    is_error,
     judge_axioms,
     judge_proof,
     parse_axioms_message,
+    statement_check_command,
 )
 from prover_cli.verify.statement import Candidate
 
 HTTP_MARGIN_S = 30.0  # the server's own header run and queueing come on top of the proof's timeout
 
 
+def _alias(check_name: str, target: str) -> str:
+    return f"theorem {check_name} : type_of% @{target} := @{target}"
+
+
 def kimina_code(candidate: Candidate, check_name: str) -> str:
+    """The file for one proof: header, proof, the nonce alias, its axioms, its `#check`."""
     header = candidate.header if candidate.header.endswith("\n") else candidate.header + "\n"
     return (f"{header}\n{candidate.body.rstrip()}\n\n"
-            f"theorem {check_name} : type_of% @{candidate.target} := @{candidate.target}\n\n"
-            f"#print axioms {check_name}\n")
+            f"{_alias(check_name, candidate.target)}\n\n"
+            f"#print axioms {check_name}\n\n"
+            f"{statement_check_command(check_name)}\n")
 
 
-def judge_kimina(result: Any, candidate: Candidate, check_name: str, allowed: set[str]) -> Verdict:
-    """The verdict rules on one `results[i]` entry of the server's reply."""
+def trusted_code(candidate: Candidate, check_name: str) -> str:
+    """The file that gives the trusted statement's printout: header, statement with `sorry`,
+    the nonce alias and its `#check` (the same command as in the proof's file)."""
+    header = candidate.header if candidate.header.endswith("\n") else candidate.header + "\n"
+    return (f"{header}\n{candidate.statement.rstrip()} sorry\n\n"
+            f"{_alias(check_name, candidate.target)}\n\n"
+            f"{statement_check_command(check_name)}\n")
+
+
+def _check_answers(messages: list[Any], check_name: str) -> list[dict[str, Any]]:
+    """Messages that answer `#check @<alias>`: they start with the nonce name (a proof cannot
+    print it: the name is drawn after the proof was written)."""
+    return [m for m in messages if isinstance(m, dict) and isinstance(m.get("data"), str)
+            and m["data"].lstrip().startswith(f"@{check_name} :")]
+
+
+def read_alias_type(messages: list[Any], check_name: str) -> tuple[str | None, str]:
+    """The type the one `#check @<alias>` answer prints (after `@<alias> : `), or (None, why)."""
+    answers = _check_answers(messages, check_name)
+    if len(answers) != 1 or answers[0].get("severity") not in ("info", "information"):
+        seen = f"{len(answers)} answers" if answers else "no answer"
+        return None, f"expected exactly one info message answering `#check @{check_name}`, got {seen}"
+    return answers[0]["data"].strip()[len(f"@{check_name} :"):].strip(), ""
+
+
+def _namespace_of_alias(messages: list[Any], check_name: str) -> str:
+    """`Ns.` when the trusted file's `#check` answer names `@Ns.<alias>` (a trusted header that
+    leaves `namespace Ns` open declares the alias, like the target, inside it), else ""."""
+    pattern = re.compile(rf"\A@((?:[^\s@:]+\.)?){re.escape(check_name)} :")
+    found = {m.group(1) for msg in messages if isinstance(msg, dict) and isinstance(msg.get("data"), str)
+             and (m := pattern.match(msg["data"].lstrip()))}
+    return found.pop() if len(found) == 1 else ""
+
+
+def _response_of(result: Any) -> tuple[dict[str, Any] | None, Verdict | None]:
+    """The REPL response in one `results[i]` entry, or the verdict its absence means."""
     if not isinstance(result, dict):
-        return Verdict("error", "Kimina server returned a result that is not an object")
+        return None, Verdict("error", "Kimina server returned a result that is not an object")
     if result.get("error"):
         error = str(result["error"])
         status = "timeout" if "timed out" in error else "error"
-        return Verdict(status, f"Kimina server: {error[:300]}")
+        return None, Verdict(status, f"Kimina server: {error[:300]}")
     response = result.get("response")
     if not isinstance(response, dict):
-        return Verdict("error", "Kimina server returned no REPL response")
+        return None, Verdict("error", "Kimina server returned no REPL response")
     if "message" in response:
-        return Verdict("error", f"REPL protocol error: {str(response['message'])[:300]}")
+        return None, Verdict("error", f"REPL protocol error: {str(response['message'])[:300]}")
+    messages = response.get("messages") or []
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return None, Verdict("error", "Kimina server returned a malformed `messages` field")
+    return response, None
+
+
+def judge_trusted(result: Any, candidate: Candidate, check_name: str) -> tuple[str, str] | Verdict:
+    """(namespace prefix, type printout) of the trusted statement from the reply to
+    `trusted_code`, or the record's `error` (a statement that does not elaborate in its header,
+    or an answer we cannot read). The prefix (`Ns.` for a header that leaves a namespace open)
+    is where the proof's file declares the alias too."""
+    response, failure = _response_of(result)
+    if failure is not None:
+        failure.reason = f"the trusted statement could not be checked: {failure.reason}"
+        return failure
+    messages = response.get("messages") or []
+    errors = [m for m in messages if is_error(m)]
+    if errors:
+        why = str(errors[0].get("data", "")).strip()[:300]
+        return Verdict("error", f"the trusted statement does not elaborate in the header's environment: {why}")
+    prefix = _namespace_of_alias(messages, check_name)
+    printed, why = read_alias_type(messages, prefix + check_name)
+    if printed is None:
+        return Verdict("error", f"`#check @{candidate.target}` of the trusted statement: {why}")
+    return prefix, printed
+
+
+def judge_kimina(result: Any, candidate: Candidate, check_name: str, allowed: set[str],
+                 expected: tuple[str, str] | None = None) -> Verdict:
+    """The verdict rules on one `results[i]` entry of the server's reply. `expected`: the trusted
+    statement's (namespace prefix, printout) (`judge_trusted`); None skips Lean's statement check
+    (unit tests only)."""
+    response, failure = _response_of(result)
+    if failure is not None:
+        return failure
+    short_name = check_name
+    if expected is not None:
+        prefix, expected_type = expected
+        check_name = prefix + check_name   # the alias's full name, as the trusted file printed it
     messages = response.get("messages") or []
     sorries = response.get("sorries") or []
-    ours = [m for m in messages if isinstance(m, dict) and _reported_name(m) == check_name]
-    proof_messages = [m for m in messages if not any(m is o for o in ours)]
+    ours = [m for m in messages if _reported_name(m) == check_name]
+    checks = _check_answers(messages, check_name)
+    proof_messages = [m for m in messages if not any(m is o for o in ours + checks)]
     # The server may drop `env`; the nonce answer (checked next) stands in for it.
     verdict = judge_proof({"env": response.get("env", -1) if isinstance(response.get("env"), int) else -1,
                            "messages": proof_messages, "sorries": sorries})
     if verdict is None:
         verdict = judge_axioms(ours, check_name, allowed, proof_messages)
-    verdict.reason = verdict.reason.replace(check_name, f"{candidate.target} (alias)")
+    if verdict.status == "verified" and expected is not None:
+        printed, why = read_alias_type(messages, check_name)
+        if printed is None:
+            verdict = Verdict("rejected", f"statement check: {why}", verdict.messages, verdict.axioms)
+        elif printed != expected_type:
+            verdict = Verdict("rejected", "statement check: the target's type in the proof's environment is "
+                              f"not the trusted statement's (Lean printed {printed[:150]!r}, the trusted "
+                              f"statement gives {expected_type[:150]!r})", verdict.messages, verdict.axioms)
+    verdict.reason = verdict.reason.replace(short_name, f"{candidate.target} (alias)")
     return verdict
 
 
-def _reported_name(message: dict[str, Any]) -> str | None:
-    parsed = parse_axioms_message(message.get("data"))
+def _reported_name(message: Any) -> str | None:
+    parsed = parse_axioms_message(message.get("data")) if isinstance(message, dict) else None
     return parsed[0] if parsed else None
 
 
@@ -86,48 +203,184 @@ class KiminaBackend:
     def __init__(self, verify_config: Any):
         self.config = verify_config
         self.allowed = allowed_axioms(verify_config)
+        # (header, statement, target) -> (namespace prefix, printout)
+        self._expected: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._failed: dict[tuple[str, str, str], Verdict] = {}  # the same, failed: kept for one run only
+        self._canary_done = not getattr(verify_config, "canary", False)
+        self.transport_factory = None
         self.url = verify_config.kimina_url.rstrip("/") + "/verify"
+        self.key_env = getattr(verify_config, "kimina_api_key_env", "")
+        self.batch_size = max(1, int(getattr(verify_config, "kimina_batch_size", 1)))
+        self.headers = {"Content-Type": "application/json"}
+        if self.key_env:
+            key = os.environ.get(self.key_env, "")
+            if not key:
+                raise BackendError(f"verify.kimina_api_key_env = {self.key_env!r}, but ${self.key_env} is not set "
+                                   "in this environment", hint=f"export {self.key_env}=<the server's API key>")
+            self.headers["Authorization"] = f"Bearer {key}"
+
+    @property
+    def canary_key(self) -> str:
+        """What identifies the toolchain for the canary's cache: the server (we cannot see its Lean)."""
+        return f"kimina {self.url}"
 
     def run(self, candidates: Iterable[Candidate], on_verdict: Callable[[Candidate, Verdict], None]) -> None:
+        todo = list(candidates)
+        if todo and not self._canary_done:
+            from prover_cli.verify.canary import ensure_canary
+
+            ensure_canary(self)   # BackendError naming the rule when this server breaks one
+            self._canary_done = True
+        batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
+        self._failed = {}
         with ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="kimina") as pool:
-            pending = {pool.submit(self.check, c): c for c in candidates}
+            # Each problem's trusted printout first, once (batches run in parallel: they would
+            # all ask for it), then the proofs.
+            problems = list({(c.header, c.statement, c.target): c for c in todo
+                             if (c.header, c.statement, c.target) not in self._expected}.values())
+            for future in [pool.submit(self._trusted_printouts, problems[i:i + self.batch_size])
+                           for i in range(0, len(problems), self.batch_size)]:
+                future.result()
+            pending = {pool.submit(self.check_batch, batch): batch for batch in batches}
             try:
                 while pending:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for future in done:
-                        candidate = pending.pop(future)
-                        on_verdict(candidate, future.result())
+                        batch = pending.pop(future)
+                        for candidate, verdict in zip(batch, future.result()):
+                            on_verdict(candidate, verdict)
             finally:
                 for future in pending:
                     future.cancel()
 
-    def check(self, candidate: Candidate) -> Verdict:
-        check_name = f"prover_axioms_{secrets.token_hex(8)}"
+    def check(self, candidate: Candidate, allowed: set[str] | None = None) -> Verdict:
+        return self.check_batch([candidate], allowed)[0]
+
+    def check_canaries(self, pairs: list[tuple[Candidate, set[str]]]) -> list[Verdict]:
+        """The canary's proofs, each under its own axiom policy (canary.py), in batches."""
+        verdicts = []
+        for i in range(0, len(pairs), self.batch_size):
+            chunk = pairs[i:i + self.batch_size]
+            verdicts += self._checked([c for c, _ in chunk], [a for _, a in chunk])
+        return verdicts
+
+    def check_batch(self, batch: list[Candidate], allowed: set[str] | None = None) -> list[Verdict]:
+        """Verdicts of one batch: Lean's printout of each problem's trusted statement (cached per
+        problem), then one request for the proofs; after an HTTP 500, one request per proof."""
+        return self._checked(batch, [self.allowed if allowed is None else allowed] * len(batch))
+
+    def _checked(self, batch: list[Candidate], alloweds: list[set[str]]) -> list[Verdict]:
+        expected = self._trusted_printouts(batch)
+        verdicts: list[Verdict | None] = [e if isinstance(e, Verdict) else None for e in expected]
+        todo = [k for k, v in enumerate(verdicts) if v is None]
+        for k, verdict in zip(todo, self._proofs([batch[k] for k in todo], [alloweds[k] for k in todo],
+                                                 [expected[k] for k in todo])):
+            verdicts[k] = verdict
+        return verdicts  # type: ignore[return-value]
+
+    def _proofs(self, batch: list[Candidate], alloweds: list[set[str]],
+                expected: list[tuple[str, str]]) -> list[Verdict]:
+        if not batch:
+            return []
+        try:
+            return self._request(batch, alloweds, expected)
+        except _ServerError as exc:
+            if len(batch) == 1:
+                return [Verdict("error", f"Kimina server: HTTP 500 on this proof alone: {exc.message[:300]}")]
+        return [v for k in range(len(batch)) for v in self._proofs(batch[k:k + 1], alloweds[k:k + 1],
+                                                                    expected[k:k + 1])]
+
+    def _trusted_printouts(self, batch: list[Candidate]) -> list[tuple[str, str] | Verdict]:
+        """Per candidate: the trusted statement's `#check` printout (cached per problem) or the
+        `error` verdict of a statement that does not elaborate. One request for the new problems."""
+        keys = [(c.header, c.statement, c.target) for c in batch]
+        new: dict[tuple[str, str, str], Candidate] = {}
+        for key, candidate in zip(keys, batch):
+            if key not in self._expected and key not in self._failed and key not in new:
+                new[key] = candidate
+        failed = self._failed
+        if new:
+            problems = list(new.items())
+            for (key, candidate), printed in zip(problems, self._trusted_request([c for _, c in problems])):
+                if isinstance(printed, Verdict):
+                    failed[key] = printed   # for this run only: a later run asks again
+                else:
+                    self._expected[key] = printed
+        out: list[tuple[str, str] | Verdict] = []
+        for key, candidate in zip(keys, batch):
+            if not candidate.statement:
+                out.append(Verdict("error", "internal: no trusted statement to check the target against"))
+            elif key in failed:
+                failed_verdict = failed[key]
+                out.append(Verdict(failed_verdict.status, failed_verdict.reason))
+            else:
+                out.append(self._expected[key])
+        return out
+
+    def _trusted_request(self, problems: list[Candidate]) -> list[tuple[str, str] | Verdict]:
+        names = [f"prover_check_{secrets.token_hex(8)}" for _ in problems]
+        codes = [trusted_code(c, name) if c.statement else "" for c, name in zip(problems, names)]
+        try:
+            results = self._results(codes)
+        except _ServerError as exc:
+            if len(problems) == 1:
+                return [Verdict("error", "the trusted statement could not be checked: Kimina server: HTTP 500: "
+                                         f"{exc.message[:300]}")]
+            return [p for k in range(len(problems)) for p in self._trusted_request(problems[k:k + 1])]
+        return [judge_trusted(r, c, name) for r, c, name in zip(results, problems, names)]
+
+    def _results(self, codes: list[str]) -> list[Any]:
+        """One POST /verify with `codes`; the results in the same order (BackendError otherwise)."""
         payload = {
-            "codes": [{"custom_id": candidate.id, "proof": kimina_code(candidate, check_name)}],
+            # our own ids, unique within the request (records' ids need not be)
+            "codes": [{"custom_id": str(k), "proof": code} for k, code in enumerate(codes)],
             "infotree_type": None,
             "timeout": max(1, math.ceil(self.config.timeout_s)),
         }
-        start = time.monotonic()
-        reply = self._post(payload)
+        reply = self._post(payload, len(codes))
         results = reply.get("results") if isinstance(reply, dict) else None
-        if not isinstance(results, list) or len(results) != 1:
-            raise BackendError(f"{self.url}: reply is not {{\"results\": [one result]}}: {str(reply)[:200]}")
-        verdict = judge_kimina(results[0], candidate, check_name, self.allowed)
-        verdict.time_s = round(time.monotonic() - start, 4)
-        return verdict
+        by_id = {str(r.get("custom_id")): r for r in results if isinstance(r, dict)} if isinstance(results, list) else {}
+        if not isinstance(results, list) or len(results) != len(codes) \
+                or sorted(by_id) != sorted(str(k) for k in range(len(codes))):
+            raise BackendError(f"{self.url}: reply is not {{\"results\": [one result per proof]}}: {str(reply)[:200]}")
+        return [by_id[str(k)] for k in range(len(codes))]
 
-    def _post(self, payload: dict[str, Any]) -> Any:
-        request = urllib.request.Request(
-            self.url, data=json.dumps(payload).encode("utf-8"),
-            headers={"Content-Type": "application/json"}, method="POST")
-        timeout_s = self.config.timeout_s + self.config.header_timeout_s + HTTP_MARGIN_S
+    def _request(self, batch: list[Candidate], alloweds: list[set[str]],
+                 expected: list[tuple[str, str]]) -> list[Verdict]:
+        names = [f"prover_axioms_{secrets.token_hex(8)}" for _ in batch]
+        start = time.monotonic()
+        results = self._results([kimina_code(c, name) for c, name in zip(batch, names)])
+        elapsed_s = round(time.monotonic() - start, 4)
+        verdicts = []
+        for result, candidate, name, allowed, printed in zip(results, batch, names, alloweds, expected):
+            verdict = judge_kimina(result, candidate, name, allowed, printed)
+            verdict.time_s = elapsed_s
+            verdicts.append(verdict)
+        return verdicts
+
+    def _post(self, payload: dict[str, Any], proofs: int) -> Any:
+        request = urllib.request.Request(self.url, data=json.dumps(payload).encode("utf-8"),
+                                         headers=self.headers, method="POST")
+        # the server checks a request's proofs in parallel when its pool has the REPLs, one after
+        # another when not: wait for the slow case, plus the header and queueing
+        timeout_s = proofs * self.config.timeout_s + self.config.header_timeout_s + HTTP_MARGIN_S
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as reply:
                 body = reply.read()
         except urllib.error.HTTPError as exc:
-            raise BackendError(f"{self.url}: HTTP {exc.code} {exc.reason}",
-                               hint="is the Kimina Lean Server running? (verify.kimina_url)") from None
+            detail = _detail(exc)
+            if exc.code == 500:
+                raise _ServerError(detail) from None
+            if exc.code in (401, 403):
+                if self.key_env:
+                    why = f"the key in ${self.key_env} (verify.kimina_api_key_env) was refused"
+                    hint = f"put the server's API key in ${self.key_env}"
+                else:
+                    why = "the server wants an API key and verify.kimina_api_key_env names no variable"
+                    hint = "export LEAN_SERVER_API_KEY=<key> and set verify.kimina_api_key_env = \"LEAN_SERVER_API_KEY\""
+                raise BackendError(f"{self.url}: HTTP {exc.code} {detail}: {why}", hint=hint) from None
+            raise BackendError(f"{self.url}: HTTP {exc.code} {detail}",
+                               hint="check verify.kimina_url and the server's log") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise BackendError(f"{self.url}: cannot reach the Kimina Lean Server: {reason}",
@@ -139,3 +392,21 @@ class KiminaBackend:
 
     def close(self) -> None:
         pass
+
+
+class _ServerError(Exception):
+    """HTTP 500: the server failed on (at least) one proof of the request."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    """FastAPI's error body is {"detail": ...}; fall back to the reason phrase."""
+    try:
+        body = json.loads(exc.read().decode("utf-8"))
+        detail = body.get("detail") if isinstance(body, dict) else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        detail = None
+    return str(detail) if detail else str(exc.reason)

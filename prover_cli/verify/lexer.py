@@ -24,7 +24,9 @@ denylist stricter, never looser.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class LexError(ValueError):
@@ -35,8 +37,9 @@ class LexError(ValueError):
         self.offset = offset
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
+    """One token (a named tuple: cheap to make, a proof can have hundreds of thousands)."""
+
     kind: str        # "ident", "number", "symbol", "hash" (#cmd), "string", "char"
     text: str        # the source text of the token
     start: int       # offsets into the lexed text
@@ -85,22 +88,28 @@ def is_id_rest(ch: str) -> bool:
 _CHAR_ESCAPES = set("\\\"'ntr")
 _HEX = set("0123456789abcdefABCDEF")
 
+# The same classes as regexes, so that runs of whitespace, identifier characters and comment or
+# string bodies are consumed by the regex engine: lexing stays linear and fast on huge inputs.
+_ID_FIRST_CLASS = ("A-Za-z_\u03b1-\u03ba\u03bc-\u03c9\u0391-\u039f\u03a1\u03a2\u03a4-\u03a9"
+                   "\u03ca-\u03fb\u1f00-\u1ffe\u2100-\u214f\U0001d49c-\U0001d59f")
+_ID_REST_RUN = re.compile(f"[{_ID_FIRST_CLASS}0-9'!?\u2080-\u2089\u2090-\u209c\u1d62-\u1d6a\u2c7c]*")
+_WHITESPACE_RUN = re.compile(r"[ \t\r\n]+")
+_BLOCK_COMMENT_MARK = re.compile(r"/-|-/")
+_STRING_STOP = re.compile(r'[\\"{]')
+_NOT_NEWLINE_RUN = re.compile(r"[^\n]+")
+
 
 def lex(text: str) -> Lexed:
     """Split Lean source into tokens and blank its comments. Raises LexError (see module doc)."""
-    code = list(text)
+    comments: list[tuple[int, int]] = []   # spans to blank, in order
     tokens: list[Token] = []
     i, n = 0, len(text)
-
-    def blank(a: int, b: int) -> None:
-        for k in range(a, b):
-            if code[k] != "\n":
-                code[k] = " "
+    blank = lambda a, b: comments.append((a, b))  # noqa: E731
 
     while i < n:
         ch = text[i]
         if ch in " \t\r\n":
-            i += 1
+            i = _WHITESPACE_RUN.match(text, i).end()
         elif text.startswith("--", i):
             end = text.find("\n", i)
             end = n if end < 0 else end
@@ -136,38 +145,47 @@ def lex(text: str) -> Lexed:
         else:
             tokens.append(Token("symbol", ch, i, i + 1))
             i += 1
-    return Lexed(text=text, code="".join(code), tokens=tokens)
+    return Lexed(text=text, code=_blanked(text, comments), tokens=tokens)
+
+
+def _blanked(text: str, comments: list[tuple[int, int]]) -> str:
+    """`text` with every span in `comments` replaced by spaces, newlines kept."""
+    pieces, last = [], 0
+    for a, b in comments:
+        pieces.append(text[last:a])
+        pieces.append(_NOT_NEWLINE_RUN.sub(lambda run: " " * len(run.group()), text[a:b]))
+        last = b
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _block_comment_end(text: str, start: int) -> int:
     """End offset of the nested `/- … -/` comment starting at `start` (doc comments included)."""
-    depth, i, n = 1, start + 2, len(text)
-    while i < n:
-        if text.startswith("-/", i):
-            depth -= 1
-            i += 2
-            if depth == 0:
-                return i
-        elif text.startswith("/-", i):
-            depth += 1
-            i += 2
-        else:
-            i += 1
-    raise LexError("unterminated comment `/-` (no matching `-/`)", start)
+    depth, i = 1, start + 2
+    while True:
+        mark = _BLOCK_COMMENT_MARK.search(text, i)
+        if mark is None:
+            raise LexError("unterminated comment `/-` (no matching `-/`)", start)
+        i = mark.end()
+        depth += 1 if mark.group() == "/-" else -1
+        if depth == 0:
+            return i
 
 
 def _string_end(text: str, i: int, start: int) -> int:
     n = len(text)
     while i < n:
+        stop = _STRING_STOP.search(text, i)
+        if stop is None:
+            break
+        i = stop.start()
         if text[i] == "\\":
             i += 2          # any escape consumes the next character, `\` + newline (a gap) included
         elif text[i] == '"':
             return i + 1
-        elif text[i] == "{":
+        else:
             raise LexError("a string literal containing `{` is not allowed (Lean may read it as an "
                            "interpolated string, whose `{…}` parts are code)", start)
-        else:
-            i += 1
     raise LexError("unterminated string literal", start)
 
 
@@ -255,9 +273,7 @@ def _ident_end(text: str, i: int) -> tuple[int, tuple[str, ...]]:
             components.append(text[i + 1:close])
             i = close + 1
         else:
-            j = i + 1
-            while j < n and is_id_rest(text[j]):
-                j += 1
+            j = _ID_REST_RUN.match(text, i + 1).end()
             components.append(text[i:j])
             i = j
         if i + 1 < n and text[i] == "." and (is_id_first(text[i + 1]) or text[i + 1] == "«"):

@@ -1,8 +1,13 @@
 """A pool of `verify.workers` REPL processes, each driven by one thread while a batch runs.
 
 Per process: the header runs once (its env is cached per header text), then every proof runs in
-that env (`"env": N`) followed by `#print axioms <target>` in the env the proof produced. A proof
-gets `verify.timeout_s` of wall-clock time for both commands together. On a timeout, crash, EOF,
+that env (`"env": N`) followed by `#print axioms <target>` and Lean's statement check (`#check
+@target`, compared with the trusted statement's printout, made once per problem in the header's
+env and cached for the pool) in the env the proof produced. A proof gets `verify.timeout_s` of
+wall-clock time for its commands together. Before the first proof on a toolchain the canary runs
+(`canary.py`). A REPL killed by a signal from outside (the OOM killer) while checking a proof is
+not the proof's fault: the proof is retried once in a fresh process, and a second death is
+`error` naming the signal. Any other exception while checking one proof is that proof's `error`. On a timeout, crash, EOF,
 garbage or protocol error the whole process group is killed and the proof gets its verdict
 (`timeout` or `error`); the next proof on that worker starts a fresh process (header re-run).
 After `verify.max_proofs_per_process` proofs a process is recycled the same way, because Lean's
@@ -22,16 +27,21 @@ import time
 from typing import Any, Callable, Iterable
 
 from prover_cli.errors import BackendError
-from prover_cli.verify.repl import ReplFault, ReplProcess, ReplTimeout
+from prover_cli.verify.repl import ReplDied, ReplFault, ReplProcess, ReplTimeout
 from prover_cli.verify.rules import (
     Verdict,
     allowed_axioms,
     is_error,
     judge_axioms_response,
     judge_proof,
+    judge_statement_check,
+    printed_name,
     protocol_problem,
+    read_check_printout,
+    statement_check_command,
 )
 from prover_cli.verify.statement import Candidate
+from prover_cli.verify.transport import TransportFactory, local_transport_factory, signal_name
 
 OnVerdict = Callable[[Candidate, Verdict], None]
 
@@ -41,14 +51,27 @@ class _Fatal:
         self.error = error
 
 
+class _KilledFromOutside(Exception):
+    """The REPL died of a signal we did not send while checking a proof (retry it once)."""
+
+    def __init__(self, number: int, reason: str):
+        super().__init__(reason)
+        self.number = number
+        self.reason = reason
+        self.signal_name = signal_name(number)
+
+
 class ReplPool:
-    def __init__(self, verify_config: Any):
+    """`verify.workers` REPL processes. `transport_factory` makes the byte pipe of each (a new,
+    unstarted `Transport` per call); None means local subprocesses from `verify.repl_command`."""
+
+    def __init__(self, verify_config: Any, transport_factory: TransportFactory | None = None):
         self.config = verify_config
         self.allowed = allowed_axioms(verify_config)
-        self.processes = [
-            ReplProcess(verify_config.repl_command, verify_config.project_dir, verify_config.memory_limit_gb)
-            for _ in range(verify_config.workers)
-        ]
+        self.transport_factory = transport_factory or local_transport_factory(verify_config)
+        self.processes = [ReplProcess(self.transport_factory()) for _ in range(verify_config.workers)]
+        self._expected: dict[tuple[str, str, str], str] = {}   # (header, statement, target) -> printout
+        self._canary_done = not getattr(verify_config, "canary", False)
 
     def run(self, candidates: Iterable[Candidate], on_verdict: OnVerdict) -> None:
         """Check every candidate; `on_verdict` is called in *this* thread as each verdict is known."""
@@ -59,6 +82,11 @@ class ReplPool:
             total += 1
         if total == 0:
             return
+        if not self._canary_done:
+            from prover_cli.verify.canary import ensure_canary
+
+            ensure_canary(self)   # BackendError naming the rule when this toolchain breaks one
+            self._canary_done = True
         results: queue.Queue = queue.Queue()
         stop = threading.Event()
         threads = [threading.Thread(target=self._work, args=(proc, jobs, results, stop),
@@ -98,7 +126,14 @@ class ReplPool:
                 return
             try:
                 verdict = self.check(proc, candidate)
-            except BaseException as exc:  # BackendError, or a bug: stop the batch and say so
+            except BackendError as exc:  # the machine, not the proof: stop the batch and say so
+                proc.kill()
+                results.put(_Fatal(exc))
+                return
+            except Exception as exc:  # anything else while sending or judging: this proof only
+                proc.kill()           # the process is in a state we do not know
+                verdict = Verdict("error", f"could not check this proof: {type(exc).__name__}: {exc}")
+            except BaseException as exc:  # KeyboardInterrupt and the like: stop
                 proc.kill()
                 results.put(_Fatal(exc))
                 return
@@ -106,33 +141,101 @@ class ReplPool:
                 return  # the batch was stopped: this verdict may come from a killed process
             results.put((candidate, verdict))
 
-    def check(self, proc: ReplProcess, candidate: Candidate) -> Verdict:
-        """One proof on one process: header (cached), proof command, `#print axioms`."""
-        env = self._header_env(proc, candidate.header)
+    def check(self, proc: ReplProcess, candidate: Candidate, allowed: set[str] | None = None) -> Verdict:
+        """One proof on one process: header (cached), the trusted statement's printout (cached
+        per problem), proof command, `#print axioms`, `#check @target`.
+
+        A REPL killed by a signal from outside (the OOM killer, `kill -9`) is not the proof's
+        fault: the proof is retried once in a fresh process; a second such death is `error`.
+        """
+        allowed = self.allowed if allowed is None else allowed
         start = time.monotonic()
-        deadline = start + self.config.timeout_s
         try:
-            response = proc.request({"cmd": candidate.body, "env": env}, deadline)
-            verdict = judge_proof(response)
-            if verdict is None:
-                axioms = proc.request({"cmd": f"#print axioms {candidate.target}", "env": response["env"]},
-                                      deadline)
-                verdict = judge_axioms_response(axioms, candidate.target, self.allowed,
-                                                response.get("messages", []))
-            if verdict.status == "error":
-                proc.kill()  # a protocol error leaves the process in a state we do not know
-        except ReplFault as exc:
-            proc.kill()
-            if isinstance(exc, ReplTimeout):
-                reason = f"no answer within verify.timeout_s = {self.config.timeout_s:g} s (REPL killed)"
-            else:
-                reason = str(exc)
-            verdict = Verdict(exc.kind, reason)
+            verdict = self._check_once(proc, candidate, allowed)
+        except _KilledFromOutside as first:
+            try:
+                verdict = self._check_once(proc, candidate, allowed)
+            except _KilledFromOutside as second:
+                verdict = Verdict("error", f"the REPL was killed by {second.signal_name} while checking this "
+                                  f"proof, twice (retried once in a fresh REPL after {first.signal_name}): "
+                                  f"{second.reason}")
         verdict.time_s = round(time.monotonic() - start, 4)
         proc.proofs_done += 1
         if proc.alive and proc.proofs_done >= self.config.max_proofs_per_process:
             proc.kill()  # recycle: the next proof starts a fresh process
         return verdict
+
+    def _check_once(self, proc: ReplProcess, candidate: Candidate, allowed: set[str]) -> Verdict:
+        env = self._header_env(proc, candidate.header)
+        try:
+            deadline = time.monotonic() + self.config.timeout_s
+            response = proc.request({"cmd": candidate.body, "env": env}, deadline)
+            verdict = judge_proof(response)
+            expected: str | Verdict = ""
+            if verdict is None:
+                # The trusted statement's printout (made once per problem, in the header's env)
+                # gives the target's full name (a trusted header may leave a namespace open),
+                # which `#print axioms` must name, and the type rule 4 compares last.
+                before = time.monotonic()
+                expected = self._trusted_printout(proc, candidate, env)
+                deadline += time.monotonic() - before   # the problem's cost, not the proof's
+                if isinstance(expected, Verdict):
+                    expected.messages = response.get("messages", [])
+                    return expected
+                full_name = printed_name(expected, candidate.target)
+                if full_name is None:
+                    return Verdict("error", f"`#check @{candidate.target}` of the trusted statement names another "
+                                   f"declaration: {expected[:150]!r}", response.get("messages", []))
+                axioms = proc.request({"cmd": f"#print axioms {candidate.target}", "env": response["env"]},
+                                      deadline)
+                verdict = judge_axioms_response(axioms, full_name, allowed, response.get("messages", []))
+            if verdict.status == "verified":
+                proof_env = response["env"]
+                check = proc.request({"cmd": statement_check_command(candidate.target), "env": proof_env},
+                                     deadline)
+                verdict = judge_statement_check(check, candidate.target, expected, verdict)
+            if verdict.status == "error":
+                proc.kill()  # a protocol error leaves the process in a state we do not know
+            return verdict
+        except ReplFault as exc:
+            return self._fault_verdict(proc, exc)
+
+    def _fault_verdict(self, proc: ReplProcess, exc: ReplFault) -> Verdict:
+        number = proc.exit_signal() if isinstance(exc, ReplDied) else None
+        proc.kill()
+        if number is not None:
+            raise _KilledFromOutside(number, str(exc))
+        if isinstance(exc, ReplTimeout):
+            return Verdict(exc.kind, f"no answer within verify.timeout_s = {self.config.timeout_s:g} s (REPL killed)")
+        return Verdict(exc.kind, str(exc))
+
+    def _trusted_printout(self, proc: ReplProcess, candidate: Candidate, env: int) -> str | Verdict:
+        """`#check @target` of the trusted statement elaborated (with `sorry`) in the header-only
+        environment: what the proof's environment must print too. Cached per problem; a
+        statement that does not elaborate is the record's problem (`error`)."""
+        key = (candidate.header, candidate.statement, candidate.target)
+        cached = self._expected.get(key)
+        if cached is not None:
+            return cached
+        if not candidate.statement:
+            return Verdict("error", "internal: no trusted statement to check the target against")
+        deadline = time.monotonic() + self.config.timeout_s
+        declared = proc.request({"cmd": candidate.statement.rstrip() + " sorry", "env": env}, deadline)
+        problem = protocol_problem(declared)
+        errors = [] if problem else [m for m in declared.get("messages", []) if is_error(m)]
+        if problem or errors:
+            if problem:
+                proc.kill()
+            why = problem or str(errors[0].get("data", "")).strip()[:300]
+            return Verdict("error", f"the trusted statement does not elaborate in the header's environment: {why}")
+        check = proc.request({"cmd": statement_check_command(candidate.target), "env": declared["env"]}, deadline)
+        printout, why = read_check_printout(check, candidate.target)
+        if printout is None:
+            if protocol_problem(check):
+                proc.kill()
+            return Verdict("error", f"`#check @{candidate.target}` of the trusted statement: {why}")
+        self._expected[key] = printout
+        return printout
 
     def _header_env(self, proc: ReplProcess, header: str) -> int:
         if not proc.alive:

@@ -9,26 +9,18 @@ Protocol facts (from the real transcripts in `../shared/lean-repl-transcripts`):
 - A command response always has an integer `env`; `messages` and `sorries` appear only when
   non-empty. A protocol error is `{"message": "…"}` with no `env` (`Unknown environment.`).
 
-Every read has a deadline (poll on the pipe, never a blocking read), and so does every write (a
-REPL that stops reading cannot block us on a full pipe). The process runs in its own session, so
-`kill()` reaches `lake env repl` *and* the `repl` it started; it runs under an address-space limit.
+Every read has a deadline, and so does every write (a REPL that stops reading cannot block us on
+a full pipe). Where the process runs and how it is killed is the transport's business
+(`transport.py`: `LocalTransport` runs it in its own session under an address-space limit, and
+makes it die with us).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import resource
-import select
-import signal
-import subprocess
-import tempfile
-import time
 from typing import Any
 
-from prover_cli.errors import BackendError
-
-READ_CHUNK_BYTES = 1 << 16
+from prover_cli.verify.transport import LocalTransport, Transport
 
 
 class ReplFault(Exception):
@@ -129,44 +121,32 @@ def parse_responses(data: bytes) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 class ReplProcess:
-    """One REPL process. Not thread-safe: one thread drives it (the pool gives each worker its own)."""
+    """One REPL process over a `Transport`. Not thread-safe: one thread drives it (the pool gives
+    each worker its own); only `signal_kill()` may be called from another thread.
 
-    def __init__(self, command: list[str], project_dir: str = "", memory_limit_gb: float = 0.0):
-        self.command = list(command)
-        self.cwd = project_dir or None
-        self.memory_limit_gb = memory_limit_gb
+    `ReplProcess(transport)`; `ReplProcess(command, project_dir, memory_limit_gb)` is the local
+    shorthand for `ReplProcess(LocalTransport(command, project_dir, memory_limit_gb))`.
+    """
+
+    def __init__(self, transport: "Transport | list[str]", project_dir: str = "",
+                 memory_limit_gb: float = 0.0):
+        if isinstance(transport, (list, tuple)):
+            transport = LocalTransport(list(transport), project_dir or None, memory_limit_gb)
+        self.transport = transport
         self.header_envs: dict[str, int] = {}   # header text -> env where it ran
         self.proofs_done = 0
-        self._proc: subprocess.Popen | None = None
         self._reader = ResponseReader()
-        self._stderr = None
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self.transport.pid
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self.transport.alive
 
     def start(self) -> None:
-        if self.cwd is not None and not os.path.isdir(self.cwd):
-            raise BackendError(f"verify.project_dir = {self.cwd!r}: no such directory")
-        # stderr goes to a file: a pipe nobody reads would fill and block the REPL.
-        self._stderr = tempfile.TemporaryFile(prefix="prover-repl-stderr-")
-        limit = int(self.memory_limit_gb * (1 << 30))
-        try:
-            self._proc = subprocess.Popen(
-                self.command, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self._stderr, start_new_session=True,  # own process group: kill() gets children
-                preexec_fn=(lambda: _limit_address_space(limit)) if limit > 0 else None,
-            )
-        except OSError as exc:
-            self._stderr.close()
-            raise BackendError(f"verify.repl_command = {self.command}: cannot start "
-                               f"`{self.command[0]}`: {exc.strerror or exc}") from None
-        os.set_blocking(self._proc.stdin.fileno(), False)
-        os.set_blocking(self._proc.stdout.fileno(), False)
+        self.transport.start()
         self._reader = ResponseReader()
         self.header_envs = {}
         self.proofs_done = 0
@@ -180,111 +160,37 @@ class ReplProcess:
             raise ReplDied(self._exit_description())
         if self._reader.pending().strip():
             raise ReplGarbage(f"REPL printed output nobody asked for: {self._reader.pending()[:200]!r}")
-        self._write(encode_request(request), deadline)
+        self.transport.write(encode_request(request), deadline)
         while True:
             response = self._reader.take()
             if response is not None:
                 return response
-            self._read_some(deadline)
+            chunk = self.transport.read_some(deadline)
+            if not chunk:
+                raise ReplDied(self._exit_description())
+            self._reader.feed(chunk)
 
-    def _write(self, data: bytes, deadline: float) -> None:
-        fd = self._proc.stdin.fileno()
-        view = memoryview(data)
-        while view:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ReplTimeout("REPL did not accept the request before the deadline")
-            if not _wait(fd, select.POLLOUT, remaining):
-                continue
-            try:
-                written = os.write(fd, view)
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                raise ReplDied(self._exit_description()) from None
-            view = view[written:]
-
-    def _read_some(self, deadline: float) -> None:
-        fd = self._proc.stdout.fileno()
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ReplTimeout("no answer before the deadline")
-        if not _wait(fd, select.POLLIN, remaining):
-            raise ReplTimeout("no answer before the deadline")
-        try:
-            chunk = os.read(fd, READ_CHUNK_BYTES)
-        except BlockingIOError:
-            return
-        if not chunk:
-            raise ReplDied(self._exit_description())
-        self._reader.feed(chunk)
+    def exit_signal(self) -> int | None:
+        """The signal that killed the REPL, when it was killed by one (for the pool's retry)."""
+        return self.transport.exit_signal()
 
     def _exit_description(self) -> str:
-        code = None
-        if self._proc is not None:
-            try:
-                code = self._proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                code = None
-        what = "REPL closed its output" if code is None else f"REPL exited with code {code}"
+        what = self.transport.exit_description()
         partial = self._reader.pending().strip()
         if partial:
-            what += f" after printing {partial[:120]!r}"
-        tail = self.stderr_tail()
-        return what + (f"; stderr: {tail}" if tail else "")
+            head, sep, tail = what.partition("; stderr: ")
+            what = head + f" after printing {partial[:120]!r}" + sep + tail
+        return what
 
     def stderr_tail(self, limit_chars: int = 300) -> str:
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        try:
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - limit_chars))
-            return self._stderr.read().decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return ""
+        return self.transport.stderr_tail(limit_chars)
 
     def signal_kill(self) -> None:
-        """SIGKILL the process group without touching our pipes; safe from another thread (the
-        thread driving this process then sees EOF, and calls `kill()` to clean up)."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """SIGKILL the REPL without touching our pipes; safe from another thread (the thread
+        driving this process then sees EOF, and calls `kill()` to clean up)."""
+        self.transport.signal_kill()
 
     def kill(self) -> None:
-        """Kill the whole process group and reap it. Safe to call twice."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-                pass
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        """Kill the REPL (its whole process group, locally) and release it. Safe to call twice."""
+        self.transport.kill()
         self.header_envs = {}
-
-
-def _wait(fd: int, event: int, timeout_s: float) -> bool:
-    """True when `fd` is ready for `event` (or hung up / in error: the next read or write says
-    which) within `timeout_s`. poll, not select: select fails for descriptors above 1023."""
-    poller = select.poll()
-    poller.register(fd, event)
-    return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
-
-
-def _limit_address_space(limit_bytes: int) -> None:
-    # Runs in the child between fork and exec: one syscall, nothing imported or allocated there.
-    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))

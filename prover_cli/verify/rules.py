@@ -7,8 +7,10 @@ verdict, and anything we cannot read is a failure (fail closed).
 
 0. Before Lean: the untrusted text passes the denylist (`denylist.py`: `sorry`, `admit`, `axiom`,
    `#exit`, `set_option debug.*`, `implemented_by`, `native_decide`, notation, instances, macros,
-   …) and, for `completion` input, the statement check (`statement.py`). Failing either is
-   `rejected`, and the text never reaches Lean.
+   …), the allowlist (`allowlist.py`: only `theorem`/`lemma` and `set_option <resource limit> …
+   in` commands, no attributes, no control/zero-width/bidi characters) and, for `completion`
+   input, the text statement check (`statement.py`). Failing any is `rejected`, and the text
+   never reaches Lean.
 1. Lean's answer to the proof command is a command response with an integer `env`. A protocol
    error (`{"message": …}`), a missing `env`, a crash, EOF or unparseable output is `error`; no
    answer within `verify.timeout_s` is `timeout`.
@@ -17,21 +19,31 @@ verdict, and anything we cannot read is a failure (fail closed).
    either quote style (Lean <= 4.27 writes 'sorry', later versions `sorry`).
 4. The target theorem exists under its own name and states the trusted statement: by
    construction for `proof` input; checked in the text for `completion` input (`statement.py`);
-   and the `#print axioms` answer must name exactly the target (a `namespace` trick that makes
-   `#print axioms X` resolve to `Foo.X` fails here).
+   the `#print axioms` answer must name exactly the target's full name as the trusted
+   statement's `#check` prints it (X, or `Ns.X` when the trusted header leaves `namespace Ns`
+   open; a `namespace` trick in the proof that makes `#print axioms X` resolve to `Foo.X` fails
+   here); and Lean itself compares the target's type:
+   `#check @X` (with `STATEMENT_CHECK_OPTIONS`) in the proof's environment must print exactly
+   what it prints for the trusted statement elaborated with `sorry` in the header-only
+   environment (an added hypothesis, a different name resolution, a renamed target: rejected;
+   any unexpected answer: rejected).
 5. `#print axioms <target>`, run in the environment the proof produced, answers with exactly one
    info message `'X' depends on axioms: [..]` or `'X' does not depend on any axioms`, and every
-   axiom is in `verify.allowed_axioms` (plus `Lean.ofReduceBool` when
-   `verify.allow_native_decide`). A missing, duplicated or unparseable answer is `rejected`.
+   axiom is in `verify.allowed_axioms` (plus the native-evaluation axioms, `NATIVE_AXIOMS` and
+   `NATIVE_AUX_AXIOM`, when `verify.allow_native_decide`). A missing, duplicated or unparseable
+   answer is `rejected`.
 
 What this does not protect against
 ----------------------------------
 - A wrong trusted statement: a mis-formalized `formal_statement` or a hostile `header` is proved
   as written. The header and statement are trusted input.
 - Bugs in Lean's kernel, in Mathlib's tactics or in the allowed axioms themselves.
-- Elaborator tricks that need none of the denied words. The denylist is syntactic; the axiom
-  check (rule 5) is the backstop for sorry/axioms/native code, not for `debug.skipKernelTC`-like
-  switches, which is why those are denied by name.
+- Elaborator tricks that need none of the denied words and no command outside the allowlist.
+  The text checks are syntactic; the axiom check (rule 5) is the backstop for sorry/axioms/native
+  code and the `#check` comparison (rule 4) for the statement, neither for
+  `debug.skipKernelTC`-like switches, which is why those are denied by name.
+- An unknown command keyword indented after a tactic block (see allowlist.py), and `#check`
+  printouts that are equal text for different types. Anything `verify.allow_commands` admits.
 - Resource abuse beyond the address-space limit and the wall-clock deadline: the REPL process is
   not sandboxed (file system, network). Run untrusted proofs in a container (the Modal image).
 - Results of the test stand-in (`tests/fake_repl.py`): it speaks the REPL protocol but is not
@@ -67,11 +79,38 @@ class Verdict:
             raise ValueError(f"unknown verdict {self.status!r}")
 
 
-def allowed_axioms(verify_config: Any) -> set[str]:
-    allowed = set(verify_config.allowed_axioms)
-    if verify_config.allow_native_decide:
-        allowed.add("Lean.ofReduceBool")
-    return allowed
+# What native evaluation (`native_decide`, `decide +native`, `bv_decide`) adds to `#print axioms`,
+# by Lean version (read in the Lean 4 source):
+# - up to Lean 4.28: the kernel evaluates `Lean.reduceBool` through the axiom `Lean.ofReduceBool`;
+#   recent versions (before 4.29) show `Lean.trustCompiler` as well, the axiom `reduceBool`
+#   itself rests on;
+# - from Lean 4.29 (lean4#12217, `Lean.Meta.nativeEqTrue`): the tactic runs the computation and
+#   adds one auxiliary axiom per computation, named `<decl>._native.<tactic>.ax_<i>_<j>` (`<decl>`
+#   the declaration being elaborated, `<tactic>` `native_decide` / `decide` / `bv_decide`).
+# `verify.allow_native_decide` accepts exactly these; any other unknown axiom still fails closed.
+NATIVE_AXIOMS = frozenset({"Lean.ofReduceBool", "Lean.trustCompiler"})
+NATIVE_AUX_AXIOM = re.compile(r"\A[^\s\[\],]+\._native\.(?:native_decide|decide|bv_decide)\.ax(?:_\d+)+\Z")
+
+
+class AllowedAxioms(frozenset):
+    """The axioms a verified proof may use: a set, plus the per-computation native axioms of
+    Lean >= 4.29 when `native` (they are named after the declaration, so no fixed list holds them)."""
+
+    native: bool = False
+
+    def __new__(cls, names, native: bool = False):
+        allowed = super().__new__(cls, set(names) | (NATIVE_AXIOMS if native else set()))
+        allowed.native = native
+        return allowed
+
+    def __contains__(self, name: object) -> bool:
+        if frozenset.__contains__(self, name):
+            return True
+        return self.native and isinstance(name, str) and NATIVE_AUX_AXIOM.match(name) is not None
+
+
+def allowed_axioms(verify_config: Any) -> AllowedAxioms:
+    return AllowedAxioms(verify_config.allowed_axioms, native=bool(verify_config.allow_native_decide))
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,6 +210,68 @@ def judge_axioms(messages: list[dict[str, Any]], target: str, allowed: set[str],
         what = "uses sorry (sorryAx)" if "sorryAx" in disallowed else "depends on axioms outside verify.allowed_axioms"
         return Verdict("rejected", f"{what}: {', '.join(disallowed)}", proof_messages, axioms)
     return Verdict("verified", "all checks passed", proof_messages, axioms)
+
+
+# --------------------------------------------------------------------------------------------
+# Rule 4b: the statement check Lean performs
+# --------------------------------------------------------------------------------------------
+
+# `#check @NAME` prints `@NAME : <type>` (the term path of `elabCheckCore`: `@NAME` is not a
+# plain identifier, so no signature form). The options make the printout canonical:
+# - `pp.all`: every implicit argument and instance, universe levels, fully qualified names, no
+#   notation, no coercion arrows: an added instance hypothesis, another `π` or another `+`
+#   instance shows up as different text;
+# - `pp.maxSteps`: the default (5000) elides big terms as `⋯`, which would hide a difference.
+STATEMENT_CHECK_OPTIONS = ("set_option pp.all true in\n"
+                           "set_option pp.maxSteps 100000000 in\n")
+
+
+def statement_check_command(target: str) -> str:
+    return f"{STATEMENT_CHECK_OPTIONS}#check @{target}"
+
+
+def read_check_printout(response: Any, target: str) -> tuple[str | None, str]:
+    """The one `#check @target` printout in `response`, or (None, why not). Fail closed: any
+    error, no info message, or more than one message is a failure."""
+    problem = protocol_problem(response)
+    if problem:
+        return None, problem
+    messages = response.get("messages", [])
+    errors = [m for m in messages if is_error(m)]
+    if errors:
+        return None, f"Lean error: {_first_line(errors[0].get('data', ''))}"
+    infos = [m for m in messages if m.get("severity") in ("info", "information")]
+    if len(messages) != 1 or len(infos) != 1 or not isinstance(infos[0].get("data"), str):
+        seen = "; ".join(_first_line(m.get("data", ""), 80) for m in messages) or "no message"
+        return None, f"expected exactly one info message, got {len(messages)} ({seen})"
+    data = infos[0]["data"].strip()
+    if not data.startswith("@"):
+        return None, f"unexpected printout {_first_line(data, 120)!r}"
+    return data, ""
+
+
+def printed_name(printout: str, target: str) -> str | None:
+    """The full name in a `#check @NAME` printout (`@Ns.NAME : …`): NAME itself, or NAME inside
+    a namespace the *trusted* header left open (MOBench's `namespace GameState` preambles); None
+    for anything else. `#print axioms NAME` answers with this full name, so rule 4 compares it."""
+    name = printout[1:].split(" :", 1)[0] if printout.startswith("@") else ""
+    return name if name == target or name.endswith("." + target) else None
+
+
+def judge_statement_check(response: Any, target: str, expected: str, verdict: Verdict) -> Verdict:
+    """`verdict` (all other rules passed) unless the target's type in the proof's environment
+    differs from the trusted statement's type in the header-only environment."""
+    printout, why = read_check_printout(response, target)
+    if printout is None:
+        if protocol_problem(response):
+            return Verdict("error", f"`#check @{target}`: {why}", verdict.messages, verdict.axioms)
+        return Verdict("rejected", f"statement check: `#check @{target}` in the proof's environment: {why}",
+                       verdict.messages, verdict.axioms)
+    if printout != expected:
+        return Verdict("rejected", "statement check: the target's type in the proof's environment is not "
+                       f"the trusted statement's (Lean printed {_first_line(printout, 150)!r}, the trusted "
+                       f"statement gives {_first_line(expected, 150)!r})", verdict.messages, verdict.axioms)
+    return verdict
 
 
 def judge_axioms_response(response: Any, target: str, allowed: set[str],

@@ -7,7 +7,14 @@ and one untrusted part:
   under its own name and states the trusted statement by construction.
 - `completion`: raw model output. The last ```` ```lean4 ```` / ```` ```lean ```` block is the
   candidate file. Its own header lines (`import`, `open`, `set_option` at the top) are dropped for
-  the trusted header; its imports must be among the trusted header's. The target theorem must
+  the trusted header; its imports must be among the trusted header's. A copy of the trusted
+  header's preamble after them (chat models restate `abbrev …_solution`, `def`, `variable`, …
+  that prepare-data moved into the header) is dropped too, but only an exact one: whole commands
+  of the header's non-import part, token by token with comments blanked, one contiguous run
+  (`_trusted_copy`); it is not sent again (re-declaring would be a Lean error). What follows must
+  start a new command (`theorem`/`lemma`/`set_option … in` at the start of a line), so that
+  untrusted text cannot continue the header's last command where a backend sends both as one
+  file (Kimina). The target theorem must
   appear once, as `theorem NAME` (or `lemma NAME`) followed by exactly the trusted statement
   (token by token, whitespace presence compared, amount ignored), and the file we send contains
   the *trusted* statement text there, followed by the candidate's proof. Only helper
@@ -25,6 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from prover_cli.verify.allowlist import RESOURCE_OPTIONS, check_characters, check_commands
 from prover_cli.verify.denylist import scan_tokens
 from prover_cli.verify.lexer import LexError, Lexed, Token, lex, line_col
 
@@ -39,12 +47,29 @@ class BadRecord(Exception):
 
 @dataclass(frozen=True)
 class Candidate:
-    """What the engine sends: `body` runs in the environment of `header`; `target` is printed."""
+    """What the engine sends: `body` runs in the environment of `header`; `target` is printed.
+    `statement` is the trusted statement, elaborated on its own for Lean's statement check."""
 
     id: str
     header: str
     body: str
     target: str
+    statement: str = ""
+
+
+@dataclass(frozen=True)
+class TextPolicy:
+    """What untrusted text may contain, from `[verify]` (one object, so callers pass one thing)."""
+
+    allow_native_decide: bool = False
+    allow_commands: tuple[str, ...] = ()
+    max_proof_chars: int = 200_000
+
+    @classmethod
+    def from_config(cls, verify_config: Any) -> "TextPolicy":
+        return cls(bool(getattr(verify_config, "allow_native_decide", False)),
+                   tuple(getattr(verify_config, "allow_commands", ()) or ()),
+                   int(getattr(verify_config, "max_proof_chars", 200_000)))
 
 
 DECL_KEYWORDS = frozenset({
@@ -57,13 +82,15 @@ DECL_KEYWORDS = frozenset({
 BEFORE_TARGET_FORBIDDEN = frozenset({
     "namespace", "section", "end", "open", "export", "variable", "variables", "include", "omit",
     "universe", "universes", "def", "abbrev", "structure", "class", "inductive", "coinductive",
-    "opaque", "example", "attribute", "mutual", "local", "scoped", "set_option", "noncomputable",
+    "opaque", "example", "attribute", "mutual", "local", "scoped", "noncomputable",
     "alias", "irreducible_def", "abbreviation", "deriving", "initialize", "instance", "axiom",
 })
 
 TARGET_MODIFIERS = frozenset({"private", "protected", "noncomputable", "partial", "nonrec", "unsafe"})
 
 HEADER_LINE = re.compile(r"(import|open|set_option)\b")
+LOCAL_SET_OPTION = re.compile(r"set_option\b.*\bin\s*$")   # `set_option … in`: applies to what follows
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,20 +129,29 @@ def check_fields(record: dict[str, Any], default_header: str) -> Fields:
     kind = "proof" if has_proof else "completion"
     if not isinstance(record[kind], str):
         raise BadRecord(f"field `{kind}` must be a string")
+    for name, value in (("formal_statement", statement), ("header", header)):
+        if SURROGATE.search(value):
+            raise BadRecord(f"field `{name}` contains a lone surrogate (text that is not Unicode)")
     trusted = _lex_trusted(statement)
     return Fields(record_id, statement, header, kind, record[kind], trusted, target_name(trusted))
 
 
+def check_statement(statement: str, header: str) -> str:
+    """NAME if verify accepts this trusted statement and header, else BadRecord (prepare-data's contract)."""
+    header_imports(header)  # the header must lex: it is sent to Lean as it is
+    return check_fields({"id": "-", "formal_statement": statement, "header": header, "proof": ""}, header).target
+
+
 def candidate_from_record(record: dict[str, Any], default_header: str, *,
-                          allow_native_decide: bool = False) -> Candidate:
+                          allow_native_decide: bool = False, policy: TextPolicy | None = None) -> Candidate:
     """Check the untrusted part of `record` and assemble the code; raises Rejected or BadRecord."""
+    policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
     f = check_fields(record, default_header)
     if f.kind == "proof":
-        body = assemble_proof(f.statement, f.untrusted, allow_native_decide=allow_native_decide)
+        body = assemble_proof(f.statement, f.untrusted, policy=policy)
     else:
-        body = assemble_completion(f.statement, f.trusted, f.target, f.header, f.untrusted,
-                                   allow_native_decide=allow_native_decide)
-    return Candidate(id=f.id, header=f.header, body=body, target=f.target)
+        body = assemble_completion(f.statement, f.trusted, f.target, f.header, f.untrusted, policy=policy)
+    return Candidate(id=f.id, header=f.header, body=body, target=f.target, statement=f.statement)
 
 
 def _lex_trusted(statement: str) -> Lexed:
@@ -146,14 +182,31 @@ def target_name(trusted: Lexed) -> str:
 # `proof` input: statement + proof, built here
 # --------------------------------------------------------------------------------------------
 
-def assemble_proof(statement: str, proof: str, *, allow_native_decide: bool = False) -> str:
-    lexed = _lex_untrusted(proof, "proof")
-    _deny(lexed, allow_native_decide, "proof")
+def assemble_proof(statement: str, proof: str, *, allow_native_decide: bool = False,
+                   policy: TextPolicy | None = None) -> str:
+    policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
+    lexed = _lex_untrusted(proof, "proof", policy)
+    _deny(lexed, policy.allow_native_decide, "proof")
+    _allow(lexed, policy, "proof")
     separator = "" if statement.endswith(("\n", " ")) else "\n"
     return statement + separator + lexed.code
 
 
-def _lex_untrusted(text: str, what: str) -> Lexed:
+def _allow(lexed: Lexed, policy: TextPolicy, what: str, skip: list[tuple[int, int]] = ()) -> None:
+    """The allowlist (`allowlist.py`): characters, then commands."""
+    problem = check_characters(lexed) or check_commands(lexed, allow_commands=policy.allow_commands, skip=skip)
+    if problem is not None:
+        raise Rejected(problem.describe(f" of the {what}"))
+
+
+def _lex_untrusted(text: str, what: str, policy: TextPolicy | None = None) -> Lexed:
+    limit = (policy or TextPolicy()).max_proof_chars
+    if len(text) > limit:   # before anything that reads it: a huge input costs nothing
+        raise Rejected(f"the {what} has {len(text)} characters, more than verify.max_proof_chars = {limit}")
+    surrogate = SURROGATE.search(text)
+    if surrogate:
+        line, column = line_col(text, surrogate.start())
+        raise Rejected(f"the {what} contains a lone surrogate (not Unicode text) at line {line}, column {column}")
     try:
         return lex(text)
     except LexError as exc:
@@ -184,10 +237,15 @@ def last_lean_block(completion: str) -> str:
 
 
 def assemble_completion(statement: str, trusted: Lexed, target: str, header: str, completion: str,
-                        *, allow_native_decide: bool = False) -> str:
+                        *, allow_native_decide: bool = False, policy: TextPolicy | None = None) -> str:
+    policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
+    allow_native_decide = policy.allow_native_decide
+    if len(completion) > 20 * policy.max_proof_chars:   # the thinking part is not lexed, only searched
+        raise Rejected(f"the completion has {len(completion)} characters, more than 20 x "
+                       f"verify.max_proof_chars = {20 * policy.max_proof_chars}")
     block = last_lean_block(completion)
-    lexed = _lex_untrusted(block, "completion's lean block")
-    body_start, imports = _split_header(lexed.code)
+    lexed = _lex_untrusted(block, "completion's lean block", policy)
+    header_end, imports = _split_header(lexed.code)
     allowed_imports = header_imports(header)
     extra = [m for m in imports if m not in allowed_imports]
     if extra:
@@ -195,8 +253,26 @@ def assemble_completion(statement: str, trusted: Lexed, target: str, header: str
                        f"(allowed: {', '.join(sorted(allowed_imports)) or 'none'})")
     # Import lines of the block's own header are the only place `import` may appear; everything
     # else, the dropped `open`/`set_option` lines included, goes through the denylist.
-    import_spans = _import_line_spans(lexed.code[:body_start])
-    scanned = [t for t in lexed.tokens if not any(a <= t.start < b for a, b in import_spans)]
+    header_spans = _line_spans(lexed.code[:header_end])
+    _check_header_lines(lexed.code, header_spans, header)
+    # A verbatim copy of the trusted header's own preamble (`abbrev …_solution`, `def`,
+    # `variable`, … that chat models restate) is dropped: it is trusted text, already in the
+    # header Lean runs, and is not sent again. Anything that differs stays and meets the rules.
+    copy = _trusted_copy(lexed, header_end, header)
+    body_start = copy.end if copy.end is not None else header_end
+    dropped = [(copy.start, copy.end)] if copy.end is not None else []
+    # Import lines of the block's own header are the only place `import` may appear; everything
+    # else, the dropped `open`/`set_option` lines included, goes through the denylist (the copy
+    # of the trusted preamble does not: it is not sent).
+    unscanned = sorted([(a, b) for a, b in header_spans if lexed.code.startswith("import", a)] + dropped)
+    # One pass with a moving index over the (sorted) spans: linear in the tokens, however
+    # many import lines there are.
+    scanned, k = [], 0
+    for t in lexed.tokens:
+        while k < len(unscanned) and unscanned[k][1] <= t.start:
+            k += 1
+        if not (k < len(unscanned) and unscanned[k][0] <= t.start):
+            scanned.append(t)
     _deny(lexed, allow_native_decide, "completion's lean block", scanned)
 
     body_tokens = [t for t in lexed.code_tokens() if t.start >= body_start]
@@ -216,8 +292,17 @@ def assemble_completion(statement: str, trusted: Lexed, target: str, header: str
             (before and before[-1].text in TARGET_MODIFIERS):
         raise Rejected(f"`theorem {target}` must start its own line, without modifiers before it")
 
-    _check_before_target(before, block, statement_tokens=trusted.code_tokens())
     proof_start = _match_statement(trusted, lexed, keyword)
+    # The allowlist on everything but the header lines (checked above against the trusted
+    # header) and the candidate's copy of the trusted statement (replaced by it below).
+    try:
+        _allow(lexed, policy, "completion's lean block",
+               skip=header_spans + dropped + [(keyword.start, proof_start)])
+    except Rejected as exc:   # say where a near-copy of the trusted header broke off
+        raise Rejected(f"{exc}{copy.near}") from None
+    _check_before_target(before, block, statement_tokens=trusted.code_tokens(),
+                         allowed=set(policy.allow_commands), near_copy=copy.near)
+    _check_first_command(lexed, body_start, block, set(policy.allow_commands))
     return (lexed.code[body_start:keyword.start] + statement.rstrip()
             + lexed.code[proof_start:])
 
@@ -238,7 +323,7 @@ def _split_header(code: str) -> tuple[int, list[str]]:
         stripped = line.strip()
         if not stripped:
             in_header_line = False
-        elif HEADER_LINE.match(line):
+        elif HEADER_LINE.match(line) and not LOCAL_SET_OPTION.match(stripped):
             in_header_line = True
             if line.startswith("import"):
                 imports += stripped.split()[1:]
@@ -250,13 +335,33 @@ def _split_header(code: str) -> tuple[int, list[str]]:
     return offset, imports
 
 
-def _import_line_spans(header_code: str) -> list[tuple[int, int]]:
+def _line_spans(header_code: str) -> list[tuple[int, int]]:
+    """(start, end) of every non-blank line of the block's header part."""
     spans, offset = [], 0
     for line in header_code.splitlines(keepends=True):
-        if line.startswith("import"):
+        if line.strip():
             spans.append((offset, offset + len(line)))
         offset += len(line)
     return spans
+
+
+def _check_header_lines(code: str, spans: list[tuple[int, int]], header: str) -> None:
+    """Every header line of the block (dropped for the trusted header) must be a line of the
+    trusted header: a different `open` or `set_option` there is a different problem."""
+    try:
+        trusted_lines = {line.strip() for line in lex(header).code.splitlines() if line.strip()}
+    except LexError as exc:
+        raise BadRecord(f"cannot read the header: {exc}") from None
+    for a, b in spans:
+        line = code[a:b].strip()
+        words = line.split()
+        # A resource limit with another value is harmless (the line is dropped anyway): models
+        # echo the DeepSeek header (`maxHeartbeats 400000`) where a dataset says 0.
+        resource_limit = len(words) == 3 and words[0] == "set_option" and words[1] in RESOURCE_OPTIONS
+        if not line.startswith("import") and line not in trusted_lines and not resource_limit:
+            number = code.count("\n", 0, a) + 1
+            raise Rejected(f"header line {number} of the completion's lean block, `{line[:80]}`, is not "
+                           "a line of the trusted header (only identical header lines are allowed)")
 
 
 def _declarations(tokens: list[Token]) -> list[tuple[Token, Token]]:
@@ -272,17 +377,125 @@ def _last_part(token: Token) -> str:
     return token.components[-1] if token.components else token.text
 
 
-def _check_before_target(before: list[Token], block: str, statement_tokens: list[Token]) -> None:
+def _check_before_target(before: list[Token], block: str, statement_tokens: list[Token],
+                         allowed: set[str] = frozenset(), near_copy: str = "") -> None:
     for token in before:
-        if (token.kind == "ident" and token.text in BEFORE_TARGET_FORBIDDEN) or token.kind == "hash":
+        if token.text in allowed:
+            continue
+        if (token.kind == "ident" and token.text.rstrip("?!") in BEFORE_TARGET_FORBIDDEN) or token.kind == "hash":
             line = line_col(block, token.start)[0]
             raise Rejected(f"`{token.text}` at line {line} precedes the target theorem: only helper "
-                           "`theorem`/`lemma` declarations may come before it")
+                           "`theorem`/`lemma` declarations (and an exact copy of the trusted header) "
+                           f"may come before it{near_copy}")
     statement_words = {part for t in statement_tokens if t.kind == "ident" for part in t.components}
     for keyword, name in _declarations(before):
         if _last_part(name) in statement_words:
             raise Rejected(f"helper `{keyword.text} {name.text}` reuses a name that occurs in the "
                            "trusted statement")
+
+
+# --------------------------------------------------------------------------------------------
+# A completion's copy of the trusted header's preamble
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrustedCopy:
+    """The span of the block that is a copy of trusted header text (`end` None: no copy), and,
+    when a longer copy broke off, where (for the rejection reason)."""
+
+    start: int = 0
+    end: int | None = None
+    near: str = ""
+
+
+# Tokens after which untrusted text may follow the trusted header in one file: they start a
+# command and cannot continue the one before (a term, a binder list, an `open` list).
+FIRST_COMMANDS = frozenset({"theorem", "lemma", "set_option"})
+
+
+def _trusted_commands(header: str) -> tuple[list[Token], list[int]]:
+    """The trusted header's tokens after its import lines, and the indices where a command
+    starts (the first token of a line that is a command keyword), plus 0 and the end."""
+    from prover_cli.verify.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS
+
+    lexed = lex(header)   # header_imports() has lexed it already: no LexError here
+    code, import_end, in_import = lexed.code, 0, False
+    offset = 0
+    for line in code.splitlines(keepends=True):   # as `_split_header` reads import lines
+        if not line.strip():
+            in_import = False
+        elif line.startswith("import") or (in_import and line[:1] in (" ", "\t")):
+            in_import, import_end = True, offset + len(line)
+        else:
+            break
+        offset += len(line)
+    tokens = [t for t in lexed.tokens if t.start >= import_end]
+    starts = {0, len(tokens)}
+    for k, t in enumerate(tokens):
+        first_on_line = code[code.rfind("\n", 0, t.start) + 1:t.start].strip() == ""
+        is_keyword = t.kind == "ident" and (t.text.rstrip("?!") in COMMAND_KEYWORDS or t.text in ALLOWED_COMMANDS)
+        attribute = t.text == "@" and k + 1 < len(tokens) and tokens[k + 1].text == "["
+        if first_on_line and (is_keyword or attribute):
+            starts.add(k)
+    return tokens, sorted(starts)
+
+
+def _trusted_copy(lexed: Lexed, body_start: int, header: str) -> TrustedCopy:
+    """The longest prefix of the block's body (from `body_start`) that equals, token by token
+    (comments blanked, every token's text), whole commands of the trusted header's non-import
+    part: all of it, or a contiguous run of its commands. One run only, so a reordered or
+    interleaved preamble is not a copy."""
+    trusted, starts = _trusted_commands(header)
+    if len(trusted) == 0:
+        return TrustedCopy()
+    body = [t for t in lexed.tokens if t.start >= body_start]
+    code = lexed.code
+
+    def ends_a_line(n: int) -> bool:   # the copy of n tokens is followed by a new line (or nothing)
+        return n == len(body) or code[code.rfind("\n", 0, body[n].start) + 1:body[n].start].strip() == ""
+
+    best: tuple[int, int] | None = None   # (i, j): trusted[i:j] == body[:j - i]
+    near, near_length = "", 1   # the longest copy that broke off (two tokens at least: not a lone `def`)
+    for i in starts[:-1]:
+        m = 0
+        while m < len(body) and i + m < len(trusted) and body[m].text == trusted[i + m].text:
+            m += 1
+        # the longest run of whole trusted commands that is also whole lines of the block
+        # (`set_option maxHeartbeats 400000 in` is not a copy of `set_option maxHeartbeats 400000`)
+        j = max((s for s in starts if i < s <= i + m and ends_a_line(s - i)), default=i)
+        if j > i and (best is None or j - i > best[1] - best[0]):
+            best = (i, j)
+        if i + m < len(trusted) and m < len(body) and m > near_length and (best is None or i + m > best[1]):
+            near_length = m
+            line = line_col(lexed.text, body[m].start)[0]
+            near = (f" (it is not an exact copy of the trusted header: `{body[m].text}` at line {line} "
+                    f"where the header has `{trusted[i + m].text}`)")
+    if best is None:
+        return TrustedCopy(near=near)
+    i, j = best
+    return TrustedCopy(body[0].start, body[j - i - 1].end, near)
+
+
+def _check_first_command(lexed: Lexed, body_start: int, block: str, allowed: set[str] = frozenset()) -> None:
+    """What follows the trusted header must start a new command (`theorem`, `lemma`, `set_option
+    … in`), at the start of its line: a backend that sends header and proof as one file (Kimina)
+    would otherwise let a leading `+ 1` or an indented name continue the header's last command
+    (another `abbrev` answer, a longer `open` list). A keyword `verify.allow_commands` admits
+    may come first too (each starts a command)."""
+    first = next((t for t in lexed.tokens if t.start >= body_start), None)
+    if first is None:
+        return
+    line_start = lexed.code.rfind("\n", 0, first.start) + 1
+    leading = lexed.text[line_start:first.start]
+    # only a comment may precede it on its line (`/-- doc -/ theorem …`), not indentation
+    at_line_start = leading == "" or (leading[0] not in " \t" and lexed.code[line_start:first.start].strip() == "")
+    starts_command = first.text in FIRST_COMMANDS or first.text.rstrip("?!") in allowed or (
+        first.text == "@" and "@[" in allowed)
+    if not starts_command or not at_line_start:
+        line = line_col(block, first.start)[0]
+        raise Rejected(f"`{first.text}` at line {line} of the completion's lean block: after the header, the "
+                       "code must start with a `theorem`/`lemma`/`set_option … in` command at the start of "
+                       "a line (text that continues the trusted header would change it)")
 
 
 def _match_statement(trusted: Lexed, lexed: Lexed, keyword: Token) -> int:

@@ -1,0 +1,401 @@
+# # Function bodies: the library's own functions, in containers sized for them
+#
+# Every wrapper rebuilds the config, turns its paths into absolute paths on the runs Volume,
+# runs the same library function the local backend runs, and commits. None of them `chdir`s into
+# a Volume (see images.py), so `reload()` never meets a working directory inside one.
+
+# No `from __future__ import annotations`: Modal reads the class parameters' types at runtime.
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import modal
+
+from prover_cli.backends import resolve
+from prover_cli.config import config_from_dict
+from prover_cli.errors import NotBuiltError
+from prover_cli.on_modal import sandbox
+from prover_cli.on_modal.images import DEFAULTS, IMAGES, app, mounts, models_volume, runs_volume
+from prover_cli.on_modal.plan import RUNS_MOUNT, gpu_spec, resources
+
+# The decorators below declare the resources of the default config; `remote.run_remote` applies
+# yours with `.with_options()` (GPU type, containers, timeouts, retries, CPUs, memory).
+R = resources(DEFAULTS)
+
+
+def _declared(name: str) -> dict[str, Any]:
+    """Decorator arguments for function `name`, from the plan's table (so the plan is what deploys)."""
+    r = R[name]
+    arguments: dict[str, Any] = dict(image=IMAGES[r.image], cpu=r.cpu, memory=r.memory_mb, timeout=r.timeout_s,
+                                     retries=r.retries, max_containers=r.max_containers, volumes=mounts(*r.volumes))
+    if r.gpu:
+        arguments["gpu"] = r.gpu
+    if r.scaledown_window_s is not None:
+        arguments["scaledown_window"] = r.scaledown_window_s
+    return arguments
+
+
+# ## Helpers every function body uses
+
+def _commit(volume: Any) -> None:
+    """A real Volume commits only inside a container; `.local()` runs have none to commit to.
+    Anything else (the tests' Volume stand-in) always applies Modal's rules."""
+    if not (modal.is_local() and isinstance(volume, modal.Volume)):
+        volume.commit()
+
+
+def _reload(volume: Any) -> None:
+    if not (modal.is_local() and isinstance(volume, modal.Volume)):
+        volume.reload()
+
+
+def on_volume(path: str | Path) -> Path:
+    """Where a path sent over the wire (relative to the runs Volume) lives in this container."""
+    p = Path(path)
+    return p if p.is_absolute() else Path(RUNS_MOUNT) / p
+
+
+def _config(config_dict: dict[str, Any]) -> Any:
+    """Rebuild (and re-validate) the config sent over the wire, with its paths on the runs Volume."""
+    config = config_from_dict(config_dict, source="modal")
+    from prover_cli import jsonl
+
+    jsonl.configure(max_line_bytes=config.io.max_line_bytes)  # io.max_line_bytes holds remotely too
+    config.run.dir = str(on_volume(config.run.dir))
+    config.model.cache_dir = str(on_volume(config.model.cache_dir))
+    for section, key in (("data", "problems"), ("eval", "problems")):
+        value = getattr(getattr(config, section), key)
+        if value:
+            setattr(getattr(config, section), key, str(on_volume(value)))
+    # Either a hub id or a file uploaded to the Volume: only the latter becomes a path.
+    for section, key in (("model", "name"), ("data", "source")):
+        value = getattr(getattr(config, section), key)
+        if value and not Path(value).is_absolute() and on_volume(value).exists():
+            setattr(getattr(config, section), key, str(on_volume(value)))
+    return config
+
+
+_PATH_ARGS = ("proofs_path", "out_path", "problems_path", "ledger_path", "out_dir", "ledger", "verdicts")
+
+
+def _paths_in(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Path arguments cross the wire as strings relative to the runs Volume; the library gets absolute Paths."""
+    out = {k: (on_volume(v) if k in _PATH_ARGS and v is not None else v) for k, v in kwargs.items()}
+    for key in ("model", "source"):  # a hub id, or a file on the Volume
+        value = out.get(key)
+        if value and not Path(str(value)).is_absolute() and on_volume(value).exists():
+            out[key] = str(on_volume(value))
+    return out
+
+
+def _as_sent(value: Any) -> Any:
+    """A result with our absolute Volume paths turned back into the relative ones the caller sent."""
+    prefix = str(RUNS_MOUNT).rstrip("/") + "/"
+    if isinstance(value, dict):
+        return {k: _as_sent(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_sent(v) for v in value]
+    if isinstance(value, str) and value.startswith(prefix):
+        return value[len(prefix):]
+    return value
+
+
+def _accepts(function: Callable[..., Any], parameter: str) -> bool:
+    return parameter in inspect.signature(function).parameters
+
+
+def options(name: str, config: Any, *, gpu: bool = False) -> dict[str, Any]:
+    """`.with_options()` arguments that apply the caller's [modal] section to a declared function."""
+    r = resources(config)[name]
+    arguments: dict[str, Any] = dict(cpu=r.cpu, memory=r.memory_mb, timeout=r.timeout_s, retries=r.retries,
+                                     max_containers=r.max_containers)
+    if r.gpu or gpu:
+        arguments["gpu"] = r.gpu or gpu_spec(config)
+    if r.scaledown_window_s is not None:
+        arguments["scaledown_window"] = r.scaledown_window_s
+    return arguments
+
+
+def fan_out(function: Any, inputs: list[tuple[Any, ...]], *, return_exceptions: bool) -> list[Any]:
+    """`.starmap()` across containers on Modal; one after another in this process under `.local()`."""
+    if modal.is_local():
+        results: list[Any] = []
+        for args in inputs:
+            try:
+                results.append(function.local(*args))
+            except Exception as exc:
+                if not return_exceptions:
+                    raise
+                results.append(exc)
+        return results
+    return list(function.starmap(inputs, order_outputs=True, return_exceptions=return_exceptions))
+
+
+# Library pieces the Modal functions need beyond `backends.FUNCTIONS`, resolved lazily like them.
+BUILDING_BLOCKS = {
+    # MemberEvaluator(config).completions(iteration=, member=, problems=) -> list[str]: theta_{t-1}
+    # from the newest snapshot (or the base) + <run.dir>/ledger.json, replaying only iterations
+    # it has not applied yet, plus member `member`'s perturbation.
+    "es_member": "prover_cli.es.member:MemberEvaluator",
+}
+
+
+def building_block(key: str) -> Any:
+    module_name, _, attr = BUILDING_BLOCKS[key].partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ModuleNotFoundError, AttributeError):
+        raise NotBuiltError(f"--backend modal needs {BUILDING_BLOCKS[key]}, which this version of prover "
+                            "does not provide") from None
+
+
+# ## Verification goes to Lean Sandboxes
+#
+# GPU and orchestrator images have no Lean. While this is active, the library's two entry points
+# to Lean, `prover_cli.verify.verify_records` (the RL reward, through tasks/lean.py) and
+# `verify_file` (`prover verify`, `prover eval`), run their REPLs in Sandboxes (sandbox.py).
+# Where the REPLs run changes; what is computed does not. Python-checked tasks (countdown, toy)
+# and the Kimina backend (a server of its own) never reach a Sandbox.
+
+UNROUTED: dict[str, Any] = {}  # the library's own functions while this process routes them
+
+
+@contextlib.contextmanager
+def verification_in_sandboxes(config: Any, *, always: bool = False) -> Iterator[None]:
+    lean = config.data.task == "lean" or always
+    if not lean or config.verify.backend != "repl" or UNROUTED:
+        yield
+        return
+    import prover_cli.verify as verify_module
+
+    UNROUTED.update(verify_records=verify_module.verify_records, verify_file=verify_module.verify_file)
+    verify_module.verify_records = sandbox.verify_records_in_sandboxes(config)
+    verify_module.verify_file = sandbox.verify_file_in_sandboxes(config, UNROUTED["verify_file"])
+    try:
+        yield
+    finally:
+        verify_module.verify_records = UNROUTED.pop("verify_records")
+        verify_module.verify_file = UNROUTED.pop("verify_file")
+
+
+def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, needs_model: bool = False,
+                  route_verification: bool = False,
+                  before: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None) -> Any:
+    """The body of every wrapper: rebuild the config, run the library function on the Volume, commit."""
+    cfg = _config(config)
+    _reload(runs_volume)
+    if needs_model:
+        _ensure_model(config)
+    with verification_in_sandboxes(cfg, always=route_verification):
+        arguments = _paths_in(kwargs)
+        if before is not None:
+            arguments = before(cfg, arguments)
+        result = resolve(name)(cfg, **arguments)
+    _commit(runs_volume)
+    return _as_sent(result)
+
+
+# ## Model weights: downloaded once, into the models Volume
+
+@app.function(**_declared("download_model"))  # one writer, so two runs never race on a file
+def download_model(config: dict[str, Any]) -> dict[str, Any]:
+    cfg = _config(config)
+    _reload(runs_volume)
+    from prover_cli.tiny_model import BUILT_NAMES, resolve_model_path
+
+    name = cfg.model.name
+    if name in BUILT_NAMES:
+        where = resolve_model_path(name, cfg.model.cache_dir, cfg.model.tiny_seed)  # built offline, on the runs Volume
+    elif Path(name).exists():
+        where = name  # a model directory already on the runs Volume
+    else:
+        from huggingface_hub import snapshot_download
+
+        where = snapshot_download(repo_id=name, revision=cfg.model.revision)  # resumes partial files
+    _commit(models_volume)
+    _commit(runs_volume)
+    return {"model": name, "revision": cfg.model.revision, "path": str(where)}
+
+
+def _ensure_model(config: dict[str, Any]) -> None:
+    """Before any GPU container loads weights: fetch them once, then read them from the Volume only."""
+    if modal.is_local():
+        download_model.local(config)
+        return
+    download_model.remote(config)
+    _reload(models_volume)
+    _reload(runs_volume)
+    os.environ["HF_HUB_OFFLINE"] = "1"  # fail closed: never a second, racing download
+
+
+# ## Data and verification entry points
+
+@app.function(**_declared("prepare_data"))  # rewrites problems.jsonl whole: a retry is safe
+def prepare_data(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return _call_library("prepare_data", config, kwargs)
+
+
+@app.function(**_declared("verify"))  # drives the Sandboxes; shards resume, so a retry redoes no proof
+def verify(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return _call_library("verify", config, kwargs, route_verification=True)
+
+
+@app.function(**_declared("lean_image_check"))  # builds the Lean image at deploy; runs no proof
+def lean_image_check() -> dict[str, Any]:
+    """What the Lean image holds: the toolchain `lean --version` reports and the pinned versions."""
+    import subprocess
+
+    from prover_cli.on_modal.images import LEAN_PROJECT_DIR, LEAN_TOOLCHAIN, MATHLIB_REV
+
+    out = subprocess.run(["lake", "env", "lean", "--version"], cwd=LEAN_PROJECT_DIR, capture_output=True,
+                         text=True, timeout=300)
+    return {"ok": out.returncode == 0, "lean_version": out.stdout.strip() or out.stderr.strip()[-300:],
+            "lean_toolchain": LEAN_TOOLCHAIN, "mathlib_rev": MATHLIB_REV}
+
+
+# ## Generation: a GPU class that loads vLLM once per container
+#
+# The engine loads in `@modal.enter`, once per container, with this process's working directory
+# outside the Volumes (vLLM's worker processes inherit it for their lifetime).
+
+@app.cls(**_declared("generate"))
+class Generator:
+    config_json: str = modal.parameter()
+    model: str = modal.parameter(default="")           # `prover generate --model`, if given
+
+    @modal.enter()
+    def load(self) -> None:
+        config = json.loads(self.config_json)
+        self.config = _config(config)
+        self.sampler = None
+        if not _accepts(resolve("generate"), "sampler"):
+            return  # the library loads its own sampler per call
+        _ensure_model(config)
+        from prover_cli.samplers import load_sampler
+
+        model = _paths_in({"model": self.model})["model"] if self.model else None
+        self.sampler = load_sampler(self.config, model_path=model)
+
+    @modal.method()
+    def generate_file(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        _reload(runs_volume)
+        if self.sampler is None:
+            _ensure_model(json.loads(self.config_json))
+        arguments = _paths_in(kwargs)
+        if self.sampler is not None:
+            arguments["sampler"] = self.sampler
+        result = resolve("generate")(self.config, **arguments)
+        _commit(runs_volume)
+        return _as_sent(result)
+
+
+# ## Evolution Strategies
+#
+# `train_es` runs the library's loop in one container: the only writer of the ledger. It hands
+# each iteration's population to `ESMember` containers with `.starmap()`. A member container
+# keeps theta between calls and replays only the iterations it has not applied; it stays warm
+# through the gap between iterations (`scaledown_window`, from the plan: twice the estimated
+# gap), and a cold one starts from the newest snapshot in the ledger, not the base. The loop
+# commits the ledger before each fan-out, and members reload before reading it. A member that
+# fails after its retries fails the iteration (a missing member would bias the update); the
+# loop's own retry then resumes from the last ledger entry, which was written atomically.
+
+@app.cls(**_declared("es_member"))  # a member is a pure function of (ledger, t, i): retries are safe
+class ESMember:
+    config_json: str = modal.parameter()
+
+    @modal.enter()
+    def load(self) -> None:
+        self.config = _config(json.loads(self.config_json))
+        _reload(models_volume)
+        _reload(runs_volume)
+        if not modal.is_local():
+            os.environ["HF_HUB_OFFLINE"] = "1"  # the loop fetched the weights; never 30 downloads at once
+        self.evaluator = building_block("es_member")(self.config)
+
+    @modal.method()
+    def completions(self, iteration: int, member: int, problems: list[dict[str, Any]]) -> list[str]:
+        _reload(runs_volume)  # the loop committed the ledger of iteration - 1
+        return self.evaluator.completions(iteration=iteration, member=member, problems=problems)
+
+
+def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[list[str]]]:
+    members = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
+
+    def generate_population(iteration: int, problems: list[dict[str, Any]]) -> list[list[str]]:
+        _commit(runs_volume)
+        inputs = [(iteration, member, problems) for member in range(config.es.population)]
+        return fan_out(members.completions, inputs, return_exceptions=False)
+
+    return generate_population
+
+
+LEDGER_FILE = "ledger.json"
+
+
+def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
+    def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+        arguments = resume_after_retry(cfg, arguments)
+        if _accepts(resolve("train_es"), "generate_population"):
+            arguments["generate_population"] = population_on_modal(cfg, config_dict)
+        else:
+            print("ES members run one after another in this container: prover_cli.es.train.train_es "
+                  "takes no generate_population hook", file=sys.stderr)
+        return arguments
+
+    return before
+
+
+def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Modal retries a lost or timed-out call with the same function-call id: that retry resumes
+    from the ledger instead of starting over. A first attempt leaves its id in the run directory."""
+    call_id = modal.current_function_call_id()
+    if call_id is None:
+        return arguments  # `.local()`: no retries
+    marker = Path(cfg.run.dir) / ".modal-call"
+    if marker.exists() and marker.read_text(encoding="utf-8").strip() == call_id:
+        if (Path(cfg.run.dir) / LEDGER_FILE).exists():
+            print(f"retry of {call_id}: resuming from {cfg.run.dir}/{LEDGER_FILE}", file=sys.stderr)
+            return {**arguments, "resume": True}
+        return arguments
+    sandbox.write_atomic(marker, call_id)
+    _commit(runs_volume)
+    return arguments
+
+
+@app.function(**_declared("train_es"))  # exactly one writer of a run's ledger; a retry resumes from it
+def train_es(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return _call_library("train_es", config, kwargs, needs_model=True, before=es_arguments(config))
+
+
+# ## GRPO, replay and eval
+
+@app.function(**_declared("train_grpo"))  # policy, optimizer state and colocated vLLM on one GPU
+def train_grpo(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return _call_library("train_grpo", config, kwargs, needs_model=True)
+
+
+@app.function(**_declared("replay_seeds"))  # exact on CPU; `--device cuda` adds a GPU
+def replay_seeds(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return _call_library("replay_seeds", config, kwargs, needs_model=True)
+
+
+@app.function(**_declared("eval"))  # scoring `--verdicts` needs no GPU; generating adds one
+def evaluate(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    needs_model = kwargs.get("verdicts") is None
+    return _call_library("eval", config, kwargs, needs_model=needs_model)
+
+
+REMOTE_FUNCTIONS: dict[str, Any] = {
+    "prepare_data": prepare_data,
+    "verify": verify,
+    "train_es": train_es,
+    "train_grpo": train_grpo,
+    "replay_seeds": replay_seeds,
+    "eval": evaluate,
+}

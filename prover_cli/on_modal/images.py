@@ -1,0 +1,140 @@
+# # Images and Volumes, as declarations
+#
+# The app, its two Volumes and one image per job, built from the pins in `plan.py`. Nothing
+# here runs anything: Modal builds the images on the first `modal deploy` / `app.run()`.
+
+# No `from __future__ import annotations`: Modal reads the class parameters' types at runtime.
+import os
+import shlex
+from typing import Any
+
+import modal
+
+from prover_cli.config import Config
+from prover_cli.on_modal.plan import MODELS_MOUNT, PYTHON_VERSION, RUNS_MOUNT, image_specs, repl_tag
+
+# ## Settings read at import
+#
+# Modal declares functions when this package is imported, on your machine and again in every
+# container, so the few config values that shape the declarations (the app and Volume names, the
+# Lean and Mathlib versions baked into the Lean image) are read from the environment, with the
+# config defaults as fallback, and baked into every image so containers agree. `remote.run_remote`
+# re-imports the package when your config asks for other values.
+
+DEFAULTS = Config()
+
+
+def deploy_settings(config: Any) -> dict[str, str]:
+    return {
+        "PROVER_MODAL_APP": config.modal.app_name,
+        "PROVER_MODELS_VOLUME": config.modal.models_volume,
+        "PROVER_RUNS_VOLUME": config.modal.runs_volume,
+        "PROVER_LEAN_TOOLCHAIN": config.verify.lean_toolchain,
+        "PROVER_MATHLIB_REV": config.verify.mathlib_rev,
+    }
+
+
+SETTINGS = {key: os.environ.get(key, default) for key, default in deploy_settings(DEFAULTS).items()}
+LEAN_TOOLCHAIN = SETTINGS["PROVER_LEAN_TOOLCHAIN"]
+MATHLIB_REV = SETTINGS["PROVER_MATHLIB_REV"]
+SPECS = image_specs(LEAN_TOOLCHAIN, MATHLIB_REV)
+PINS = {"python": PYTHON_VERSION, "elan": SPECS["lean"].toolchain["elan"]}
+
+app = modal.App(SETTINGS["PROVER_MODAL_APP"])
+
+# ## Volumes
+#
+# `prover-models` holds base weights, downloaded once from the Hugging Face hub (`HF_HOME` points
+# into it). `prover-ledgers` holds run directories: problems, samples, verdicts, ledgers, metrics.
+# A relative path of your machine is the same path under RUNS_MOUNT; functions turn it into that
+# absolute path and never `chdir` into a Volume: Modal refuses `reload()` while any process of
+# the container has its working directory (or an open file) inside the Volume. Writers
+# `commit()` before readers `reload()`.
+
+models_volume = modal.Volume.from_name(SETTINGS["PROVER_MODELS_VOLUME"], create_if_missing=True)
+runs_volume = modal.Volume.from_name(SETTINGS["PROVER_RUNS_VOLUME"], create_if_missing=True)
+
+
+def mounts(*paths: str) -> dict[str, Any]:
+    """The `volumes=` argument for the mount points a function's `Resources.volumes` names."""
+    return {path: {MODELS_MOUNT: models_volume, RUNS_MOUNT: runs_volume}[path] for path in paths}
+
+
+# ## Images, one per job
+#
+# Our own package goes in last (`add_local_python_source`), so editing it never rebuilds the
+# layers below it. Each image installs exactly `SPECS[name].python_packages`, the list that
+# `--dry-run --json` shows and tests/test_modal_pins.py resolves.
+
+orchestrator_image = (
+    modal.Image.debian_slim(python_version=PYTHON_VERSION)
+    .uv_pip_install(*SPECS["orchestrator"].python_packages)
+    .env({**SETTINGS, "PROVER_IMAGE": "orchestrator"})
+    .add_local_python_source("prover_cli")
+)
+
+gpu_image = (
+    modal.Image.debian_slim(python_version=PYTHON_VERSION)
+    .uv_pip_install(*SPECS["gpu"].python_packages)
+    .env({**SETTINGS, "HF_HOME": f"{MODELS_MOUNT}/hf", "PROVER_IMAGE": "gpu"})
+    .add_local_python_source("prover_cli")
+)
+trl_image = (
+    modal.Image.debian_slim(python_version=PYTHON_VERSION)
+    .uv_pip_install(*SPECS["trl"].python_packages)  # one resolution: TRL with the GPU image's pins
+    .env({**SETTINGS, "HF_HOME": f"{MODELS_MOUNT}/hf", "PROVER_IMAGE": "trl"})
+    .add_local_python_source("prover_cli")
+)
+
+# The Lean image: a pinned toolchain through elan, the leanprover-community REPL built at the tag
+# of that Lean release, and a Lake project requiring Mathlib whose build cache is fetched here,
+# at image build, so no Sandbox ever compiles Mathlib. The last step elaborates `import Mathlib`
+# once, so a broken cache fails the build instead of the first verification.
+
+ELAN_HOME = "/opt/elan"
+REPL_DIR = "/opt/repl"
+LEAN_PROJECT_DIR = "/opt/lean-project"
+REPL_COMMAND = ["lake", "env", "repl"]  # run in LEAN_PROJECT_DIR, inside a verification Sandbox
+LEAN_PROJECT_LAKEFILE = f"""name = "prover_verify"
+
+[[require]]
+name = "mathlib"
+git = "https://github.com/leanprover-community/mathlib4"
+rev = "{MATHLIB_REV}"
+"""
+
+# Each list is one image layer; a layer rebuilds only when its own commands change.
+ELAN_STEPS = [
+    f"curl -sSfL https://github.com/leanprover/elan/releases/download/{PINS['elan']}/"
+    "elan-x86_64-unknown-linux-gnu.tar.gz | tar xz -C /tmp",
+    f"/tmp/elan-init -y --no-modify-path --default-toolchain {LEAN_TOOLCHAIN}",
+]
+REPL_STEPS = [
+    f"git clone --depth 1 --branch {repl_tag(LEAN_TOOLCHAIN)} https://github.com/leanprover-community/repl {REPL_DIR}",
+    f"cd {REPL_DIR} && lake build repl",
+    f"ln -s {REPL_DIR}/.lake/build/bin/repl /usr/local/bin/repl",  # so `lake env repl` finds it
+]
+MATHLIB_STEPS = [
+    f"mkdir -p {LEAN_PROJECT_DIR}",
+    f"printf %s {shlex.quote(LEAN_TOOLCHAIN)} > {LEAN_PROJECT_DIR}/lean-toolchain",
+    f"printf %s {shlex.quote(LEAN_PROJECT_LAKEFILE)} > {LEAN_PROJECT_DIR}/lakefile.toml",
+    f"cd {LEAN_PROJECT_DIR} && lake update && lake exe cache get",  # prebuilt .olean files, no compile
+    f"cd {LEAN_PROJECT_DIR} && printf 'import Mathlib\\n#eval Lean.versionString\\n' > /tmp/check.lean"
+    " && lake env lean /tmp/check.lean",
+]
+
+lean_image = (
+    modal.Image.debian_slim(python_version=PYTHON_VERSION)
+    .apt_install(*SPECS["lean"].apt_packages)  # elan, lake and `cache get` download over https
+    .env({"ELAN_HOME": ELAN_HOME,
+          "PATH": f"{ELAN_HOME}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+    .run_commands(*ELAN_STEPS)
+    .run_commands(*REPL_STEPS)
+    .run_commands(*MATHLIB_STEPS)
+    .uv_pip_install(*SPECS["lean"].python_packages)
+    .env({**SETTINGS, "PROVER_IMAGE": "lean", "PROVER_IMAGE_LEAN_TOOLCHAIN": LEAN_TOOLCHAIN,
+          "PROVER_IMAGE_MATHLIB_REV": MATHLIB_REV})
+    .add_local_python_source("prover_cli")
+)
+
+IMAGES = {"orchestrator": orchestrator_image, "gpu": gpu_image, "trl": trl_image, "lean": lean_image}

@@ -1,0 +1,473 @@
+"""The plan: what `--backend modal` runs, on which image, and what it costs (`--dry-run`).
+
+    prover train es --config configs/kimina-es.toml --backend modal --dry-run
+    prover train grpo --config configs/kimina-grpo.toml --backend modal --dry-run --json
+
+Pure Python: no `modal` import, so a plan is instant and needs no credentials. This module is
+the one place that turns a config into Modal resources (`resources(config)`) and that pins every
+image (`IMAGES`); `images.py` builds the images and `functions.py` declares its functions from
+both, so the plan and what deploys cannot drift apart.
+
+How the cost estimate is made (per ES iteration or GRPO step, an upper estimate, in USD). Modal
+bills every container for its reserved GPUs, CPU cores and memory for as long as it is up, busy
+or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` prices:
+- generation: every sample decodes `max_tokens` tokens at `modal.est_decode_tokens_per_s`; the
+  samples of one call decode in parallel as one batch, so a call lasts max_tokens / speed;
+- verification (Lean task only): each batch of `modal.verify_batch_size` proofs runs in its own
+  Sandbox: the header once per REPL (`modal.est_header_s`), then `modal.est_verify_s_per_proof`
+  per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
+  `modal.verify_memory_gb` GiB;
+- the ES loop container is up for the whole iteration; each warm ES member container is up for
+  the whole iteration too (it generates, then waits idle, inside its `scaledown_window`, while
+  the proofs are verified and the loop updates), so its idle time is billed as well.
+Not counted: container start and model load (once per container), a cold member's replay,
+the GRPO backward pass, and network. Measure one iteration and adjust the `modal.est_*` keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from prover_cli.progress import NULL_REPORTER
+
+MINUTES = 60
+HOURS = 60 * MINUTES
+MAX_TIMEOUT_S = 24 * HOURS            # Modal's ceiling for one call; training loops resume past it
+MAX_SCALEDOWN_WINDOW_S = 60 * MINUTES  # Modal refuses a scaledown_window outside [2, 3600] s
+
+# --------------------------------------------------------------------------------------------
+# Images: every requirement string each one installs, with the reason for each pin
+# --------------------------------------------------------------------------------------------
+# The pins must resolve together: tests/test_modal_pins.py runs `uv pip compile` on each image's
+# `python_packages` for Python 3.11 on x86_64 Linux. Bump them together, rerun that test, then
+# rebuild with `modal deploy`.
+
+PYTHON_VERSION = "3.11"
+ELAN_VERSION = "v4.1.2"  # the toolchain manager; the Lean toolchain itself is a config value
+
+VLLM = "vllm==0.31.0"                 # TRL 1.16 supports colocated vLLM 0.22.0-0.31.0 (trl/import_utils.py);
+                                      # it brings its own CUDA torch, so torch is never pinned beside it
+TRANSFORMERS = "transformers==5.17.*"  # vllm 0.31.0 requires transformers>=5.10.4,<5.18.0
+HF_HUB = "huggingface_hub==1.33.*"     # transformers 5.17 requires huggingface-hub>=1.5.0,<2.0
+TRL = "trl==1.16.*"                    # GRPOConfig defaults move between releases
+DATASETS = "datasets==5.2.*"           # prepare-data's hub loader
+SAFETENSORS = "safetensors==0.8.*"     # ES snapshots and replayed weights
+TYPER = "typer==0.29.*"                # prover_cli's CLI, imported by the package
+RICH = "rich==15.*"                    # prover_cli's tables and progress
+MATPLOTLIB = "matplotlib==3.11.*"      # eval's pass@k plot
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image: what it is based on and everything it installs, as `--dry-run --json` lists it."""
+
+    base: str
+    python_packages: tuple[str, ...]
+    apt_packages: tuple[str, ...] = ()
+    toolchain: dict[str, str] = field(default_factory=dict)  # Lean pins (lean image only)
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base, "python": PYTHON_VERSION, "python_packages": list(self.python_packages),
+                "apt_packages": list(self.apt_packages), "toolchain": dict(self.toolchain), "why": self.why}
+
+
+def repl_tag(lean_toolchain: str) -> str:
+    """leanprover-community/repl tags each Lean release it supports with the same name (v4.15.0)."""
+    return lean_toolchain.rpartition(":")[2]
+
+
+def image_specs(lean_toolchain: str, mathlib_rev: str) -> dict[str, ImageSpec]:
+    """The four images, one per job. The Lean pins come from `[verify]` (baked in at import)."""
+    base = f"debian_slim(python_version={PYTHON_VERSION!r})"
+    gpu_packages = (VLLM, TRANSFORMERS, HF_HUB, SAFETENSORS, DATASETS, TYPER, RICH, MATPLOTLIB)
+    return {
+        "orchestrator": ImageSpec(base, (TYPER, RICH, DATASETS, HF_HUB),
+                                  why="prepare-data and `prover verify`: reads files, drives Lean Sandboxes"),
+        "gpu": ImageSpec(base, gpu_packages, why="vLLM generation, the ES loop and members, replay, eval"),
+        "trl": ImageSpec(base, (*gpu_packages, TRL), why="TRL's GRPOTrainer with colocated vLLM"),
+        "lean": ImageSpec(
+            base, (TYPER, RICH), apt_packages=("curl", "git", "ca-certificates"),
+            toolchain={"elan": ELAN_VERSION, "lean_toolchain": lean_toolchain,
+                       "repl": f"leanprover-community/repl {repl_tag(lean_toolchain)}",
+                       "mathlib": f"mathlib4 {mathlib_rev} (build cache fetched at image build)"},
+            why="verification Sandboxes: the REPL with Mathlib, no network, no Volumes"),
+    }
+
+
+# Where the Volumes are mounted in every container.
+MODELS_MOUNT = "/models"
+RUNS_MOUNT = "/runs"
+
+
+# --------------------------------------------------------------------------------------------
+# Resources of every function, and of the verification Sandboxes
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Resources:
+    """What one Modal function, class or Sandbox asks for. `functions.py` passes these on."""
+
+    image: str                  # "orchestrator", "gpu", "trl" or "lean" (see `image_specs`)
+    gpu: str | None             # Modal's "TYPE:COUNT", None for CPU-only
+    cpu: float                  # cores reserved
+    memory_mb: int              # memory reserved, MiB
+    timeout_s: int              # one call (or Sandbox) is killed after this
+    retries: int                # retries of a failed or timed-out call
+    max_containers: int         # parallel containers at most
+    volumes: tuple[str, ...]    # mount points used (MODELS_MOUNT, RUNS_MOUNT)
+    scaledown_window_s: int | None = None  # idle seconds a warm container waits for its next call
+
+    @property
+    def gpu_count(self) -> int:
+        return int(self.gpu.split(":")[1]) if self.gpu and ":" in self.gpu else (1 if self.gpu else 0)
+
+
+def verify_batch_timeout_s(config: Any) -> int:
+    """Long enough for the header plus every proof of a batch hitting its own timeout, no more:
+    a wedged Sandbox is then killed and its proofs retried once, never waited on forever."""
+    v, m = config.verify, config.modal
+    rounds = math.ceil(m.verify_batch_size / v.workers)
+    return int(v.header_timeout_s + rounds * (v.timeout_s + 5) + 2 * MINUTES)
+
+
+def gpu_spec(config: Any) -> str:
+    """Modal's GPU string: `H100:1`."""
+    return f"{config.modal.gpu}:{config.modal.gpus_per_container}"
+
+
+def es_gap_s(config: Any) -> float:
+    """Estimated seconds an ES member waits between its calls: the iteration minus its own generation."""
+    work = _work_per_iteration(config, "train_es")
+    return _timings(config, "train_es", work).iteration_s - _timings(config, "train_es", work).generation_s
+
+
+def es_member_scaledown_window_s(config: Any) -> int:
+    """Twice the estimated gap between iterations (at least 5 minutes, at most Modal's 1 h): a member
+    that went cold would replay the ledger, so idling through the gap is the cheaper choice."""
+    return int(min(MAX_SCALEDOWN_WINDOW_S, max(5 * MINUTES, math.ceil(2 * es_gap_s(config)))))
+
+
+def resources(config: Any) -> dict[str, Resources]:
+    """Resources of every remote function, from `[modal]` (and `[verify]` for the Lean Sandboxes)."""
+    m = config.modal
+    gpu = gpu_spec(config)
+    call_timeout_s = m.timeout_min * MINUTES
+    both = (MODELS_MOUNT, RUNS_MOUNT)
+    return {
+        # Fetch base weights once into the models Volume, before any GPU container needs them.
+        "download_model": Resources("gpu", None, 2.0, 8 * 1024, 2 * HOURS, m.retries, 1, both),
+        "prepare_data": Resources("orchestrator", None, 2.0, 8 * 1024, 2 * HOURS, m.retries, 1, (RUNS_MOUNT,)),
+        # Drives the Lean Sandboxes; each Sandbox has its own timeout, so this one only bounds the run.
+        "verify": Resources("orchestrator", None, 2.0, 4 * 1024, MAX_TIMEOUT_S, m.retries, 1, (RUNS_MOUNT,)),
+        # One batch of proofs: no Volumes, no secrets, no network (see sandbox.py). One core per
+        # REPL (verify.workers), several GiB each for Mathlib's environment; killed after the
+        # header plus every proof at its timeout; a Sandbox that fails gets one more attempt.
+        "verify_sandbox": Resources("lean", None, m.verify_cpus, m.verify_memory_gb * 1024,
+                                    verify_batch_timeout_s(config), 1, m.verify_max_containers, ()),
+        # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
+        # on the first verification); it reports the image's Lean and Mathlib versions.
+        "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
+        # vLLM loads once per container; 8 cores and 64 GiB of host RAM stage the weights and
+        # run the tokenizer and the engine's CPU side. One call per `prover generate`.
+        "generate": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),
+        # One member per call, the population in one wave (max_containers); warm through the gap
+        # between iterations (a cold member would replay the ledger); a member is a pure function
+        # of (ledger, t, i), so retries are safe.
+        "es_member": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, m.max_containers, both,
+                               scaledown_window_s=es_member_scaledown_window_s(config)),
+        # Exactly one container writes a run's ledger; a retry resumes from it.
+        "train_es": Resources("gpu", gpu, 8.0, 64 * 1024, MAX_TIMEOUT_S, m.retries, 1, both),
+        # Not retried: a GRPO retry would refuse the existing run; resume it with `--resume`
+        # (from <run.dir>/checkpoints/ on the runs Volume).
+        "train_grpo": Resources("trl", gpu, 8.0, 64 * 1024, MAX_TIMEOUT_S, 0, 1, both),
+        # CPU by default; functions.py adds the GPU for `--device cuda` (same bits either way).
+        "replay_seeds": Resources("gpu", None, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),
+        # CPU by default; functions.py adds the GPU when eval generates (not for `--verdicts`).
+        "eval": Resources("gpu", None, 8.0, 64 * 1024, MAX_TIMEOUT_S, m.retries, 1, both),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------------
+
+def plan(config: Any, *, command: str, backend: str, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """The `--dry-run` of `train es` / `train grpo`: what runs where, and (on Modal) the cost."""
+    if command not in ("train_es", "train_grpo"):
+        raise ValueError(f"no plan for {command!r}")  # the CLI only asks for these two
+    work = _work_per_iteration(config, command)
+    if backend == "local":
+        return _local_plan(config, command, work)
+    return _modal_plan(config, command, work)
+
+
+@dataclass(frozen=True)
+class _Work:
+    unit: str                 # "iteration" or "step"
+    iterations: int
+    samples: int              # samples generated and scored per iteration
+    generation_calls: int     # GPU calls that generate, per iteration (ES: one per member)
+    decode_tokens: int        # tokens one generation call decodes per sequence, at most
+    proofs: int               # proofs sent to Lean per iteration (0 for Python-checked tasks)
+
+
+def _work_per_iteration(config: Any, command: str) -> _Work:
+    lean = config.data.task == "lean"
+    if command == "train_es":
+        es = config.es
+        samples = es.population * es.problems_per_iteration * es.samples_per_problem
+        return _Work("iteration", es.iterations, samples, es.population, config.generate.max_tokens,
+                     samples if lean else 0)
+    g = config.grpo
+    samples = g.per_device_train_batch_size * g.gradient_accumulation_steps
+    return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0)
+
+
+@dataclass(frozen=True)
+class _Timings:
+    generation_s: float       # one generation call
+    gen_waves: int
+    gen_containers: int
+    batches: int              # Lean Sandboxes per iteration
+    proofs_per_batch: int
+    batch_s: float            # one Sandbox's lifetime
+    verify_waves: int
+    iteration_s: float        # wall time of one iteration / step
+
+
+def _timings(config: Any, command: str, work: _Work) -> _Timings:
+    m, v = config.modal, config.verify
+    generation_s = work.decode_tokens / m.est_decode_tokens_per_s
+    if command == "train_es":
+        gen_waves = math.ceil(work.generation_calls / m.max_containers)
+        gen_containers = min(work.generation_calls, m.max_containers)
+    else:
+        gen_waves, gen_containers = 1, 1
+    batches = math.ceil(work.proofs / m.verify_batch_size) if work.proofs else 0
+    proofs_per_batch = min(m.verify_batch_size, work.proofs) if work.proofs else 0
+    batch_s = m.est_header_s + math.ceil(proofs_per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
+    verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
+    iteration_s = gen_waves * generation_s + verify_waves * batch_s
+    return _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
+                    iteration_s)
+
+
+def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
+    device = config.model.device
+    sampler = config.generate.backend
+    reward = (f"Lean REPL pool in this process: {config.verify.workers} `{' '.join(config.verify.repl_command)}` processes"
+              if config.data.task == "lean" else f"`{config.data.task}` checker in this process (pure Python)")
+    if command == "train_es":
+        generation = (f"{config.es.population} members one after another, each perturbing the weights in place "
+                      f"and sampling {config.es.problems_per_iteration} x {config.es.samples_per_problem}")
+        update = f"fp32 update of every weight + ledger.json in {config.run.dir}"
+    else:
+        generation = f"TRL GRPOTrainer: {work.samples} completions per step ({config.grpo.num_generations} per prompt)"
+        update = f"AdamW step, metrics.jsonl in {config.run.dir}"
+    rows = [
+        ["generate", f"this machine, model.device = {device}, {sampler} sampler", generation],
+        ["reward", "this machine", reward],
+        ["update", f"this machine, model.device = {device}", update],
+    ]
+    return {
+        "ok": True,
+        "command": command.replace("_", " "),
+        "backend": "local",
+        f"samples_per_{work.unit}": work.samples,
+        f"{work.unit}s": work.iterations,
+        "samples_total": work.samples * work.iterations,
+        "tables": [{"title": f"plan: {command.replace('_', ' ')} on this machine (no cost estimate for local runs)",
+                    "columns": ["stage", "where", "what"], "rows": rows}],
+    }
+
+
+UNIT_NAMES = {"gpu": "GPU-s", "cpu": "core-s", "memory": "GiB-s"}
+
+
+@dataclass
+class _Line:
+    """One billed kind of container in one iteration: how many, for how long, on what."""
+
+    name: str
+    r: Resources
+    containers: int
+    calls: int | str
+    container_s: float        # summed over its containers, busy and idle
+
+    def seconds(self) -> dict[str, float]:
+        return {"gpu": self.container_s * self.r.gpu_count, "cpu": self.container_s * self.r.cpu,
+                "memory": self.container_s * self.r.memory_mb / 1024}
+
+
+def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_Line]:
+    res = resources(config)
+    lines: list[_Line] = []
+    if command == "train_es":
+        # The loop holds its GPU for the whole iteration; so does every warm member container:
+        # it generates for its wave(s), then idles through verification and the update.
+        lines.append(_Line("train_es", res["train_es"], 1, 1, t.iteration_s))
+        lines.append(_Line("ESMember", res["es_member"], t.gen_containers, work.generation_calls,
+                           t.gen_containers * t.iteration_s))
+    else:
+        lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, t.iteration_s))
+    if t.batches:
+        sandbox = res["verify_sandbox"]
+        lines.append(_Line("verify Sandbox", sandbox, min(t.batches, sandbox.max_containers), t.batches,
+                           t.batches * t.batch_s))
+    return lines
+
+
+def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
+    m, v = config.modal, config.verify
+    res = resources(config)
+    t = _timings(config, command, work)
+    lines = _billed_lines(config, command, work, t)
+    prices = {"gpu": m.gpu_price_per_hour, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
+
+    # est_usd_breakdown: per resource, the unit-seconds behind it (GPU-s, core-s, GiB-s) and USD.
+    breakdown: dict[str, dict[str, float]] = {}
+    for kind, unit in (("gpu", "gpu_s"), ("cpu", "core_s"), ("memory", "gib_s")):
+        unit_s = sum(line.seconds()[kind] for line in lines)
+        breakdown[kind] = {unit: round(unit_s, 1), "container_s": round(sum(
+            line.container_s for line in lines if line.seconds()[kind] > 0), 1),
+            "usd": round(unit_s / HOURS * prices[kind], 4)}
+    cost = sum(item["usd"] for item in breakdown.values())
+
+    rows: list[list[Any]] = []
+    for line in lines:
+        s = line.seconds()
+        usd = sum(s[kind] / HOURS * prices[kind] for kind in prices)
+        gpu = line.r.gpu.replace(":", " x ") if line.r.gpu else "-"
+        rows.append([line.name, line.r.image, gpu, line.r.cpu, round(line.r.memory_mb / 1024), line.containers,
+                     line.calls, round(line.container_s, 1), round(usd, 4)])
+    rows.append(["download_model", res["download_model"].image, "-", res["download_model"].cpu,
+                 round(res["download_model"].memory_mb / 1024), 1, "once", 0.0, 0.0])
+    roles = {
+        "train_es": "the ES loop: holds theta, applies updates, writes the ledger (one writer)",
+        "ESMember": "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call",
+        "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
+        "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
+        "download_model": "base weights into the models Volume, once per run (not per step)",
+    }
+    roles_rows = [[r[0], roles[r[0]]] for r in rows]
+
+    notes = [
+        ["generation call", f"{work.decode_tokens} tokens at {m.est_decode_tokens_per_s:g} tokens/s = {t.generation_s:.0f} s "
+                            f"(upper estimate: every sample runs to its token limit)"],
+        ["verification batch", (f"{t.proofs_per_batch} proofs: {m.est_header_s:g} s header + "
+                                f"{math.ceil(t.proofs_per_batch / v.workers) if t.batches else 0} rounds x "
+                                f"{m.est_verify_s_per_proof:g} s = {t.batch_s:.0f} s; Sandbox killed after "
+                                f"{res['verify_sandbox'].timeout_s} s, its in-flight proofs retried once")
+                               if t.batches else f"none: `{config.data.task}` rewards are checked in Python"],
+        [f"{work.unit} wall time", f"{t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) = "
+                                   f"{t.iteration_s:.0f} s"],
+        ["prices", f"{m.gpu_price_per_hour:g} USD per GPU-hour ({m.gpu}), {m.cpu_price_per_core_hour:g} per core-hour, "
+                   f"{m.memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
+        ["billed", "each container's GPUs, cores and GiB for as long as it is up, idle time of warm containers included"],
+        ["not counted", "container start and model load (once per container), a cold member's replay, network"
+                        + (", the backward pass" if command == "train_grpo" else "")],
+    ]
+    if command == "train_es":
+        notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s "
+                                         f"(twice the {es_gap_s(config):.0f} s gap between a member's calls)"])
+    if v.workers > m.verify_cpus:
+        notes.append(["warning", f"verify.workers = {v.workers} REPLs share modal.verify_cpus = {m.verify_cpus:g} cores"])
+    if v.memory_limit_gb and v.workers * v.memory_limit_gb > m.verify_memory_gb:
+        notes.append(["warning", f"verify.workers x verify.memory_limit_gb = {v.workers * v.memory_limit_gb:g} GiB "
+                                 f"exceeds modal.verify_memory_gb = {m.verify_memory_gb}"])
+
+    specs = image_specs(v.lean_toolchain, v.mathlib_rev)
+    title = command.replace("_", " ")
+    return {
+        "ok": True,
+        "command": title,
+        "backend": "modal",
+        "app": m.app_name,
+        f"samples_per_{work.unit}": work.samples,
+        f"{work.unit}s": work.iterations,
+        f"est_wall_s_per_{work.unit}": round(t.iteration_s, 1),
+        f"est_gpu_hours_per_{work.unit}": round(breakdown["gpu"]["gpu_s"] / HOURS, 4),
+        f"est_cpu_core_hours_per_{work.unit}": round(breakdown["cpu"]["core_s"] / HOURS, 4),
+        f"est_usd_per_{work.unit}": round(cost, 4),
+        "est_usd_breakdown": breakdown,
+        "est_usd_total": round(cost * work.iterations, 2),
+        "images": {name: spec.to_json() for name, spec in specs.items()},  # every image the app declares
+        "tables": [
+            {"title": f"plan: {title} on Modal (app `{m.app_name}`), per {work.unit}; seconds and USD estimated",
+             "columns": ["function", "image", "GPU", "CPU", "GiB", "parallel", "calls", "container-s", "USD"],
+             "rows": rows},
+            {"title": f"cost per {work.unit} by resource", "columns": ["resource", "amount", "container-s", "USD"],
+             "rows": [[kind, f"{round(next(iter(item.values())))} {UNIT_NAMES[kind]}", round(item["container_s"]),
+                       item["usd"]] for kind, item in breakdown.items()]},
+            {"title": "what each function does", "columns": ["function", "role"], "rows": roles_rows},
+            {"title": "images", "columns": ["image", "python packages", "system / toolchain"],
+             "rows": [[name, ", ".join(spec.python_packages),
+                       ", ".join([*spec.apt_packages, *(f"{k} {val}" for k, val in spec.toolchain.items())]) or "-"]
+                      for name, spec in specs.items()]},
+            {"title": "how the estimate is made", "columns": ["", ""], "rows": notes},
+        ],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# docs/modal.md: its figures are this plan's output, regenerated, never typed
+# --------------------------------------------------------------------------------------------
+#     python -m prover_cli.on_modal.plan docs/modal.md      # rewrite the generated blocks
+# tests/test_modal_docs.py fails when a block differs from what the plan prints now.
+
+BLOCK_START = "<!-- generated from the plan of {config}: python -m prover_cli.on_modal.plan docs/modal.md -->"
+BLOCK_END = "<!-- end of generated block -->"
+
+
+def _markdown(columns: list[str], rows: list[list[Any]]) -> list[str]:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows)]
+
+
+def docs_block(config_path: str) -> str:
+    """The Markdown figures for one config: the per-function table, the breakdown, the totals."""
+    from prover_cli.config import load_config
+
+    config = load_config(config_path)
+    command = "train_grpo" if config_path.endswith("grpo.toml") else "train_es"
+    p = plan(config, command=command, backend="modal")
+    unit = "step" if command == "train_grpo" else "iteration"
+    functions_table, breakdown_table = p["tables"][0], p["tables"][1]
+    lines = [f"`{config_path}`, `prover {p['command']} --backend modal --dry-run`, per {unit}:", "",
+             *_markdown(functions_table["columns"], functions_table["rows"]), "",
+             *_markdown(breakdown_table["columns"], breakdown_table["rows"]), "",
+             f"Per {unit}: {p[f'samples_per_{unit}']} samples, ~{p[f'est_wall_s_per_{unit}']:g} s, "
+             f"**{p[f'est_usd_per_{unit}']:.2f} USD** (GPU {p['est_usd_breakdown']['gpu']['usd']:.2f}, "
+             f"CPU {p['est_usd_breakdown']['cpu']['usd']:.2f}, memory {p['est_usd_breakdown']['memory']['usd']:.2f}); "
+             f"**{p['est_usd_total']:.2f} USD** for {p[f'{unit}s']} {unit}s."]
+    return "\n".join(lines)
+
+
+def render_docs(text: str) -> str:
+    """`text` with every generated block replaced by the plan's current output."""
+    out, rest = [], text
+    marker = BLOCK_START.split("{config}")[0]
+    while marker in rest:
+        before, _, after = rest.partition(marker)
+        config_path, _, after = after.partition(BLOCK_START.split("{config}")[1])
+        _, end, after = after.partition(BLOCK_END)
+        if not end:
+            raise ValueError(f"generated block for {config_path} has no {BLOCK_END!r}")
+        out.append(before + BLOCK_START.format(config=config_path) + "\n" + docs_block(config_path) + "\n" + BLOCK_END)
+        rest = after
+    return "".join(out) + rest
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        path.write_text(render_docs(path.read_text(encoding="utf-8")), encoding="utf-8")

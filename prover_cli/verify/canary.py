@@ -1,0 +1,173 @@
+"""The canary: do our verdict rules hold on *this* Lean toolchain?
+
+The rules read Lean's answers (message shapes, `#print axioms` lines, the axioms native code
+uses, `#check` printouts), and those change between Lean versions. So before the first proof on
+a toolchain, and in `prover doctor`, a small built-in set of real Lean texts runs through the
+same pool code as every proof (`ReplPool.check`), skipping only the text checks so that each
+Lean-side rule is exercised: honest proofs that must come out `verified`, and one cheat per
+rule that must come out `rejected`. If any comes out otherwise, verification refuses to run and
+names the rule that does not hold here: on first contact with a real Lean install this tells the
+user whether our rules match their Lean version.
+
+The texts use only Lean core (no Mathlib names), so they mean the same under any header.
+A passing result is cached on disk per toolchain (`canary_cache_key`); a failing one never is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prover_cli.errors import BackendError
+from prover_cli.verify.rules import AllowedAxioms
+from prover_cli.verify.statement import Candidate
+
+CANARY_VERSION = 1
+STANDARD_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
+
+
+@dataclass(frozen=True)
+class Canary:
+    name: str
+    rule: str          # what must hold; named in the refusal when it does not
+    statement: str     # the trusted statement
+    body: str          # what is sent (the untrusted file, already assembled)
+    expect: str        # "verified" or "rejected"
+    native: bool = False   # judged under the native_decide policy instead of the default one
+
+    @property
+    def target(self) -> str:
+        return self.statement.split()[1]
+
+
+def _s(name: str, rest: str) -> str:
+    return f"theorem prover_canary_{name}{rest}"
+
+
+CANARIES: tuple[Canary, ...] = (
+    Canary("honest", "an honest proof is verified (messages, `#print axioms` and `#check` are read correctly)",
+           _s("decide", " : 2 + 2 = 4 := by"), _s("decide", " : 2 + 2 = 4 := by") + "\n  decide", "verified"),
+    Canary("honest with a helper", "a proof with a helper lemma and `set_option maxHeartbeats N in` is verified",
+           _s("helper_use", " (n : Nat) : n + 0 = n := by"),
+           "theorem prover_canary_helper (n : Nat) : n + 0 = n := rfl\n\n"
+           "set_option maxHeartbeats 400000 in\n"
+           + _s("helper_use", " (n : Nat) : n + 0 = n := by") + "\n  exact prover_canary_helper n", "verified"),
+    Canary("sorry", "a proof with `sorry` is rejected",
+           _s("sorry", " : 2 + 2 = 5 := by"), _s("sorry", " : 2 + 2 = 5 := by") + "\n  sorry", "rejected"),
+    Canary("extra axiom", "a proof through a declared axiom is rejected (`#print axioms`)",
+           _s("axiom", " : 2 + 2 = 5 := by"),
+           "axiom prover_canary_false : 2 + 2 = 5\n\n" + _s("axiom", " : 2 + 2 = 5 := by")
+           + "\n  exact prover_canary_false", "rejected"),
+    Canary("native_decide", "`native_decide` is rejected under the default policy",
+           _s("native", " : 2 + 2 = 4 := by"), _s("native", " : 2 + 2 = 4 := by") + "\n  native_decide",
+           "rejected"),
+    Canary("added hypothesis", "a hypothesis added to the target is rejected (Lean's statement check)",
+           _s("hypothesis", " : 2 + 2 = 5 := by"),
+           _s("hypothesis", " (h : False) : 2 + 2 = 5 := by") + "\n  exact h.elim", "rejected"),
+    Canary("instance variable", "an instance hypothesis added through `variable` is rejected (statement check)",
+           _s("instance", " : 2 + 2 = 5 := by"),
+           "variable [prover_canary_inst : Nonempty Empty]\n\n" + _s("instance", " : 2 + 2 = 5 := by")
+           + "\n  exact (Classical.choice prover_canary_inst).elim", "rejected"),
+    Canary("renamed target", "a proof of a renamed target is rejected",
+           _s("renamed", " : 2 + 2 = 4 := by"), _s("renamed'", " : 2 + 2 = 4 := by") + "\n  decide", "rejected"),
+    Canary("namespace", "a target declared in another namespace is rejected (name resolution)",
+           _s("namespace", " : 2 + 2 = 4 := by"),
+           "namespace ProverCanary\n\n" + _s("namespace", " : 2 + 2 = 4 := by") + "\n  decide", "rejected"),
+)
+
+NATIVE_CANARY = Canary("native_decide allowed", "`native_decide` is verified under verify.allow_native_decide "
+                       "(the axioms native evaluation uses on this Lean version are known)",
+                       _s("native", " : 2 + 2 = 4 := by"), _s("native", " : 2 + 2 = 4 := by") + "\n  native_decide",
+                       "verified", native=True)
+
+
+def canaries_for(verify_config: Any) -> tuple[Canary, ...]:
+    extra = (NATIVE_CANARY,) if verify_config.allow_native_decide else ()
+    return CANARIES + extra
+
+
+def run_canary(pool: Any) -> list[dict[str, Any]]:
+    """Every canary through `pool` (a ReplPool: on its first process, in this thread; a backend
+    with `check_canaries`, the Kimina one: through that): one result each."""
+    config = pool.config
+    canaries = canaries_for(config)
+    pairs = [(Candidate(id=f"canary: {canary.name}", header=config.header, body=canary.body,
+                        target=canary.target, statement=canary.statement),
+              AllowedAxioms(STANDARD_AXIOMS, native=canary.native)) for canary in canaries]
+    check_many = getattr(pool, "check_canaries", None)
+    if check_many is not None:
+        verdicts = check_many(pairs)
+    else:
+        verdicts = [pool.check(pool.processes[0], candidate, allowed) for candidate, allowed in pairs]
+    return [{"canary": canary.name, "rule": canary.rule, "expect": canary.expect, "got": verdict.status,
+             "reason": verdict.reason, "ok": verdict.status == canary.expect}
+            for canary, verdict in zip(canaries, verdicts)]
+
+
+def failures_message(results: list[dict[str, Any]]) -> str:
+    bad = [r for r in results if not r["ok"]]
+    return "; ".join(f"rule `{r['rule']}` does not hold on this toolchain (canary {r['canary']!r}: expected "
+                     f"{r['expect']}, got {r['got']}: {r['reason'][:200]})" for r in bad)
+
+
+def ensure_canary(pool: Any) -> None:
+    """Run the canary once per toolchain (cached on disk); BackendError when any rule fails."""
+    config = pool.config
+    # e.g. a Modal image id (a transport's factory), or the Kimina server's URL (its backend)
+    transport = getattr(pool, "canary_key", None) or getattr(pool.transport_factory, "canary_key", None)
+    key = canary_cache_key(config, transport)
+    path = cache_dir() / f"{key}.json"
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("ok") is True:
+            return
+    except (OSError, ValueError):
+        pass
+    results = run_canary(pool)
+    if not all(r["ok"] for r in results):
+        raise BackendError("verification refuses to run: " + failures_message(results),
+                           hint="run `prover doctor`; the verdict rules do not match this Lean version "
+                                "(verify.repl_command, verify.project_dir, verify.header)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"ok": True, "key": _key_fields(config, transport), "checked_at": time.time(),
+                                   "results": results}, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # no cache: the canary runs again next time, which is only slower
+
+
+def cache_dir() -> Path:
+    """`$PROVER_CANARY_CACHE`, else `$XDG_CACHE_HOME/prover/canary`, else `~/.cache/prover/canary`."""
+    explicit = os.environ.get("PROVER_CANARY_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "prover" / "canary"
+
+
+def _key_fields(config: Any, transport: Any = None) -> dict[str, Any]:
+    """What identifies a toolchain here: the REPL command and project, the `lean-toolchain` and
+    `lake-manifest.json` it runs with, the header, the configured versions and the policy, and
+    for a non-local transport its `canary_key` (an attribute of its factory, e.g. an image id)."""
+    project = Path(config.project_dir or os.getcwd()).resolve()
+    files = {}
+    for name in ("lean-toolchain", "lake-manifest.json"):
+        try:
+            files[name] = hashlib.sha256((project / name).read_bytes()).hexdigest()
+        except OSError:
+            files[name] = None
+    return {"canary": CANARY_VERSION, "repl_command": list(config.repl_command), "project_dir": str(project),
+            "files": files, "header": config.header, "lean_toolchain": config.lean_toolchain,
+            "mathlib_rev": config.mathlib_rev, "allow_native_decide": bool(config.allow_native_decide),
+            "transport": None if transport is None else str(transport)}
+
+
+def canary_cache_key(config: Any, transport: Any = None) -> str:
+    text = json.dumps(_key_fields(config, transport), sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:24]

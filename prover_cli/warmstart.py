@@ -1,0 +1,247 @@
+"""A tiny base policy with some countdown skill: the tiny model, warm-started on solved problems.
+
+    model.name = "tiny-countdown"    # in any config: built offline on first use, then cached
+
+A random tiny model solves no countdown problem, so ES sees equal rewards and GRPO zero
+advantages: nothing to compare. `tiny-countdown` is the tiny random model (`model.tiny_seed`)
+after a short supervised fine-tune on generated countdown problems and their solutions, stopped
+early on purpose: it has learned the answer format and to copy the numbers, but picks the right
+operations only part of the time, so its held-out verified rate is strictly between 0 and 1 and
+both trainers have something to improve. Measured on the demo's 103 held-out problems
+(configs/demo.toml, run.seed 0): verified rate 0.233 greedy, 0.167 at temperature 0.7 (the demo's
+setting, 4 samples each), 0.100 at 1.0; most misses pick the wrong operations, and at higher
+temperature more of them miscopy a number.
+
+The build is a pure function of its inputs, all of which are in the cache key (`warmstart_key`):
+the tiny model's version and seed, this module's version and `WARMSTART` settings, and the torch
+version. It runs on one CPU thread, so the same inputs give bit-identical weights whatever the
+machine's core count. Training data:
+- problems from `countdown.generate_problems` on their own stream (`WARMSTART["data_seed"]`
+  offset by the tiny seed), filtered to the `train` split, which is decided by a problem's
+  content: no held-out (`valid`) countdown problem of any seed is ever trained on;
+- the target of each is `<answer> EXPR </answer>` with the solver's canonical EXPR
+  (`countdown.solve`), followed by the end-of-turn token; the loss covers only those tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from prover_cli.tiny_model import WARMSTART_NAME  # "tiny-countdown"; tiny_model resolves it to build_warmstart
+
+WARMSTART_VERSION = 2  # bump when the recipe changes in a way WARMSTART does not show
+WARMSTART: dict[str, Any] = {
+    "task": "countdown",
+    # the problems it learns from; a config using this base should ask the same (configs/demo.toml)
+    "countdown_numbers": 3,       # data.countdown_numbers
+    "countdown_max_number": 9,    # data.countdown_max_number: one-digit numbers, one token each
+    "countdown_prompt": "short",  # data.countdown_prompt: the 185-token TinyZero prompt is too long
+                                  # for a 2-layer model to learn to read in seconds
+    "problems": 2048,             # generated; about 90% of them are `train`
+    "data_seed": 1_000_003,       # its own stream, apart from the problems of a run with a small run.seed
+    "steps": 300,                 # stopped early on purpose: some skill, far from all
+    "batch_size": 32,
+    "learning_rate": 3e-3,        # AdamW, peak: the tiny model needs large steps to learn in seconds
+}
+
+
+def warmstart_key(tiny_seed: int, settings: dict[str, Any] | None = None) -> str:
+    """16 hex characters of sha256 over every input of the build (the cache key)."""
+    import torch
+
+    from prover_cli.tiny_model import TINY_VERSION
+
+    inputs = {"version": WARMSTART_VERSION, "tiny_version": TINY_VERSION, "tiny_seed": tiny_seed,
+              "settings": settings or WARMSTART, "torch": torch.__version__}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def warmstart_dir(cache_dir: str | Path, tiny_seed: int = 0, settings: dict[str, Any] | None = None) -> Path:
+    return Path(cache_dir) / f"{WARMSTART_NAME}-seed{tiny_seed}-{warmstart_key(tiny_seed, settings)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: (prompt, completion) pairs of solved `train` problems
+# ---------------------------------------------------------------------------------------------
+
+def training_pairs(tokenizer: Any, tiny_seed: int, settings: dict[str, Any]) -> list[tuple[str, str]]:
+    """(chat-templated prompt, completion) of every generated `train` problem, in order."""
+    from prover_cli.tasks import get_task
+    from prover_cli.tasks.countdown import check_answer, generate_problems, solve
+
+    task = get_task(settings["task"])
+    problems = generate_problems(settings["problems"], settings["countdown_numbers"],
+                                 settings["countdown_max_number"], seed=settings["data_seed"] + tiny_seed,
+                                 prompt=settings["countdown_prompt"])
+    pairs = []
+    for problem in problems:
+        if problem["split"] != "train":
+            continue
+        expression = solve(problem["numbers"], problem["target"])
+        if expression is None or not check_answer(expression, problem["numbers"], problem["target"]):
+            raise RuntimeError(f"countdown.solve failed on {problem['id']}: generated problems are solvable")
+        completion = f"<answer> {expression} </answer>{tokenizer.eos_token}"
+        pairs.append((task.build_prompt(problem, tokenizer, "plain"), completion))
+    return pairs
+
+
+def encode_pairs(tokenizer: Any, pairs: list[tuple[str, str]]):
+    """(input_ids, labels) lists; labels are -100 on the prompt so only the completion is learned."""
+    inputs, labels = [], []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"]
+        inputs.append(p + c)
+        labels.append([-100] * len(p) + c)
+    return inputs, labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Training: AdamW on shuffled batches, the step decayed linearly to 0, one thread, seeded
+# ---------------------------------------------------------------------------------------------
+
+def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], settings: dict[str, Any],
+               seed: int) -> list[float]:
+    """Fine-tune `model` in place on `pairs`; returns the loss of each step."""
+    import random
+
+    import torch
+
+    inputs, labels = encode_pairs(tokenizer, pairs)
+    rng = random.Random(f"warmstart-batches:{seed}")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings["learning_rate"], weight_decay=0.0)
+    pad = tokenizer.pad_token_id
+    order: list[int] = []
+    losses = []
+    # linear decay to 0: the last steps settle what was learned (a constant step leaves it noisy)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / settings["steps"])
+    model.train()
+    for _ in range(settings["steps"]):
+        if len(order) < settings["batch_size"]:  # a fresh seeded permutation per epoch
+            epoch = list(range(len(inputs)))
+            rng.shuffle(epoch)
+            order.extend(epoch)
+        batch, order = order[:settings["batch_size"]], order[settings["batch_size"]:]
+        width = max(len(inputs[i]) for i in batch)
+        # right padding: positions 0..n-1 as at generation time (left padding shifts them by the mask)
+        ids = torch.tensor([inputs[i] + [pad] * (width - len(inputs[i])) for i in batch])
+        mask = torch.tensor([[1] * len(inputs[i]) + [0] * (width - len(inputs[i])) for i in batch])
+        target = torch.tensor([labels[i] + [-100] * (width - len(labels[i])) for i in batch])
+        loss = model(input_ids=ids, attention_mask=mask, labels=target).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int = 0,
+                    settings: dict[str, Any] | None = None) -> Path:
+    """Build (or reuse) the warm-started model directory and return its path."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+
+    settings = settings or WARMSTART
+    out = Path(out_dir)
+    marker = out / "prover_warmstart.json"
+    if marker.exists():
+        return out
+    base = build_tiny_model(tiny_model_dir(cache_dir, tiny_seed), tiny_seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    pairs = training_pairs(tokenizer, tiny_seed, settings)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # one thread: the same float reductions, so the same bits, everywhere
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(tiny_seed)
+            losses = warm_start(model, tokenizer, pairs, settings, seed=tiny_seed)
+    finally:
+        torch.set_num_threads(threads)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    record = {"version": WARMSTART_VERSION, "tiny_seed": tiny_seed, "settings": settings,
+              "key": warmstart_key(tiny_seed, settings), "train_pairs": len(pairs),
+              "loss_first": losses[0], "loss_last": losses[-1]}
+    (tmp / "prover_warmstart.json").write_text(json.dumps(record, sort_keys=True) + "\n")
+    if out.exists():  # a concurrent build finished first; keep its copy
+        shutil.rmtree(tmp)
+        return out
+    tmp.rename(out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo's comparison: ES and GRPO from this base, held-out verified rate before and after
+# ---------------------------------------------------------------------------------------------
+
+def sample_budgets(config: Any) -> dict[str, int]:
+    """Training samples each method generates with `config` (held-out evaluation not counted)."""
+    es, g = config.es, config.grpo
+    return {"es": es.iterations * es.population * es.problems_per_iteration * es.samples_per_problem,
+            "grpo": g.steps * g.per_device_train_batch_size * g.gradient_accumulation_steps}
+
+
+def budget_line(config: Any) -> str:
+    """One line stating both sample budgets, as `scripts/demo.sh` prints it before training."""
+    es, g = config.es, config.grpo
+    budgets = sample_budgets(config)
+    per_step = g.per_device_train_batch_size * g.gradient_accumulation_steps
+    return (f"sample budget: es {es.iterations} iterations x {es.population} members x {es.problems_per_iteration} "
+            f"problems x {es.samples_per_problem} = {budgets['es']} samples; grpo {g.steps} steps x "
+            f"{per_step // g.num_generations} prompts x {g.num_generations} completions = {budgets['grpo']} samples")
+
+
+def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
+    """The held-out `eval/*` keys of the base model (`model.name`), evaluated as training evaluates."""
+    from prover_cli.heldout import evaluate_heldout, heldout_problems
+    from prover_cli.progress import NULL_REPORTER
+    from prover_cli.samplers import load_sampler
+
+    sampler = load_sampler(config)
+    return evaluate_heldout(sampler, config, heldout_problems(config), reporter=reporter or NULL_REPORTER)
+
+
+def last_heldout(run_dir: str | Path) -> dict[str, Any]:
+    """The last metrics.jsonl line of a run that carries `eval/verified_rate`."""
+    from prover_cli.errors import InputError
+    from prover_cli.metrics import METRICS_FILE
+
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        raise InputError(f"{path}: no metrics (was the run trained?)")
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    evaluated = [line for line in lines if "eval/verified_rate" in line]
+    if not evaluated:
+        raise InputError(f"{path}: no held-out evaluation in the metrics", hint="set run.eval_every > 0")
+    return evaluated[-1]
+
+
+def heldout_line(task: str, problems: int, base: float, es: float, grpo: float) -> str:
+    """`held-out <task> (<N> problems): es <a> -> <b>, grpo <c> -> <d>`, verified fractions, a = c."""
+    return f"held-out {task} ({problems} problems): es {base:.3f} -> {es:.3f}, grpo {base:.3f} -> {grpo:.3f}"
+
+
+def comparison(config: Any, es_dir: str | Path, grpo_dir: str | Path, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Base, ES and GRPO held-out results on the same problems, and the demo's final line."""
+    base = base or base_heldout(config)
+    es, grpo = last_heldout(es_dir), last_heldout(grpo_dir)
+    for name, line in (("es", es), ("grpo", grpo)):
+        if line["eval/problems"] != base["eval/problems"] or line["eval/samples"] != base["eval/samples"]:
+            raise ValueError(f"{name}: evaluated on {line['eval/problems']} problems x {line['eval/samples']} samples, "
+                             f"the base on {base['eval/problems']} x {base['eval/samples']}: not the same held-out set")
+    return {"base": base["eval/verified_rate"], "es": es["eval/verified_rate"], "grpo": grpo["eval/verified_rate"],
+            "problems": base["eval/problems"],
+            "line": heldout_line(config.data.task, base["eval/problems"], base["eval/verified_rate"],
+                                 es["eval/verified_rate"], grpo["eval/verified_rate"])}

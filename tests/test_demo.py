@@ -1,0 +1,63 @@
+"""The demo's main stage in miniature: ES and GRPO from the warm-started base, one comparison line."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from prover_cli.warmstart import build_warmstart, heldout_line, sample_budgets, warmstart_dir
+
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
+LINE = re.compile(r"held-out (\w+) \((\d+) problems\): es (\d\.\d{3}) -> (\d\.\d{3}), grpo (\d\.\d{3}) -> (\d\.\d{3})")
+
+
+@pytest.fixture(scope="session")
+def warm_cache(tmp_path_factory):
+    """A model cache holding the real `tiny-countdown` base, built once per test session."""
+    cache = tmp_path_factory.getbasetemp() / "warmstart-cache"  # tests/test_warmstart.py reuses it
+    build_warmstart(warmstart_dir(cache, 0), cache, 0)
+    return cache
+
+
+def test_line_format():
+    line = heldout_line("countdown", 40, 0.0625, 0.1, 0.15625)
+    assert line == "held-out countdown (40 problems): es 0.062 -> 0.100, grpo 0.062 -> 0.156"
+    assert LINE.fullmatch(line)
+
+
+def test_demo_budgets_are_equal():
+    from prover_cli.config import load_config
+
+    budgets = sample_budgets(load_config(DEMO_CONFIG))
+    assert budgets["es"] == budgets["grpo"] > 0
+
+
+@pytest.mark.slow
+def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
+    from prover_cli.config import load_config
+    from prover_cli.data import prepare_data
+    from prover_cli.es.train import train_es
+    from prover_cli.grpo import train_grpo
+    from prover_cli.warmstart import base_heldout, comparison
+
+    common = [f"model.cache_dir={warm_cache}", f"data.problems={tmp_path / 'problems.jsonl'}",
+              "run.eval_every=1", "run.eval_problems=20", "es.iterations=2", "grpo.steps=2"]
+    config = load_config(DEMO_CONFIG, [*common, f"run.dir={tmp_path}"])
+    prepare_data(config)
+    train_es(load_config(DEMO_CONFIG, [*common, f"run.dir={tmp_path / 'es'}"]))
+    train_grpo(load_config(DEMO_CONFIG, [*common, f"run.dir={tmp_path / 'grpo'}"]))
+
+    base = base_heldout(config)
+    result = comparison(config, tmp_path / "es", tmp_path / "grpo", base=base)
+    match = LINE.fullmatch(result["line"])
+    assert match, result["line"]
+    task, problems, a, b, c, d = match.groups()
+    assert task == "countdown" and int(problems) == 20 and a == c == f"{base['eval/verified_rate']:.3f}"
+    for run, value in (("es", b), ("grpo", d)):
+        lines = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        assert [x["iteration"] for x in lines if "eval/verified_rate" in x] == [1, 2]
+        assert value == f"{lines[-1]['eval/verified_rate']:.3f}"  # the line reports the last evaluation
+
+    with pytest.raises(ValueError, match="not the same held-out set"):
+        comparison(config, tmp_path / "es", tmp_path / "grpo", base={**base, "eval/problems": 21})

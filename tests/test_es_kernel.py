@@ -1,0 +1,164 @@
+"""es/kernel.py: the fused CPU kernel keeps the bits of the reference and of the eager ops."""
+
+import os
+import platform
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from prover_cli.es import kernel
+from prover_cli.es import noise as definition
+from prover_cli.es.noise import fp32, noise_eager, perturbed, reference_noise, stream_key, updated
+
+
+def bits(tensor: torch.Tensor) -> bytes:
+    return tensor.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+@pytest.fixture(autouse=True)
+def kernel_loaded():
+    # gcc is present here and in CI: the fused path must be the one under test, not the fallback
+    assert kernel.available(), kernel.status()
+
+
+def test_fused_noise_equals_the_pure_python_reference_at_random_indices():
+    rng = random.Random(16)
+    for _ in range(40):
+        key = stream_key(rng.randrange(1 << 63), f"layer.{rng.randrange(100)}.weight")
+        start = rng.choice([0, rng.randrange(1 << 20), rng.randrange(1 << 44)])
+        count = rng.randrange(1, 200)
+        got = kernel.noise(key, start, start + count)
+        assert [float(v) for v in got] == [reference_noise(key, i) for i in range(start, start + count)]
+
+
+def test_fused_equals_eager_on_whole_tensors_across_chunk_edges():
+    key = stream_key(5, "model.embed_tokens.weight")
+    size = 3 * kernel.CHUNK + 17
+    assert bits(kernel.noise(key, 0, size)) == bits(noise_eager(key, 0, size))
+    assert bits(definition.noise(key, 100, size)) == bits(noise_eager(key, 100, size))  # the dispatching API
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fused_perturb_and_cast_equal_the_eager_definition(dtype):
+    generator = torch.Generator().manual_seed(1)
+    master = torch.randn(2 * kernel.CHUNK + 3, generator=generator) * torch.logspace(-6, 4, 2 * kernel.CHUNK + 3)
+    key = stream_key(9, "w")
+    for scale in (fp32(1e-3), fp32(-0.37), fp32(3.0)):
+        out = torch.empty(master.numel(), dtype=dtype)
+        kernel.perturb_into(master, key, scale, out)
+        assert bits(out) == bits(perturbed(master, key, scale).to(dtype))
+    kernel.cast_into(master, out)
+    assert bits(out) == bits(master.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_casts_round_like_torch_on_special_and_random_bit_patterns(dtype):
+    patterns = torch.randint(-(1 << 31), 1 << 31, (1 << 20,), dtype=torch.int64, generator=torch.Generator().manual_seed(2))
+    values = patterns.to(torch.int32).view(torch.float32)
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 65504.0, 65519.99, 65520.0, 2.0 ** -24,
+                            2.0 ** -25, 1.5 * 2.0 ** -25, 2.0 ** -14, 2.0 ** -14 - 2.0 ** -25, 1e-45, 3.4e38,
+                            1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11])
+    values = torch.cat([special, -special, values])
+    values = values[~values.isnan()]  # NaN payloads are not weights; the pattern is checked below
+    out = torch.empty(values.numel(), dtype=dtype)
+    kernel.cast_into(values, out)
+    assert bits(out) == bits(values.to(dtype))
+    nan = torch.tensor([float("nan")])
+    out = torch.empty(1, dtype=dtype)
+    kernel.cast_into(nan, out)
+    assert out.isnan().all()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for the baseline x86-64 ISA")
+def test_the_integer_casts_without_hardware_half_conversion_round_like_torch_too(monkeypatch, tmp_path):
+    flags = ["-march=x86-64" if f == "-march=native" else f for f in kernel.CFLAGS]  # no F16C: integer to_f16
+    monkeypatch.setattr(kernel, "CFLAGS", flags)
+    monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernel, "_lib", None)
+    monkeypatch.setattr(kernel, "_status", None)
+    assert kernel.available(), kernel.status()
+    for dtype in (torch.bfloat16, torch.float16):
+        test_casts_round_like_torch_on_special_and_random_bit_patterns(dtype)
+
+
+def test_fused_update_equals_the_eager_sum_in_term_order():
+    generator = torch.Generator().manual_seed(3)
+    master = torch.randn(kernel.CHUNK + 999, generator=generator)
+    terms = [(stream_key(s, "w"), fp32(c)) for s, c in ((1, 3e-3), (2, -1e-3), (3, 5e-4), (4, 0.25), (5, 0.0))]
+    expected, squared = updated(master, terms)
+    fused = master.clone()
+    got = kernel.update_master(fused, terms)
+    assert bits(fused) == bits(expected)
+    assert got == pytest.approx(squared, rel=1e-12)  # a metric: summation order may differ
+    zeros = torch.tensor([-0.0, 0.0, 1.0])
+    kernel.update_master(zeros, [])
+    assert bits(zeros) == bits(updated(torch.tensor([-0.0, 0.0, 1.0]), [])[0])  # master + (+0): -0 becomes +0
+    # the order of terms is part of the definition: reversing it changes some bits
+    reversed_ = master.clone()
+    kernel.update_master(reversed_, terms[::-1])
+    assert bits(reversed_) != bits(expected)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="forces FMA with the x86 flag -mfma")
+def test_a_kernel_compiled_with_fma_contraction_fails_its_self_check(monkeypatch, tmp_path):
+    """The self-check is what makes the kernel trusted: one that fuses multiply-add is refused."""
+    flags = [f for f in kernel.CFLAGS if f != "-ffp-contract=off"] + ["-ffp-contract=fast", "-mfma"]
+    monkeypatch.setattr(kernel, "CFLAGS", flags)
+    monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernel, "_lib", None)
+    monkeypatch.setattr(kernel, "_status", None)
+    with pytest.warns(UserWarning, match="disagrees with the reference"):
+        assert not kernel.available()
+    assert "self-check failed" in kernel.status()
+    # and the public API then falls back to the eager path, with the same bits
+    key = stream_key(1, "w")
+    assert bits(definition.noise(key, 0, 5000)) == bits(noise_eager(key, 0, 5000))
+
+
+COMPUTE = textwrap.dedent("""
+    import hashlib, sys, torch
+    from prover_cli.es import kernel
+    from prover_cli.es.noise import fp32, noise, perturb_into, stream_key, update_in_place
+    torch.set_num_threads(int(sys.argv[1]))
+    base = torch.linspace(-1, 1, 400_000)
+    parts = [noise(stream_key(s, n), 0, 300_000) for s in (1, 2**62) for n in ("a", "b.weight")]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        out = torch.empty(base.numel(), dtype=dtype)
+        perturb_into(base, stream_key(9, "w"), fp32(1e-3), out)
+        parts.append(out.view(torch.uint8))
+    master = base.clone()
+    norm = update_in_place(master, [(stream_key(s, "w"), fp32(c)) for s, c in ((5, 1e-3), (6, -2.5e-4), (7, 3e-5))])
+    parts.append(master)
+    digest = hashlib.sha256(b"".join(p.contiguous().view(torch.uint8).numpy().tobytes() for p in parts))
+    print(kernel.available(), digest.hexdigest(), repr(norm))
+""")
+
+
+def test_fused_and_eager_give_the_same_bits_in_two_processes_at_1_and_2_threads():
+    def run(threads, mode):
+        env = {**os.environ, "PROVER_ES_KERNEL": mode}
+        out = subprocess.run([sys.executable, "-c", COMPUTE, str(threads)], capture_output=True, text=True,
+                             check=True, env=env).stdout.split()
+        return out
+
+    fused1, fused2 = run(1, "fused"), run(2, "fused")
+    eager1, eager2 = run(1, "eager"), run(2, "eager")
+    assert fused1[0] == fused2[0] == "True" and eager1[0] == eager2[0] == "False"
+    assert len(fused1[1]) == 64 and fused1[1] == fused2[1] == eager1[1] == eager2[1]
+    assert fused1[2] == fused2[2]  # the fused norm does not depend on the thread count either
+    assert float(fused1[2]) == pytest.approx(float(eager1[2]), rel=1e-12)
+
+
+def test_the_compiled_library_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
+    compiler = kernel.shutil.which("gcc") or kernel.shutil.which("cc")
+    first = kernel._compile(compiler)
+    stamp = first.stat().st_mtime_ns
+    assert kernel._compile(compiler) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporaries left behind
+    monkeypatch.setattr(kernel, "SOURCE", kernel.SOURCE + "\n/* changed */\n")
+    assert kernel._compile(compiler) != first  # another source: another library

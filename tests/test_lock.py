@@ -1,0 +1,166 @@
+"""One writer per output: a second process is refused with the holder's pid and command and
+changes nothing; a lock left by a `kill -9`ed process is taken over. Real processes throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, fake_repl_command
+from prover_cli.lock import LockedError, hold_outputs, lock_path, output_lock
+
+# A child process that takes the lock of argv[1], says so, and holds it until stdin closes.
+HOLDER = textwrap.dedent("""
+    import sys
+    from prover_cli.lock import output_lock
+    with output_lock(sys.argv[1]):
+        print("locked", flush=True)
+        sys.stdin.read()
+""")
+
+
+def start_holder(target: Path) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(target), "--marker"], cwd=REPO,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "locked"
+    return child
+
+
+def test_second_process_is_refused_with_the_holders_pid_and_command(tmp_path):
+    run_dir = tmp_path / "runs" / "x"
+    child = start_holder(run_dir)
+    try:
+        with pytest.raises(LockedError) as err:
+            with output_lock(run_dir):
+                pytest.fail("took a lock another live process holds")
+        message = str(err.value)
+        assert f"pid {child.pid}" in message and "--marker" in message and str(run_dir) in message
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert not lock_path(run_dir).exists()  # a clean release leaves nothing behind
+    with output_lock(run_dir) as previous:
+        assert previous is None
+
+
+def test_lock_of_a_killed_process_is_taken_over(tmp_path):
+    target = tmp_path / "verdicts.jsonl"
+    child = start_holder(target)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    assert lock_path(target).exists()  # left behind, with the dead holder's record
+    with hold_outputs([target]) as taken_over:
+        assert [(p.name, r["pid"]) for p, r in taken_over] == [("verdicts.jsonl", child.pid)]
+        record = json.loads(lock_path(target).read_text())
+        assert record["pid"] == os.getpid()
+
+
+def test_reentrant_within_one_process_and_a_fresh_acquirer_after_release(tmp_path):
+    target = tmp_path / "out.jsonl"
+    with output_lock(target):
+        with output_lock(tmp_path / "." / "out.jsonl"):  # same file, another spelling: re-entered
+            pass
+        assert lock_path(target).exists()  # the outer hold is still there
+        child = subprocess.run([sys.executable, "-c", HOLDER, str(target)], cwd=REPO, input="",
+                               capture_output=True, text=True)
+        assert child.returncode == 1 and "LockedError" in child.stderr and f"pid {os.getpid()}" in child.stderr
+    child = subprocess.run([sys.executable, "-c", HOLDER, str(target)], cwd=REPO, input="",
+                           capture_output=True, text=True)
+    assert child.returncode == 0 and child.stdout.strip() == "locked"
+
+
+def proofs_file(path: Path, n: int) -> Path:
+    from test_verify_statement import STATEMENT
+
+    path.write_text("".join(json.dumps({"id": f"p{i}", "formal_statement": STATEMENT, "proof": "  linarith"}) + "\n"
+                            for i in range(n)), encoding="utf-8")
+    return path
+
+
+def test_two_prover_verify_runs_on_one_out(tmp_path):
+    """The first run holds its --out until the test lets its REPL start; the second is refused
+    meanwhile, exits 1 naming the first's pid, and writes nothing: every id ends up once."""
+    proofs = proofs_file(tmp_path / "samples.jsonl", 5)
+    out = tmp_path / "verdicts.jsonl"
+    go = tmp_path / "go"
+    gated = ["sh", "-c", f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec "$0" "$@"', *fake_repl_command()]
+    args = ["verify", str(proofs), "--out", str(out), "--set", f"verify.repl_command={json.dumps(gated)}",
+            "--set", "verify.workers=1", "--set", "verify.memory_limit_gb=0"]
+    first = subprocess.Popen([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not lock_path(out).exists() or not lock_path(out).read_text():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1, second.stderr
+        errors = [line for line in second.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "in use by another prover process" in errors[0]
+        assert f"pid {first.pid}" in errors[0] and "prover verify" in errors[0]
+        assert not out.exists() or out.read_text() == ""  # the second wrote nothing
+    finally:
+        go.touch()
+        stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert sorted(ids) == [f"p{i}" for i in range(5)]
+    assert not lock_path(out).exists()
+
+
+def test_cli_train_and_generate_refused_while_the_run_dir_is_held(tmp_path):
+    """In-process CLI calls against a run dir a child process holds: refused before any write."""
+    from typer.testing import CliRunner
+
+    from prover_cli.cli import app
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    child = start_holder(run_dir)
+    try:
+        runner = CliRunner()
+        for args in (["train", "es", "--config", str(REPO / "configs" / "demo.toml")],
+                     ["train", "grpo", "--config", str(REPO / "configs" / "demo.toml")],
+                     ["generate", "--config", str(REPO / "configs" / "demo.toml")]):  # default out: <run.dir>/samples.jsonl
+            result = runner.invoke(app, [*args, "--set", f"run.dir={run_dir}"])
+            assert result.exit_code == 1, (args, result.stderr)
+            assert f"pid {child.pid}" in result.stderr and "in use by another prover process" in result.stderr
+        assert sorted(p.name for p in run_dir.iterdir()) == []  # nothing written: no config.toml, no ledger
+        dry = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs" / "demo.toml"),
+                                  "--set", f"run.dir={run_dir}", "--dry-run"])
+        assert dry.exit_code == 0, dry.stderr  # a plan writes nothing, so it needs no lock
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def test_ctrl_c_prints_the_resume_command_and_releases_the_lock(tmp_path):
+    """A real SIGINT to a running `prover verify`: exit 130, the exact rerun command, no lock left."""
+    proofs = proofs_file(tmp_path / "samples.jsonl", 2)
+    out = tmp_path / "verdicts.jsonl"
+    never = ["sh", "-c", "sleep 600", *fake_repl_command()]  # the REPL never answers: the run waits
+    args = ["verify", str(proofs), "--out", str(out), "--set", f"verify.repl_command={json.dumps(never)}",
+            "--set", "verify.workers=1"]
+    run = subprocess.Popen([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not lock_path(out).exists() or not lock_path(out).read_text():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr
+    assert "Interrupted." in stderr and "Traceback" not in stderr
+    resume = next(line for line in stderr.splitlines() if line.startswith("Resume with: "))
+    assert resume == "Resume with: " + shlex.join(["prover", *args])
+    assert not lock_path(out).exists()

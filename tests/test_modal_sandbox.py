@@ -1,0 +1,229 @@
+"""Verification in Modal Sandboxes (prover_cli/on_modal/sandbox.py), against the Sandbox stand-in.
+
+The stand-in (tests/modal_standin.py) has modal 1.6's `Sandbox.create` / `exec` / stream / `poll`
+/ `terminate` interface and runs the REPL stand-in (tests/fake_repl.py) as local processes, so
+the library's own pool, deadlines and verdict rules run unchanged over `SandboxTransport`. This
+is not Modal: no real Sandbox has been created by these tests.
+"""
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import modal
+import pytest
+
+from modal_standin import SandboxStandIn
+from prover_cli.config import config_from_dict
+from prover_cli.errors import BackendError
+from prover_cli.on_modal import images, plan, sandbox
+
+FAKE_REPL = Path(__file__).resolve().parent / "fake_repl.py"
+
+
+@pytest.fixture(autouse=True)
+def standin(monkeypatch):
+    SandboxStandIn.reset({tuple(images.REPL_COMMAND): [sys.executable, str(FAKE_REPL)]})
+    monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
+    yield SandboxStandIn
+    for box in SandboxStandIn.created:
+        box.terminate()
+
+
+def make_config(**modal_keys):
+    return config_from_dict({"verify": {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0,
+                                        "memory_limit_gb": 0.0},
+                             "modal": {"verify_batch_size": 2, **modal_keys}})
+
+
+def record(name, tactic="  norm_num"):
+    return {"id": name, "problem_id": name, "formal_statement": f"theorem {name} : 1 + 1 = 2 := by",
+            "proof": tactic}
+
+
+def library_verify_file():
+    from prover_cli.verify import engine
+
+    return engine.verify_file
+
+
+# --------------------------------------------------------------------------------------------
+# What each Sandbox is created with
+# --------------------------------------------------------------------------------------------
+
+def test_sandbox_arguments_isolate_the_batch_and_bound_it():
+    config = make_config(verify_cpus=4.0, verify_memory_gb=16)
+    arguments = sandbox.sandbox_arguments(config)
+    assert arguments["image"] is images.lean_image and arguments["app"] is images.app
+    assert arguments["block_network"] is True
+    assert arguments["volumes"] == {} and arguments["secrets"] == []
+    assert arguments["cpu"] == (4.0, 4.0) and arguments["memory"] == (16 * 1024, 16 * 1024)  # hard limits
+    assert arguments["timeout"] == plan.verify_batch_timeout_s(config)
+    assert arguments["workdir"] == images.LEAN_PROJECT_DIR
+    # every argument is one the real `modal.Sandbox.create` takes (the stand-in refuses others)
+    SandboxStandIn.create(**arguments).terminate()
+    with pytest.raises(TypeError, match="unexpected"):
+        SandboxStandIn.create(block_netwrok=True)
+
+
+def test_records_in_batches_each_in_its_own_sandbox_read_back(standin):
+    config = make_config()
+    records = [record("a"), record("b"), record("c", "  fake_error"), record("d"), record("e")]
+    verify = sandbox.verify_records_in_sandboxes(config)
+    verdicts = verify(records, config.verify)
+    assert [(v["id"], v["verdict"]) for v in verdicts] == [
+        ("a", "verified"), ("b", "verified"), ("c", "rejected"), ("d", "verified"), ("e", "verified")]
+    assert len(standin.created) == 3  # ceil(5 / 2) batches, one Sandbox each
+    for box in standin.created:
+        assert box.kwargs == sandbox.sandbox_arguments(config)
+        assert box.poll() is not None  # terminated once its batch is done
+    assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in verdicts)
+
+
+def test_batches_fan_out_concurrently(standin):
+    """Three batches: each create() waits until all three Sandboxes are being created at once."""
+    standin.barrier = threading.Barrier(3, timeout=20)
+    config = make_config()
+    verify = sandbox.verify_records_in_sandboxes(config)
+    verdicts = verify([record(n) for n in "abcdef"], config.verify)
+    assert [v["verdict"] for v in verdicts] == ["verified"] * 6
+
+
+# --------------------------------------------------------------------------------------------
+# A dying Sandbox takes only its in-flight proofs, which are checked once more in a fresh one
+# --------------------------------------------------------------------------------------------
+
+def bodies_sent(name):
+    """How often proof `name` itself was sent (not its statement check, `... := by sorry`)."""
+    return sum(1 for data in SandboxStandIn.sent if f'"cmd": "theorem {name} :'.encode() in data
+               and b"norm_num" in data)
+
+
+def test_a_sandbox_that_dies_costs_only_its_in_flight_proof_a_retry(standin):
+    standin.die_on, standin.deaths_left = b'"cmd": "theorem boom :', 1
+    config = make_config(verify_batch_size=3)
+    records = [record("a"), record("boom"), record("c", "  fake_error")]
+    verdicts = sandbox.verify_records_in_sandboxes(config)(records, config.verify)
+    assert [(v["id"], v["verdict"]) for v in verdicts] == [("a", "verified"), ("boom", "verified"),
+                                                             ("c", "rejected")]
+    assert bodies_sent("a") == 1          # done before the death: not checked again
+    assert bodies_sent("boom") == 2       # in flight: once in the dead Sandbox, once in a fresh one
+    assert len(standin.created) >= 2
+
+
+def test_a_proof_whose_sandbox_dies_twice_gets_an_error_verdict_naming_it(standin):
+    standin.die_on, standin.deaths_left = b'"cmd": "theorem boom :', 10
+    config = make_config(verify_batch_size=2)
+    records = [record("ok"), record("boom"), record("later")]
+    verdicts = sandbox.verify_records_in_sandboxes(config)(records, config.verify)
+    got = {v["id"]: v for v in verdicts}
+    assert got["ok"]["verdict"] == "verified" and got["later"]["verdict"] == "verified"
+    assert got["boom"]["verdict"] == "error" and "Sandbox ended" in got["boom"]["reason"]
+    assert bodies_sent("boom") == 2       # retried once, never more
+
+
+def test_verify_file_shards_resume_a_dead_sandbox_shard_once(standin, tmp_path):
+    standin.die_on, standin.deaths_left = b'"cmd": "theorem boom :', 1
+    config = make_config(verify_batch_size=2)
+    ids = ["a", "boom", "c", "d", "e"]
+    proofs = tmp_path / "in.jsonl"
+    proofs.write_text("".join(json.dumps(record(i)) + "\n" for i in ids))
+    result = sandbox.verify_file_in_sandboxes(config, library_verify_file())(
+        config, proofs_path=proofs, out_path=tmp_path / "out.jsonl")
+    verdicts = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [v["id"] for v in verdicts] == ids  # input order, across shards
+    assert {v["verdict"] for v in verdicts} == {"verified"} and result["ok"] and result["shards"] == 3
+    assert bodies_sent("a") == 1 and bodies_sent("boom") == 2
+
+
+def test_a_shard_that_cannot_start_becomes_error_verdicts_and_the_rest_goes_on(standin, tmp_path, monkeypatch):
+    real_create = SandboxStandIn.create.__func__
+    calls = {"n": 0}
+
+    def create(cls, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] in (1, 2):  # the first shard's Sandbox, and its retry
+            raise modal.exception.Error("no capacity")
+        return real_create(cls, *args, **kwargs)
+
+    monkeypatch.setattr(SandboxStandIn, "create", classmethod(create))
+    monkeypatch.setattr(sandbox.SandboxBox, "ensure", _serialised(sandbox.SandboxBox.ensure))
+    config = make_config(verify_batch_size=2, verify_max_containers=1)  # shards one after another
+    proofs = tmp_path / "in.jsonl"
+    proofs.write_text("".join(json.dumps(record(i)) + "\n" for i in "abc"))
+    result = sandbox.verify_file_in_sandboxes(config, library_verify_file())(
+        config, proofs_path=proofs, out_path=tmp_path / "out.jsonl")
+    verdicts = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [v["verdict"] for v in verdicts] == ["error", "error", "verified"]
+    assert "cannot create a verification Sandbox" in verdicts[0]["reason"]
+    assert result["ok"] is False and result["failed_shards"] == 1
+
+
+def _serialised(function):
+    lock = threading.Lock()
+
+    def wrapper(*args, **kwargs):
+        with lock:
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+def test_lean_versions_other_than_the_image_fail_closed():
+    config = make_config()
+    config.verify.lean_toolchain = "leanprover/lean4:v4.16.0"
+    with pytest.raises(BackendError, match="v4.16.0.*the Lean image has 'leanprover/lean4:v4.15.0'"):
+        sandbox.verify_records_in_sandboxes(config)([record("a")], config.verify)
+
+
+# --------------------------------------------------------------------------------------------
+# SandboxTransport: the Transport protocol over exec streams
+# --------------------------------------------------------------------------------------------
+
+def test_transport_speaks_the_repl_protocol_and_signal_kill_ends_the_process_group(standin):
+    from prover_cli.verify.repl import ReplProcess, ReplTimeout
+
+    box = sandbox.SandboxBox(make_config())
+    proc = ReplProcess(box.transport())
+    proc.kill()   # before start: a no-op, as the pool does with a fresh worker
+    proc.start()
+    assert proc.alive and proc.pid is None  # the process is in the Sandbox, not here
+    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + 10)["env"] == 0
+    with pytest.raises(ReplTimeout):
+        proc.request({"cmd": "theorem h : True := by fake_hang", "env": 0}, time.monotonic() + 0.5)
+    proc.signal_kill()
+    deadline = time.monotonic() + 10
+    while proc.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not proc.alive and proc.exit_signal() is None  # our own kill: not an accident to retry
+    assert "killed by SIGKILL" in proc.transport.exit_description()
+    proc.kill()
+    proc.start()  # a restart reuses the batch's live Sandbox
+    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + 10)["env"] == 0
+    assert len(standin.created) == 1
+    box.terminate()
+    assert not proc.alive and proc.exit_signal() is None  # we ended the Sandbox ourselves
+    assert "Sandbox ended" in proc.transport.exit_description()
+    proc.kill()
+    proc.start()  # ...and a restart after that gets a fresh Sandbox
+    assert len(standin.created) == 2 and box.deaths == 0  # we ended it: not counted as a death
+    standin.created[1]._end(137)  # now it dies under the REPL (timeout, OOM): the pool may retry
+    assert not proc.alive and proc.exit_signal() == signal.SIGKILL
+    proc.kill()
+    box.terminate()
+    assert box.deaths == 1
+
+
+def test_transport_memory_limit_is_an_address_space_limit_inside_the_sandbox(standin):
+    box = sandbox.SandboxBox(make_config())
+    transport = sandbox.SandboxTransport(box, list(images.REPL_COMMAND), images.LEAN_PROJECT_DIR, 0.5)
+    transport.start()
+    [process] = standin.created[0].processes
+    with open(f"/proc/{process._popen.pid}/limits") as f:
+        limits = f.read()
+    assert f"{1 << 29}" in next(line for line in limits.splitlines() if line.startswith("Max address space"))
+    transport.kill()
+    box.terminate()

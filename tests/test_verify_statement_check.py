@@ -1,0 +1,130 @@
+"""The statement check Lean performs (rule 4, pool.py): `#check @target` in the proof's environment
+must print what the trusted statement prints in the header-only environment. The text checks are
+widened here (`verify.allow_commands`) so that the cheats reach the (stand-in) REPL and only the
+Lean-side check can catch them. The stand-in computes its printout from the declaration's text and
+scope (tests/fake_repl.py), so it is not kinder than Lean on these."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import fake_repl_command
+from prover_cli.config import DEFAULT_HEADER
+from prover_cli.verify import verify_records
+from prover_cli.verify.repl import ReplProcess
+from prover_cli.verify.rules import statement_check_command
+from test_verify_statement import STATEMENT, completion
+
+WIDE = ["variable", "open", "namespace", "end", "section"]
+
+
+def test_stand_in_printout_follows_the_statement_text_and_its_scope():
+    proc = ReplProcess(fake_repl_command())
+    proc.start()
+    try:
+        deadline = time.monotonic() + 10
+        header = proc.request({"cmd": DEFAULT_HEADER}, deadline)["env"]
+
+        def printout(cmd: str, name: str = "amc_p1") -> str:
+            env = proc.request({"cmd": cmd, "env": header}, deadline)["env"]
+            answer = proc.request({"cmd": statement_check_command(name), "env": env}, deadline)
+            [message] = answer["messages"]
+            assert message["severity"] == "info"
+            return message["data"]
+
+        trusted = printout(STATEMENT + " sorry")
+        assert trusted.startswith("@amc_p1 : ") and "2 * x = 4" in trusted
+        assert printout(STATEMENT + "\n  linarith") == trusted
+        assert printout("theorem helper : True := trivial\n" + STATEMENT + "\n  linarith") == trusted
+        assert printout("variable [Fact False]\n" + STATEMENT + "\n  linarith") != trusted
+        assert printout("open Lean\n" + STATEMENT + "\n  linarith") != trusted
+        assert printout(STATEMENT.replace("(h₀", "(h : False) (h₀") + "\n  linarith") != trusted
+        assert printout("namespace Foo\n" + STATEMENT + "\n  linarith").startswith("@Foo.amc_p1 : ")
+        unknown = proc.request({"cmd": statement_check_command("nope"), "env": header}, deadline)
+        assert unknown["messages"][0]["severity"] == "error"
+    finally:
+        proc.kill()
+
+
+LEAN_ONLY_CHEATS = {
+    # completion block (text checks widened)   a word of the reason
+    "instance variable": ("variable [Fact False]\n\n" + STATEMENT + "\n  linarith", "statement check"),
+    "variable in": ("variable (h : False) in\n" + STATEMENT + "\n  linarith", "statement check"),
+    "open changes names": ("theorem helper : True := trivial\nopen Lean\n\n" + STATEMENT + "\n  linarith",
+                           "statement check"),
+    "namespace": ("namespace Foo\n\n" + STATEMENT + "\n  linarith", "Foo.amc_p1"),
+    "section variable": ("section\nvariable [Subsingleton ℕ]\n" + STATEMENT + "\n  linarith\nend", "statement check"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEAN_ONLY_CHEATS))
+def test_cheats_the_text_checks_let_through_are_rejected_by_lean(name, verify_config):
+    block, word = LEAN_ONLY_CHEATS[name]
+    [verdict] = verify_records([completion(block)], verify_config(workers=1, allow_commands=WIDE))
+    assert verdict["verdict"] == "rejected", verdict["reason"]
+    assert word in verdict["reason"]
+
+
+def test_honest_proofs_pass_the_statement_check_and_it_runs_once_per_problem(verify_config, tmp_path):
+    log = tmp_path / "repl.log"
+    records = [{"id": f"p{k}", "formal_statement": STATEMENT, "proof": "  linarith"} for k in range(4)]
+    records.append(dict(completion("theorem helper : True := trivial\n\nset_option maxHeartbeats 400000 in\n"
+                                   + STATEMENT + "\n  linarith"), id="c"))
+    verdicts = verify_records(records, verify_config(workers=1, repl_args=["--log", str(log)]))
+    assert [v["verdict"] for v in verdicts] == ["verified"] * 5, [v["reason"] for v in verdicts]
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    trusted = [e for e in entries if e.get("kind") == "cmd" and e["cmd"] == STATEMENT + " sorry"]
+    checks = [e for e in entries if e.get("kind") == "check"]
+    assert len(trusted) == 1            # the trusted statement, once per problem
+    assert len(checks) == 1 + 5         # its printout, then one per proof
+
+
+def test_unexpected_check_output_fails_closed(verify_config):
+    # the proof declares the target with a marker that garbles its `#check` answer
+    [verdict] = verify_records([{"id": "g", "formal_statement": STATEMENT,
+                                 "proof": "  linarith\n  fake_check_garbled"}], verify_config(workers=1))
+    assert verdict["verdict"] == "rejected" and "statement check" in verdict["reason"]
+
+
+def test_a_trusted_statement_that_does_not_elaborate_is_an_error_of_the_record(verify_config):
+    from prover_cli.verify.pool import ReplPool
+    from prover_cli.verify.statement import Candidate
+
+    # the body is fine; the trusted statement alone (with `sorry`) gets an error from the stand-in
+    statement = "theorem amc_p1 (x : ℝ) (h₀ : 2 * x = 4 ∨ fake_error) : x = 2 := by"
+    body = STATEMENT + "\n  linarith"
+    pool = ReplPool(verify_config(workers=1))
+    got = []
+    try:
+        pool.run([Candidate("s", DEFAULT_HEADER, body, "amc_p1", statement)], lambda c, v: got.append(v))
+    finally:
+        pool.close()
+    assert got[0].status == "error" and "trusted statement does not elaborate" in got[0].reason
+
+
+def test_check_answers_have_the_shape_of_the_recorded_transcript():
+    """`#check` in the real REPL (dup_msg transcript): one info message with pos/endPos, then env;
+    an unknown name is an error message with an env. The stand-in answers in the same shape."""
+    from conftest import SHARED
+    from prover_cli.verify.repl import parse_responses
+
+    transcript = SHARED / "lean-repl-transcripts" / "dup_msg.expected.out"
+    if not transcript.exists():
+        pytest.skip("no ../shared/lean-repl-transcripts")
+    _, known, unknown = parse_responses(transcript.read_bytes())
+    proc = ReplProcess(fake_repl_command())
+    proc.start()
+    try:
+        deadline = time.monotonic() + 10
+        env = proc.request({"cmd": "theorem f : True := trivial"}, deadline)["env"]
+        ours = proc.request({"cmd": "#check @f", "env": env}, deadline)
+        theirs_missing = proc.request({"cmd": "#check @g", "env": env}, deadline)
+    finally:
+        proc.kill()
+    for real, fake in ((known, ours), (unknown, theirs_missing)):
+        assert set(fake) == set(real) == {"messages", "env"}
+        assert [set(m) for m in fake["messages"]] == [set(m) for m in real["messages"]]
+        assert [m["severity"] for m in fake["messages"]] == [m["severity"] for m in real["messages"]]

@@ -32,7 +32,7 @@ from prover_cli.errors import BackendError, InputError
 from prover_cli.on_modal.images import LEAN_PROJECT_DIR, LEAN_TOOLCHAIN, MATHLIB_REV, REPL_COMMAND, app, lean_image
 from prover_cli.on_modal.plan import resources
 from prover_cli.progress import NULL_REPORTER
-from prover_cli.verify.transport import signal_name
+from prover_cli.verify.transport import describe_exit
 
 # Looked up at call time, so tests can put the Sandbox stand-in here.
 Sandbox = modal.Sandbox
@@ -263,19 +263,12 @@ class SandboxTransport:
         return _signal_of(self._returncode())
 
     def exit_description(self) -> str:
+        tail = self.stderr_tail()
         if self._sandbox_ended():
             what = f"the verification Sandbox ended (exit code {self._sandbox.poll()}: timeout, memory or terminated)"
-        else:
-            code = self._returncode()
-            number = _signal_of(code)
-            if number is not None:
-                what = f"REPL killed by {signal_name(number)}"
-            elif code is None:
-                what = "REPL closed its output"
-            else:
-                what = f"REPL exited with code {code}"
-        tail = self.stderr_tail()
-        return what + (f"; stderr: {tail}" if tail else "")
+            return what + (f"; stderr: {tail}" if tail else "")
+        code = self._returncode()
+        return describe_exit(code, _signal_of(code), tail)
 
     def stderr_tail(self, limit_chars: int = 300) -> str:
         return b"".join(self._stderr).decode("utf-8", "replace").strip()[-limit_chars:]

@@ -206,16 +206,7 @@ class LocalTransport:
         return None
 
     def exit_description(self) -> str:
-        code = self._returncode()
-        number = self._raw_exit_signal()
-        if number is not None:
-            what = f"REPL killed by {signal_name(number)}"
-        elif code is None:
-            what = "REPL closed its output"
-        else:
-            what = f"REPL exited with code {code}"
-        tail = self.stderr_tail()
-        return what + (f"; stderr: {tail}" if tail else "")
+        return describe_exit(self._returncode(), self._raw_exit_signal(), self.stderr_tail())
 
     def _raw_stderr(self, limit_chars: int) -> str:
         if self._stderr is None or self._stderr.closed:
@@ -281,6 +272,17 @@ def _killpg(group: int) -> None:
         os.killpg(group, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def describe_exit(code: int | None, signal_number: int | None, stderr_tail: str) -> str:
+    """How a REPL ended, in one line (shared with the Modal Sandbox transport)."""
+    if signal_number is not None:
+        what = f"REPL killed by {signal_name(signal_number)}"
+    elif code is None:
+        what = "REPL closed its output"
+    else:
+        what = f"REPL exited with code {code}"
+    return what + (f"; stderr: {stderr_tail}" if stderr_tail else "")
 
 
 def signal_name(number: int) -> str:

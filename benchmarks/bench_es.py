@@ -74,8 +74,10 @@ def bench_noise(device: str, elements: int) -> None:
     from prover_cli.es import kernel
     from prover_cli.es.noise import GPU_CHUNK, noise, noise_eager, stream_key
 
+    from prover_cli.es import gpu_kernel
+
     key = stream_key(0, "bench")
-    fused = device == "cpu" and kernel.available()
+    fused = kernel.available() if device == "cpu" else gpu_kernel.available(device)
     times = side_by_side({"ours": lambda: noise(key, 0, elements, device),
                           "randn": lambda: torch.randn(elements, device=device)})
     ours, randn = times["ours"], times["randn"]
@@ -83,7 +85,7 @@ def bench_noise(device: str, elements: int) -> None:
     slow = side_by_side({"eager": lambda: [noise_eager(key, s, min(s + step, elements), device)
                                            for s in range(0, elements, step)],
                          "randn": lambda: torch.randn(elements, device=device)}, repeats=2)
-    print(f"noise      {elements:,} fp32 on {device} ({'fused kernel' if fused else 'eager torch ops'}): "
+    print(f"noise      {elements:,} fp32 on {device} ({('fused kernel' if device == 'cpu' else 'fused Triton kernel') if fused else 'eager torch ops'}): "
           f"ours {ours * 1e3:.1f} ms, torch.randn {randn * 1e3:.1f} ms -> ratio {ours / randn:.2f}x "
           f"(eager ops: {slow['eager'] / slow['randn']:.2f}x; {elements * 4 / ours / 1e9:.1f} GB/s written)")
 
@@ -189,6 +191,10 @@ def main() -> None:
         parser.error("--device cuda: torch sees no CUDA device")
 
     print(f"kernel     fused CPU kernel: {kernel.status()}")
+    if args.device == "cuda":
+        from prover_cli.es import gpu_kernel
+
+        print(f"kernel     fused GPU kernel (Triton): {gpu_kernel.status('cuda')}")
     bench_noise(args.device, args.elements)
     bench_perturb(args.device, args.params)
     if not args.skip_ledger:

@@ -50,6 +50,25 @@ def check_torch() -> list[Check]:
     return checks
 
 
+def check_es_kernels() -> list[Check]:
+    """The fused ES arithmetic: the C kernel on CPU, the Triton one on each visible GPU."""
+    if importlib.util.find_spec("torch") is None:
+        return []
+    import torch
+
+    from prover_cli.es import gpu_kernel, kernel
+
+    checks = [Check("es kernel (cpu)", kernel.available(), kernel.status(),
+                    "" if kernel.available() else "install a C compiler (gcc) for the fused kernel; "
+                    "the eager torch path gives the same bits, slower")]
+    if torch.cuda.is_available():
+        ok = gpu_kernel.available("cuda")
+        checks.append(Check("es kernel (cuda)", ok, gpu_kernel.status("cuda"),
+                            "" if ok else "the eager torch path gives the same bits, slower; the fused "
+                            "kernel needs triton (it ships with CUDA builds of torch)"))
+    return checks
+
+
 def check_package(name: str, fix: str) -> Check:
     spec = importlib.util.find_spec(name)
     if spec is None:
@@ -118,6 +137,7 @@ def check_modal_credentials() -> Check:
 def run_doctor(config: Any) -> list[Check]:
     checks = [check_python()]
     checks += check_torch()
+    checks += check_es_kernels()
     checks.append(check_package("transformers", "pip install 'transformers>=4.57'"))
     checks.append(check_package("trl", "pip install 'trl==1.16.*' (needed by `train grpo`)"))
     checks.append(check_package("vllm", "optional, GPU only: pip install 'prover-cli[gpu]'"))

@@ -73,6 +73,8 @@ def test_doctor_reports_no_gpu_no_lean_no_modal(no_modal_token, monkeypatch):
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["python"]["ok"] and checks["torch"]["ok"]
     assert checks["cuda"]["ok"] is False
+    assert checks["es kernel (cpu)"]["ok"] and checks["es kernel (cpu)"]["detail"].startswith("ok")
+    assert "es kernel (cuda)" not in checks  # no GPU: nothing to say
     assert checks["lean repl"]["ok"] is False and "lake" in checks["lean repl"]["detail"]
     assert checks["modal token"]["ok"] is False and "modal token new" in checks["modal token"]["fix"]
     human = runner.invoke(app, ["doctor"])

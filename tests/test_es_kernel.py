@@ -73,16 +73,117 @@ def test_casts_round_like_torch_on_special_and_random_bit_patterns(dtype):
     assert out.isnan().all()
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for the baseline x86-64 ISA")
-def test_the_integer_casts_without_hardware_half_conversion_round_like_torch_too(monkeypatch, tmp_path):
-    flags = ["-march=x86-64" if f == "-march=native" else f for f in kernel.CFLAGS]  # no F16C: integer to_f16
+def _has_cpu_flags(*flags: str) -> bool:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    present = set(text.split("flags", 1)[1].split("\n", 1)[0].split()) if "flags" in text else set()
+    return all(flag in present for flag in flags)
+
+
+# Each build the kernel can take: the portable C loops (no AVX-512, no F16C: integer half casts),
+# AVX-512 without VNNI and BF16 (madd of words, integer bf16 casts), and this CPU's own (native).
+BUILDS = {
+    "x86-64": ("-march=x86-64", ()),
+    "skylake-avx512": ("-march=skylake-avx512", ("avx512f", "avx512dq", "avx512bw", "avx512vl")),
+}
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for x86-64 instruction sets")
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_every_build_of_the_kernel_keeps_the_bits(build, monkeypatch, tmp_path):
+    march, needs = BUILDS[build]
+    if not _has_cpu_flags(*needs):
+        pytest.skip(f"this CPU lacks {needs}")
+    flags = [march if f == "-march=native" else f for f in kernel.CFLAGS]
     monkeypatch.setattr(kernel, "CFLAGS", flags)
     monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setattr(kernel, "_lib", None)
     monkeypatch.setattr(kernel, "_status", None)
-    assert kernel.available(), kernel.status()
+    assert kernel.available(), kernel.status()  # its own self-check passed
+    assert kernel._lib.prover_lanes() == (1 if build == "x86-64" else 16)
     for dtype in (torch.bfloat16, torch.float16):
         test_casts_round_like_torch_on_special_and_random_bit_patterns(dtype)
+    check_many_tensors()
+    test_fused_update_equals_the_eager_sum_in_term_order()
+
+
+def test_the_native_build_uses_the_vector_code_where_the_cpu_has_avx512():
+    vector = _has_cpu_flags("avx512f", "avx512dq", "avx512bw", "avx512vl")
+    assert kernel._lib.prover_lanes() == (16 if vector else 1)
+    assert ("AVX-512" in kernel.status()) == vector
+
+
+SIZES = [0, 1, 15, 16, 17, 63, 64, 65, 1000, kernel.CHUNK - 1, kernel.CHUNK + 33, 3 * 4096 + 5]
+
+
+def _many(dtype, offset=0):
+    generator = torch.Generator().manual_seed(11)
+    masters = [torch.randn(size, generator=generator) * 2 for size in SIZES]
+    masters[4][:6] = torch.tensor([0.0, -0.0, 1e-40, -3e-39, float("inf"), 3.3e38])  # a subnormal takes the slow cast
+    # outputs that start `offset` elements into their storage: off the vector alignment
+    outs = [torch.empty(size + offset, dtype=dtype)[offset:] for size in SIZES]
+    keys = [stream_key(7, f"layer.{i}.weight") for i in range(len(SIZES))]
+    return masters, outs, keys
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_many_tensors_of_every_size_equal_the_eager_definition_at_any_thread_count(threads):
+    check_many_tensors(threads)
+
+
+def check_many_tensors(threads=2):
+    """One call for a whole model: the cut into per-thread runs and the store kind change no bit."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for stream in (None, False, True):
+                for offset in (0, 1):
+                    masters, outs, keys = _many(dtype, offset)
+                    scale = fp32(-0.37)
+                    kernel.perturb_many(list(zip(masters, keys, outs)), scale, stream=stream)
+                    for master, key, out in zip(masters, keys, outs):
+                        assert bits(out) == bits(perturbed(master, key, scale).to(dtype)), (dtype, stream, master.numel())
+                    kernel.cast_many(list(zip(masters, outs)), stream=stream)
+                    for master, out in zip(masters, outs):
+                        assert bits(out) == bits(master.to(dtype)), (dtype, stream, master.numel())
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_the_update_of_many_tensors_and_its_norms_do_not_depend_on_the_thread_count():
+    masters, _, _ = _many(torch.float32)
+    coefs = [fp32(c) for c in (3e-3, -1e-3, 0.37)]
+    keys = [[stream_key(seed, f"t{i}") for seed in (1, 2, 3)] for i in range(len(masters))]
+    results = {}
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            copies = [m.clone() for m in masters]
+            norms = kernel.update_many(list(zip(copies, keys)), coefs)
+            results[threads] = ([bits(c) for c in copies], norms)
+    finally:
+        torch.set_num_threads(previous)
+    assert results[1] == results[2] == results[3]
+    for master, key_list, got, norm in zip(masters, keys, results[1][0], results[1][1]):
+        expected, squared = updated(master, list(zip(key_list, coefs)))
+        assert got == bits(expected)
+        assert norm == pytest.approx(squared, rel=1e-12)
+
+
+def test_the_split_into_runs_covers_every_element_once_in_order():
+    sizes = [0, 5, 64, 1000, 1, 0, 77777]
+    for parts in (1, 2, 3, 7, 64):
+        runs = kernel._balanced(sizes, parts)
+        assert 1 <= len(runs) <= parts
+        flat = [(index, start + k) for run in runs for index, start, count in run for k in range(count)]
+        assert flat == [(index, k) for index, size in enumerate(sizes) for k in range(size)]
+        lengths = [sum(count for _, _, count in run) for run in runs]
+        assert max(lengths) - min(lengths) <= 64 * 2 or len(runs) == 1  # about equal
+        assert all(sum(lengths[:r + 1]) % 64 == 0 for r in range(len(runs) - 1))  # cuts on vector steps
 
 
 def test_fused_update_equals_the_eager_sum_in_term_order():
@@ -162,3 +263,13 @@ def test_the_compiled_library_is_cached_per_source_and_cpu(tmp_path, monkeypatch
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporaries left behind
     monkeypatch.setattr(kernel, "SOURCE", kernel.SOURCE + "\n/* changed */\n")
     assert kernel._compile(compiler) != first  # another source: another library
+
+
+def test_streamed_stores_start_at_the_size_threshold_and_a_bad_override_is_named(monkeypatch):
+    monkeypatch.delenv("PROVER_ES_STREAM_BYTES", raising=False)
+    assert not kernel._streams(kernel.STREAM_BYTES - 1) and kernel._streams(kernel.STREAM_BYTES)
+    monkeypatch.setenv("PROVER_ES_STREAM_BYTES", "0")
+    assert kernel._streams(1)
+    monkeypatch.setenv("PROVER_ES_STREAM_BYTES", "16M")
+    with pytest.raises(ValueError, match="PROVER_ES_STREAM_BYTES='16M'"):
+        kernel._streams(1)

@@ -113,3 +113,26 @@ def test_cuda_noise_and_update_equal_cpu_bit_for_bit():
     assert torch.equal(noise.noise(key, 0, 1 << 20, "cuda").cpu(), noise.noise(key, 0, 1 << 20))
     assert torch.equal(updated(base.cuda(), terms)[0].cpu(), updated(base, terms)[0])
     assert torch.equal(perturbed(base.cuda(), key, fp32(1e-3)).cpu(), perturbed(base, key, fp32(1e-3)))
+
+
+class _FakeCudaTensor:
+    """Just what the dispatch reads: no CUDA is needed to construct a cuda torch.device."""
+
+    def __init__(self, dtype=torch.float32, contiguous=True):
+        self.device, self.dtype, self._contiguous = torch.device("cuda", 0), dtype, contiguous
+
+    def is_contiguous(self):
+        return self._contiguous
+
+
+def test_cuda_tensors_take_the_gpu_kernel_only_after_it_passed_its_check(monkeypatch):
+    monkeypatch.setattr(noise, "_gpu_kernel_ready", lambda device: True)
+    master = _FakeCudaTensor()
+    assert noise._fused(master) == "gpu"
+    assert noise._fused(master, _FakeCudaTensor(torch.bfloat16)) == "gpu"
+    assert noise._fused(master, _FakeCudaTensor(torch.float64)) is None  # not a live dtype the kernel writes
+    assert noise._fused(master, _FakeCudaTensor(contiguous=False)) is None
+    assert noise._fused(_FakeCudaTensor(torch.bfloat16)) is None  # a bf16 master (version-1 ledgers): eager
+    assert noise._fused(master, torch.empty(3)) is None  # live on another device than the master
+    monkeypatch.setattr(noise, "_gpu_kernel_ready", lambda device: False)  # no triton, or a failed self-check
+    assert noise._fused(master) is None

@@ -25,10 +25,12 @@ add: never `add(alpha=)`, `addcmul` or anything that may fuse into an FMA, never
 fp32, and cast to the weight dtype once (round-to-nearest-even on CPU and CUDA alike). Large
 tensors are processed in chunks of flat indices, which changes nothing in the values.
 
-Two implementations, one definition: the eager torch ops below (`noise_eager`, `perturbed`,
-`updated`: the definition, on any device) and, on CPU, the fused C kernel of es/kernel.py (one
-pass per chunk, checked against `reference_noise` and the eager ops when it loads). `noise`,
-`perturb_into`, `update_in_place` pick the kernel when it applies, the eager ops otherwise.
+Three implementations, one definition: the eager torch ops below (`noise_eager`, `perturbed`,
+`updated`: the definition, on any device), on CPU the fused C kernel of es/kernel.py, and on
+CUDA the fused Triton kernels of es/gpu_kernel.py (each one pass, each checked against
+`reference_noise` and the eager ops on its device before it is used). `noise`, `perturb_many`,
+`restore_many`, `update_many` (and the one-tensor `perturb_into`, `update_in_place`) pick a
+kernel when one applies, the eager ops otherwise.
 """
 
 from __future__ import annotations
@@ -79,11 +81,15 @@ def stream_key(noise_seed: int, name: str) -> int:
 
 
 def noise(key: int, start: int, stop: int, device="cpu"):
-    """fp32 noise of flat elements start..stop-1 of the stream `key` (the fused kernel on CPU)."""
+    """fp32 noise of flat elements start..stop-1 of the stream `key` (a fused kernel where one applies)."""
     if str(device) == "cpu" and _kernel_ready():
         from prover_cli.es import kernel
 
         return kernel.noise(key, start, stop)
+    if str(device).startswith("cuda") and _gpu_kernel_ready(device):
+        from prover_cli.es import gpu_kernel
+
+        return gpu_kernel.noise(key, start, stop, device)
     return noise_eager(key, start, stop, device)
 
 
@@ -91,6 +97,12 @@ def _kernel_ready() -> bool:
     from prover_cli.es import kernel
 
     return kernel.available()
+
+
+def _gpu_kernel_ready(device) -> bool:
+    from prover_cli.es import gpu_kernel
+
+    return gpu_kernel.available(device)
 
 
 def noise_eager(key: int, start: int, stop: int, device="cpu"):
@@ -155,31 +167,93 @@ def updated(base, terms: Sequence[tuple[int, float]]):
 # In place, as NamedWeights uses them: the fused kernel where it applies, else the eager ops
 # ---------------------------------------------------------------------------------------------
 
-def _fused(master, out=None) -> bool:
-    import torch
+_HALF_OR_FULL = ("float32", "bfloat16", "float16")
 
-    ok = (master.device.type == "cpu" and master.dtype == torch.float32 and master.is_contiguous()
-          and (out is None or (out.device.type == "cpu" and out.is_contiguous()
-                               and out.dtype in (torch.float32, torch.bfloat16, torch.float16))))
-    return ok and _kernel_ready()
+
+def _fused(master, out=None) -> str | None:
+    """Which fused kernel takes this (master, live) pair: "cpu", "gpu", or None (the eager ops)."""
+    def ok(tensor, dtypes):
+        return str(tensor.dtype).removeprefix("torch.") in dtypes and tensor.is_contiguous()
+
+    if not ok(master, ("float32",)) or (out is not None and (out.device != master.device or not ok(out, _HALF_OR_FULL))):
+        return None
+    if master.device.type == "cpu":
+        return "cpu" if _kernel_ready() else None
+    if master.device.type == "cuda":
+        return "gpu" if _gpu_kernel_ready(master.device) else None
+    return None
+
+
+def _kernel_module(kind: str):
+    if kind == "cpu":
+        from prover_cli.es import kernel
+
+        return kernel
+    from prover_cli.es import gpu_kernel
+
+    return gpu_kernel
 
 
 def perturb_into(master, key: int, scale32: float, out) -> None:
     """out := cast(master + scale32 * eps) to out's dtype (the live weight), master unchanged."""
-    if _fused(master, out):
+    perturb_many([(master, key, out)], scale32)
+
+
+def perturb_many(items: Sequence[tuple], scale32: float) -> None:
+    """`perturb_into` for every (master, key, out): the fused ones in one kernel call per thread."""
+    kinds = [_fused(master, out) for master, _, out in items]
+    for kind in ("cpu", "gpu"):
+        batch = [(master, key, out.view(-1)) for (master, key, out), k in zip(items, kinds) if k == kind]
+        if batch:
+            _kernel_module(kind).perturb_many(batch, scale32)
+    for (master, key, out), kind in zip(items, kinds):
+        if kind is None:
+            out.copy_(perturbed(master, key, scale32).view(out.shape))  # copy_ casts: round to nearest even
+
+
+def restore_many(items: Sequence[tuple]) -> None:
+    """out := cast(master) (round to nearest even) for every (master, out).
+
+    The CPU kernel does it in one call per thread; elsewhere torch's copy_ is already one pass.
+    """
+    fused = [(master, out.view(-1)) for master, out in items if _fused(master, out) == "cpu"]
+    if fused:
         from prover_cli.es import kernel
 
-        kernel.perturb_into(master, key, scale32, out.view(-1))
-    else:
-        out.copy_(perturbed(master, key, scale32).view(out.shape))  # copy_ casts: round to nearest even
+        kernel.cast_many(fused)
+    for master, out in items:
+        if _fused(master, out) != "cpu":
+            out.copy_(master)
 
 
 def update_in_place(master, terms: Sequence[tuple[int, float]]) -> float:
     """master := `updated(master, terms)` in place; returns the squared L2 norm of the fp32 sum."""
-    if _fused(master):
-        from prover_cli.es import kernel
+    return update_many([(master, [key for key, _ in terms])], [c for _, c in terms])[0]
 
-        return kernel.update_master(master.view(-1), terms)
-    new, squared_norm = updated(master, terms)
-    master.copy_(new)
-    return squared_norm
+
+def update_many(items: Sequence[tuple], coefficients: Sequence[float]) -> list[float]:
+    """`update_in_place` for every (master, stream keys of its terms), all sharing `coefficients`.
+
+    Returns each master's squared L2 norm of its fp32 sum.
+    """
+    kinds = [_fused(master) for master, _ in items]
+    norms = [0.0] * len(items)
+    for kind in ("cpu", "gpu"):
+        chosen = [index for index, k in enumerate(kinds) if k == kind]
+        if kind == "gpu":  # one call per device
+            groups: dict[str, list[int]] = {}
+            for index in chosen:
+                groups.setdefault(str(items[index][0].device), []).append(index)
+            batches = list(groups.values())
+        else:
+            batches = [chosen] if chosen else []
+        for batch in batches:
+            results = _kernel_module(kind).update_many([(items[i][0].view(-1), items[i][1]) for i in batch],
+                                                       coefficients)
+            for index, norm in zip(batch, results):
+                norms[index] = norm
+    for index, ((master, keys), kind) in enumerate(zip(items, kinds)):
+        if kind is None:
+            new, norms[index] = updated(master, list(zip(keys, coefficients)))
+            master.copy_(new)
+    return norms

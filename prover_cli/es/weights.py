@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from prover_cli.errors import InputError
-from prover_cli.es.noise import perturb_into, stream_key, update_in_place
+from prover_cli.es.noise import perturb_into, perturb_many, restore_many, stream_key, update_many
 
 Write = Callable[[Iterable[tuple[str, Any]]], None]
 MASTER_DTYPE = "float32"  # what new runs keep; ledgers record it (docs/ledger.md)
@@ -98,12 +98,12 @@ class NamedWeights:
 
         if self._live is not None:
             with torch.no_grad():
+                # every contiguous tensor in one kernel call per thread; the rest one by one
+                perturb_many([(master, stream_key(noise_seed, name), self._live[name])
+                              for name, master in self.base.items() if self._live[name].is_contiguous()], scale32)
                 for name, master in self.base.items():
-                    live = self._live[name]
-                    if live.is_contiguous():
-                        perturb_into(master, stream_key(noise_seed, name), scale32, live)
-                    else:
-                        live.copy_(self._perturbed(name, master, noise_seed, scale32))
+                    if not self._live[name].is_contiguous():
+                        self._live[name].copy_(self._perturbed(name, master, noise_seed, scale32))
             return
         self._write((name, self._perturbed(name, master, noise_seed, scale32)) for name, master in self.base.items())
 
@@ -120,8 +120,11 @@ class NamedWeights:
 
         if self._live is not None:
             with torch.no_grad():
+                restore_many([(master, self._live[name]) for name, master in self.base.items()
+                              if self._live[name].is_contiguous()])
                 for name, master in self.base.items():
-                    self._live[name].copy_(master)
+                    if not self._live[name].is_contiguous():
+                        self._live[name].copy_(master)
             return
         self._write((name, master.to(self.live_dtypes[name])) for name, master in self.base.items())
 
@@ -133,10 +136,13 @@ class NamedWeights:
         """
         import torch
 
-        squared_norm = 0.0
         with torch.no_grad():
-            for name, master in self.base.items():
-                squared_norm += update_in_place(master, [(stream_key(seed, name), c) for seed, c in terms])
+            names = list(self.base)
+            norms = update_many([(self.base[name], [stream_key(seed, name) for seed, _ in terms]) for name in names],
+                                [c for _, c in terms])
+        squared_norm = 0.0
+        for norm in norms:  # tensor (name) order, as before
+            squared_norm += norm
         self.restore()
         return math.sqrt(squared_norm)
 

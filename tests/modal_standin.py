@@ -349,3 +349,15 @@ class SandboxStandIn:
         for process in self.processes:
             with contextlib.suppress(Exception):
                 process._popen.wait(timeout=5)
+
+
+def sandboxes_running(monkeypatch, fake_repl) -> Iterator[type[SandboxStandIn]]:
+    """For a fixture (`yield from`): Lean verification goes to Sandbox stand-ins that run
+    `fake_repl` for the image's REPL command; every Sandbox is terminated afterwards."""
+    from prover_cli.on_modal import images, sandbox
+
+    SandboxStandIn.reset({tuple(images.REPL_COMMAND): [sys.executable, str(fake_repl)]})
+    monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
+    yield SandboxStandIn
+    for box in SandboxStandIn.created:
+        box.terminate()

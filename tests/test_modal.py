@@ -19,7 +19,7 @@ import modal
 import pytest
 from typer.testing import CliRunner
 
-from modal_standin import SandboxStandIn, VolumeStandIn
+from modal_standin import SandboxStandIn, VolumeStandIn, sandboxes_running
 from prover_cli import backends
 from prover_cli.on_modal import functions, images, remote, sandbox
 from prover_cli.on_modal import plan as modal_plan
@@ -58,11 +58,7 @@ def volume_rules(request, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def sandbox_standin(monkeypatch):
     """Lean verification goes to Sandboxes; here, to the stand-in running tests/fake_repl.py."""
-    SandboxStandIn.reset({tuple(images.REPL_COMMAND): [sys.executable, str(FAKE_REPL)]})
-    monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
-    yield SandboxStandIn
-    for box in SandboxStandIn.created:
-        box.terminate()
+    yield from sandboxes_running(monkeypatch, FAKE_REPL)
 
 
 # --------------------------------------------------------------------------------------------

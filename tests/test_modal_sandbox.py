@@ -8,7 +8,6 @@ is not Modal: no real Sandbox has been created by these tests.
 
 import json
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import modal
 import pytest
 
-from modal_standin import SandboxStandIn
+from modal_standin import SandboxStandIn, sandboxes_running
 from prover_cli.config import config_from_dict
 from prover_cli.errors import BackendError
 from prover_cli.on_modal import images, plan, sandbox
@@ -26,11 +25,7 @@ FAKE_REPL = Path(__file__).resolve().parent / "fake_repl.py"
 
 @pytest.fixture(autouse=True)
 def standin(monkeypatch):
-    SandboxStandIn.reset({tuple(images.REPL_COMMAND): [sys.executable, str(FAKE_REPL)]})
-    monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
-    yield SandboxStandIn
-    for box in SandboxStandIn.created:
-        box.terminate()
+    yield from sandboxes_running(monkeypatch, FAKE_REPL)
 
 
 def make_config(**modal_keys):

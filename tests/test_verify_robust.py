@@ -16,14 +16,9 @@ import pytest
 from conftest import REPO
 from prover_cli.verify import verify_file, verify_records
 from test_verify_file import proof, read_jsonl, write_config, write_proofs
+from test_verify_pool import pid_alive
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def log_entries(path):

@@ -238,20 +238,14 @@ def update_many(items: Sequence[tuple], coefficients: Sequence[float]) -> list[f
     """
     kinds = [_fused(master) for master, _ in items]
     norms = [0.0] * len(items)
-    for kind in ("cpu", "gpu"):
-        chosen = [index for index, k in enumerate(kinds) if k == kind]
-        if kind == "gpu":  # one call per device
-            groups: dict[str, list[int]] = {}
-            for index in chosen:
-                groups.setdefault(str(items[index][0].device), []).append(index)
-            batches = list(groups.values())
-        else:
-            batches = [chosen] if chosen else []
-        for batch in batches:
-            results = _kernel_module(kind).update_many([(items[i][0].view(-1), items[i][1]) for i in batch],
-                                                       coefficients)
-            for index, norm in zip(batch, results):
-                norms[index] = norm
+    batches: dict[tuple[str, str], list[int]] = {}  # one kernel call per (kernel, device)
+    for index, kind in enumerate(kinds):
+        if kind is not None:
+            batches.setdefault((kind, str(items[index][0].device)), []).append(index)
+    for (kind, _), batch in batches.items():
+        results = _kernel_module(kind).update_many([(items[i][0].view(-1), items[i][1]) for i in batch], coefficients)
+        for index, norm in zip(batch, results):
+            norms[index] = norm
     for index, ((master, keys), kind) in enumerate(zip(items, kinds)):
         if kind is None:
             new, norms[index] = updated(master, list(zip(keys, coefficients)))

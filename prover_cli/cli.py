@@ -70,6 +70,7 @@ def _command(fn):
             raise typer.Exit(EXIT_FAILURE) from None
         except KeyboardInterrupt:
             Out().interrupted(resume_command(fn.__name__))
+            _forget_the_interrupt()
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except (typer.Exit, typer.Abort, TyperException):
             raise  # usage errors keep click's exit code 2
@@ -89,6 +90,18 @@ def _command(fn):
             return _unexpected(exc)
 
     return wrapper
+
+
+def _forget_the_interrupt() -> None:
+    """Make a handled Ctrl-C exit with EXIT_INTERRUPTED, not by SIGINT, under `python -m`.
+
+    CPython flags a KeyboardInterrupt that escapes code run by `exec(<string>)` (which
+    dataclasses and namedtuple use to build their methods, so a Ctrl-C during an import can land
+    there) as unhandled, even when a caller handles it; `python -m` then ends the process by
+    SIGINT after our exit. Every `exec` of a string clears that flag first, so a harmless one
+    clears it here.
+    """
+    exec("None")  # noqa: S102 - a constant: see the docstring
 
 
 def _unexpected(exc: BaseException):

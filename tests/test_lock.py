@@ -164,3 +164,26 @@ def test_ctrl_c_prints_the_resume_command_and_releases_the_lock(tmp_path):
     resume = next(line for line in stderr.splitlines() if line.startswith("Resume with: "))
     assert resume == "Resume with: " + shlex.join(["prover", *args])
     assert not lock_path(out).exists()
+
+
+def test_a_ctrl_c_that_lands_in_exec_of_a_string_still_exits_130(tmp_path):
+    """CPython marks a KeyboardInterrupt escaping `exec(<str>)` (dataclasses build methods that
+    way, so a Ctrl-C during an import lands there) as unhandled; under `python -m` that made a
+    handled interrupt end the process by SIGINT (-2) instead of 130, now and then."""
+    (tmp_path / "interrupted_in_exec.py").write_text(textwrap.dedent("""
+        import sys, typer
+        from prover_cli.cli import _command
+
+        @_command
+        def verify():
+            exec("raise KeyboardInterrupt")
+
+        try:
+            verify()
+        except typer.Exit as exc:
+            sys.exit(exc.exit_code)
+    """), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "interrupted_in_exec"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    assert run.returncode == 130, run.stderr
+    assert "Interrupted." in run.stderr

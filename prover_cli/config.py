@@ -150,6 +150,20 @@ class VerifyConfig:
     allow_native_decide: bool = _key(False, "Accept `native_decide` (trusts the compiler): adds the axioms native evaluation produces on the supported Lean versions (`Lean.ofReduceBool`, `Lean.trustCompiler`, and from Lean 4.29 `<decl>._native.native_decide.ax_…`) to the allowed axioms; see docs/verify.md.")
     allow_commands: list[str] = _key([], "Command keywords untrusted text may use beyond the allowlist (`theorem`, `lemma`, `set_option <resource limit> … in`), e.g. [\"open\"]. Each widens what a proof can change; see docs/verify.md for the risk.")
     canary: bool = _key(True, "Before the first proof on a toolchain (cached per toolchain), run the built-in canary: honest proofs that must verify and one cheat per rule that must be rejected; refuse to verify if any comes out wrong. `prover doctor` always runs it.")
+    kernel_check: bool = _key(True, "Second stage for every proof the fast path calls verified: elaborate it again with "
+                              "`lean -o` in a fresh process and re-check the .olean with SafeVerify (pinned per "
+                              "toolchain) in another: kernel replay, the target's type against the trusted "
+                              "statement's, its axioms. Only a proof that passes both is `verified`. false: a warning "
+                              "in the summary, recorded in every verdict's `verifier` and the policy digest; see "
+                              "docs/verify.md.")
+    lean_command: list[str] = _key(["lake", "env", "lean"], "argv of `lean` for the kernel stage (`-o` is added), run in "
+                                   "`project_dir`.")
+    kernel_checker_command: list[str] = _key(["lake", "env", "safe_verify"],
+                                             "argv of SafeVerify built at the commit pinned for `lean_toolchain` "
+                                             "(`prover doctor` checks it), run in `project_dir`.")
+    kernel_check_timeout_s: float = _key(600.0, "Wall-clock limit for each kernel-stage process (`lean -o` of one proof, "
+                                         "one SafeVerify run), seconds; each imports the header (Mathlib) afresh.",
+                                         min=0.0, min_exclusive=True)
     max_proof_chars: int = _key(200000, "Longest untrusted text (a proof, or a completion's lean block) checked, characters; longer is `rejected` before Lean.", min=1)
     kimina_url: str = _key("http://localhost:8000", "Kimina Lean Server URL (backend `kimina`).")
     kimina_api_key_env: str = _key("", "Name of the environment variable holding the Kimina server's API key, sent as "
@@ -485,11 +499,31 @@ def _cross_checks(config: Config) -> None:
             )
     if not config.verify.repl_command:
         raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
+    _kernel_check_rules(config)
     from prover_cli.tracking import parse_report_to  # stdlib only: no tracker is imported here
 
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
                     where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
+
+
+def _kernel_check_rules(config: Config) -> None:
+    """With verify.kernel_check, the policy must be one the checker can hold proofs to."""
+    verify = config.verify
+    if not verify.kernel_check:
+        return
+    from prover_cli.verify.kernel import policy_problem  # no Lean, no heavy import
+
+    for key in ("lean_command", "kernel_checker_command"):
+        if not getattr(verify, key):
+            raise ConfigError(f"{_where(config, 'verify.' + key)}: must name a program while verify.kernel_check = "
+                              f"true ({_from(config, 'verify.kernel_check')})")
+    problem = policy_problem(verify)
+    if problem:
+        key, why = problem
+        raise ConfigError(f"{_where(config, 'verify.' + key)}: {why} with verify.kernel_check = true "
+                          f"({_from(config, 'verify.kernel_check')}); set verify.kernel_check = false to accept such "
+                          "proofs without the kernel re-check (recorded in every verdict)")
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:

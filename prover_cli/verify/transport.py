@@ -182,6 +182,23 @@ class LocalTransport:
                 if remaining <= 0 or not _wait(fd, select.POLLIN, remaining):
                     raise ReplTimeout("no answer before the deadline") from None
 
+    def close_stdin(self) -> None:
+        """EOF on the process's stdin (for one-shot commands that read none: `isolated.py`)."""
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+
+    def returncode(self) -> int | None:
+        """The wrapper's exit code (the command's, or 128 + N after a signal); None while running."""
+        return self._returncode()
+
+    def stderr_text(self, limit_chars: int) -> str:
+        """The last `limit_chars` of the command's stderr, without the wrapper's own lines."""
+        text = self._raw_stderr(limit_chars)
+        return "\n".join(line for line in text.splitlines() if not line.startswith("repl_watchdog: "))
+
     def _returncode(self) -> int | None:
         if self._proc is None:
             return None

@@ -1,0 +1,336 @@
+"""The kernel stage (prover_cli/verify/kernel.py) against its stand-ins: tests/fake_lean.py for
+`lean -o` and tests/fake_safe_verify.py for SafeVerify, at a 2024-dialect pin (Lean 4.15, the
+default toolchain) and a 2026-dialect pin (Lean 4.27). These say nothing about real proofs: they
+test the steps, the data passed between them, the verdict mapping and every fail-closed path."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from prover_cli.errors import BackendError, ConfigError
+from prover_cli.verify.isolated import LocalRunner, RunResult
+from prover_cli.verify.kernel import (
+    PINS,
+    KernelJob,
+    KernelResult,
+    KernelStage,
+    kernel_verdict,
+    pin_for,
+    read_checker,
+    read_elaboration,
+)
+from prover_cli.verify.rules import Verdict
+
+TESTS = Path(__file__).resolve().parent
+FAKE_LEAN = [sys.executable, str(TESTS / "fake_lean.py")]
+HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n"
+STANDARD = {"propext", "Classical.choice", "Quot.sound"}
+PIN_2024 = PINS["v4.15.0"]
+PIN_2026 = PINS["v4.27.0"]
+BOTH = pytest.mark.parametrize("pin", [PIN_2024, PIN_2026], ids=["safeverify-2024", "safeverify-2026"])
+
+
+def checker_command(pin) -> list[str]:
+    return [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", pin.commit]
+
+
+@pytest.fixture
+def stage(verify_config):
+    def make(pin=PIN_2024, **overrides):
+        settings = dict(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
+                        kernel_checker_command=checker_command(pin), kernel_check_timeout_s=20.0)
+        config = verify_config(**{**settings, **overrides})
+        return KernelStage(config)
+    return make
+
+
+def job(body: str, statement: str = "theorem t : 2 + 2 = 4 := by", header: str = HEADER) -> KernelJob:
+    return KernelJob(header=header, statement=statement, target=statement.split()[1], body=body)
+
+
+HONEST = "theorem t : 2 + 2 = 4 := by\n  decide"
+
+
+# -- honest proofs pass, with the replayed environment's axioms ---------------------------------
+
+@BOTH
+def test_an_honest_proof_passes_with_the_axioms_of_the_replayed_environment(stage, pin):
+    [result] = stage(pin).check([job(HONEST)], STANDARD)
+    assert result.status == "passed", result.reason
+    assert set(result.axioms) == STANDARD
+    assert pin.commit[:8] in result.reason
+
+
+@BOTH
+def test_helpers_and_binders_pass(stage, pin):
+    statement = "theorem t2 (n : ℕ) (h : 0 < n) : n + 0 = n := by"
+    body = "theorem helper (n : ℕ) : n + 0 = n := rfl\n\n" + statement + "\n  exact helper n"
+    [result] = stage(pin).check([job(body, statement)], STANDARD)
+    assert result.status == "passed", result.reason
+
+
+@BOTH
+def test_a_target_inside_a_namespace_the_trusted_header_leaves_open(stage, pin):
+    header = HEADER + "\nnamespace Game\n\ndef solution : ℕ := 3\n"
+    statement = "theorem t : 1 + 2 = 3 := by"
+    [result] = stage(pin).check([job(statement + "\n  decide", statement, header=header)], STANDARD)
+    assert result.status == "passed", result.reason
+
+
+# -- forged fast-path answers: the fresh elaboration or the checker says no ---------------------
+
+@BOTH
+def test_a_false_statement_the_fast_path_called_verified_does_not_elaborate_afresh(stage, pin):
+    statement = "theorem f : 2 + 2 = 5 := by"
+    [result] = stage(pin).check([job(statement + "\n  decide", statement)], STANDARD)
+    assert result.status == "rejected"
+    assert "does not elaborate in a fresh Lean process" in result.reason
+
+
+@BOTH
+def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin):
+    [result] = stage(pin).check([job("theorem t : 2 + 2 = 4 := by\n  sorry")], STANDARD)
+    assert result.status == "rejected"
+    assert "sorryAx" in result.reason or "disallowed axioms" in result.reason
+
+
+@BOTH
+@pytest.mark.parametrize("forge, expect", [
+    # code run during elaboration wrote the module; the checker alone must say no
+    ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
+    ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
+    ("axiom", ["prover_forged_ax is not in the allowed set", "f used disallowed axioms. #[Classical.choice, Quot.sound, propext, prover_forged_ax]"]),
+    ("retype", ["theorem f does not have the same type", "declaration f: theorem type mismatch"]),
+    ("drop", ["f not found in submission", "declaration f: declaration not found in submission"]),
+    ("unsafe", ["f not found in submission", "unsafe constant f detected"]),
+])
+def test_a_forged_olean_is_rejected_by_the_checker(stage, pin, forge, expect):
+    statement = "theorem f : 2 + 2 = 5 := by" if forge == "ignore_errors" else "theorem f : 2 + 2 = 4 := by"
+    [result] = stage(pin).check([job(f"{statement}\n  exact fake_forge_{forge}", statement)], STANDARD)
+    assert result.status == "rejected", result.reason
+    assert any(e in result.reason for e in expect), result.reason
+    assert result.reason.startswith(f"kernel check (SafeVerify {pin.commit[:8]})")
+
+
+@BOTH
+def test_forged_imports_only_the_2026_checker_sees(stage, pin):
+    [result] = stage(pin).check([job(HONEST.replace("decide", "exact fake_forge_imports"))], STANDARD)
+    if pin.checks_imports:
+        assert result.status == "rejected"
+        assert "is missing 2 transitive imports required by target: #[Mathlib, Aesop]" in result.reason
+    else:   # the gap docs/verify.md names for the 2024 pins: imports are not compared
+        assert result.status == "passed"
+
+
+@BOTH
+@pytest.mark.parametrize("forge, expect", [("garbage", "invalid header"), ("corrupt", "SIGSEGV")])
+def test_an_unreadable_olean_is_an_error_never_a_pass(stage, pin, forge, expect):
+    [result] = stage(pin).check([job(HONEST.replace("decide", f"exact fake_forge_{forge}"))], STANDARD)
+    assert result.status == "error"
+    assert expect in result.reason
+
+
+@BOTH
+def test_the_configured_axioms_are_enforced_on_the_replayed_list(stage, pin):
+    [result] = stage(pin).check([job(HONEST)], {"propext", "Quot.sound"})
+    assert result.status == "rejected"
+    assert "depends on axioms outside verify.allowed_axioms: Classical.choice" in result.reason
+
+
+# -- faults: crash, timeout, garbage, a missing checker ------------------------------------------
+
+def test_a_hanging_elaboration_is_an_error(stage):
+    s = stage(kernel_check_timeout_s=1.0)
+    [result] = s.check([job(HONEST.replace("decide", "exact fake_hang"))], STANDARD)
+    assert result.status == "error"
+    assert "no answer before the deadline" in result.reason
+
+
+def test_a_crashing_elaboration_is_an_error(stage):
+    [result] = stage().check([job(HONEST.replace("decide", "exact fake_segfault"))], STANDARD)
+    assert result.status == "error"
+    assert "SIGSEGV" in result.reason
+
+
+@pytest.mark.parametrize("script, expect", [
+    ("import time; time.sleep(60)", "no answer before the deadline"),
+    ("print('Finished with no errors.', end='')", "a report we cannot read"),  # no report before it
+    ("import sys; print('hello'); sys.exit(0)", "no `Finished with no errors.`"),
+    ("import sys; sys.exit(3)", "an exit code it never returns"),
+    ("import sys; sys.stderr.write('PANIC\\n'); sys.exit(1)", "no exception message"),
+    ("import sys; sys.stderr.write('uncaught exception: (kernel) x\\n'); sys.exit(1)", "the trusted target"),
+])
+def test_checker_output_we_cannot_read_is_an_error(stage, verify_config, script, expect):
+    s = stage(kernel_check_timeout_s=2.0)
+    s.checker_command = [sys.executable, "-c", script]
+    [result] = s.check([job(HONEST)], STANDARD)
+    assert result.status == "error", result.reason
+    assert expect in result.reason
+
+
+def test_a_checker_that_cannot_start_stops_the_run(stage):
+    s = stage()
+    s.checker_command = ["/nonexistent/safe_verify"]
+    with pytest.raises(BackendError, match="cannot start"):
+        s.check([job(HONEST)], STANDARD)
+
+
+def test_a_trusted_statement_that_does_not_compile_is_the_records_error(stage):
+    [result] = stage().check([job(HONEST, "theorem t : fake_error = 4 := by")], STANDARD)
+    assert result.status == "error"
+    assert "the trusted statement does not compile" in result.reason
+
+
+def test_no_pin_for_the_toolchain_refuses_to_start(verify_config):
+    config = verify_config(lean_toolchain="leanprover/lean4:v4.3.0")
+    with pytest.raises(BackendError, match="no pinned build for verify.lean_toolchain"):
+        KernelStage(config)
+
+
+def test_a_policy_the_checker_cannot_hold_refuses_to_start(verify_config):
+    with pytest.raises(BackendError, match="allow_native_decide"):
+        KernelStage(verify_config(allow_native_decide=True))
+    with pytest.raises(BackendError, match="Lean.ofReduceBool never passes"):
+        KernelStage(verify_config(allowed_axioms=["propext", "Lean.ofReduceBool"]))
+
+
+# -- steps, data, parallelism --------------------------------------------------------------------
+
+class CountingRunner(LocalRunner):
+    def __init__(self):
+        super().__init__(None)
+        self.calls: list[tuple[list[str], dict]] = []
+
+    def run(self, argv, inputs, outputs, timeout_s):
+        self.calls.append((list(argv), {k: len(v) for k, v in inputs.items()}))
+        return super().run(argv, inputs, outputs, timeout_s)
+
+
+def test_the_target_compiles_once_per_problem_and_each_step_receives_only_files(verify_config):
+    runner = CountingRunner()
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_2024), workers=3)
+    results = KernelStage(config, runner=runner).check([job(HONEST)] * 4, STANDARD)
+    assert [r.status for r in results] == ["passed"] * 4
+    lean_runs = [inputs for argv, inputs in runner.calls if argv[:2] == FAKE_LEAN]
+    checker_runs = [inputs for argv, inputs in runner.calls if "--pin" in argv]
+    assert len(lean_runs) == 1 + 4          # the target once, each proof once
+    assert len(checker_runs) == 4
+    assert all(set(inputs) == {"Target.olean", "Proof.olean"} for inputs in checker_runs)
+    assert all(set(inputs) == {"Proof.lean"} for inputs in lean_runs)
+
+
+def test_results_come_back_in_order_with_their_own_verdicts(stage):
+    bodies = [HONEST, "theorem t : 2 + 2 = 4 := by\n  sorry", HONEST.replace("decide", "exact fake_forge_garbage")]
+    results = stage(workers=3).check([job(b) for b in bodies], STANDARD)
+    assert [r.status for r in results] == ["passed", "rejected", "error"]
+    assert all(r.time_s > 0 for r in results)
+
+
+def test_local_runner_gives_each_call_a_fresh_directory_and_removes_it(tmp_path):
+    script = ("import os, sys; d = sys.argv[1]; print(sorted(os.listdir(d))); "
+              "open(os.path.join(d, 'out.bin'), 'wb').write(b'data'); print(os.getcwd())")
+    runner = LocalRunner(str(tmp_path))
+    first = runner.run([sys.executable, "-c", script, "{dir}"], {"in.txt": b"x"}, ("out.bin", "missing"), 10)
+    second = runner.run([sys.executable, "-c", script, "{dir}"], {}, ("out.bin",), 10)
+    assert first.exit_code == 0 and first.stdout.splitlines()[0] == "['in.txt']"
+    assert second.stdout.splitlines()[0] == "[]"     # nothing left from the first call
+    assert first.stdout.splitlines()[1] == str(tmp_path)  # run where `lake env` finds the project
+    assert first.files == {"out.bin": b"data"}
+    assert not any(p.name.startswith("prover-kernel-") for p in Path(os.environ.get("TMPDIR", "/tmp")).iterdir()
+                   if p.is_dir() and (p / "in.txt").exists())
+    with pytest.raises(ValueError):
+        runner.run([sys.executable, "-c", ""], {"../escape": b""}, (), 5)
+
+
+# -- reading the tools' answers ------------------------------------------------------------------
+
+def test_reading_lean_o():
+    ok = read_elaboration(RunResult(exit_code=0), wrote_olean=True)
+    assert ok is None
+    failed = read_elaboration(RunResult(exit_code=1, stdout="/tmp/x/Proof.lean:3:2: error: unsolved goals\n⊢ False\n"),
+                              wrote_olean=False)
+    assert failed.status == "rejected" and "Proof.lean:3:2: unsolved goals" in failed.reason
+    assert read_elaboration(RunResult(exit_code=1, stderr="Unknown command line option"), False).status == "error"
+    assert read_elaboration(RunResult(exit_code=0), wrote_olean=False).status == "error"
+    assert read_elaboration(RunResult(exit_code=None, signal=9), wrote_olean=False).status == "error"
+
+
+def test_reading_a_2024_report_needs_the_target_block_and_its_axioms():
+    good = ("------------------\nReplaying /d/Target.olean\nFinished imports\nFinished replay\n---\ntheorem\nt\n"
+            "2 + 2 = 4\n#[sorryAx]\n------------------\nReplaying /d/Proof.olean\nFinished imports\n"
+            "Finished replay\n---\ntheorem\nt\n2 + 2 = 4\n#[propext]\nFinished with no errors.\n")
+    result = read_checker(PIN_2024, RunResult(exit_code=0, stdout=good), "t", frozenset(STANDARD))
+    assert (result.status, result.axioms) == ("passed", ["propext"])
+    for broken in (good.replace("#[propext]", "propext"), good.replace("---\ntheorem\nt\n2 + 2 = 4\n#[propext]\n", ""),
+                   good.replace("Replaying /d/Target.olean", "Replaying /d/Other.olean"),
+                   good.replace("\nt\n2 + 2 = 4\n#[sorryAx]", "\nu\n2 + 2 = 4\n#[sorryAx]")):
+        assert read_checker(PIN_2024, RunResult(exit_code=0, stdout=broken), "t",
+                            frozenset(STANDARD)).status == "error"
+
+
+def test_reading_a_2026_report_needs_the_saved_outcome():
+    stderr = "Replaying /d/Target.olean\nReplaying /d/Proof.olean\nSafeVerify check passed.\n"
+    report = b'[["t", {"targetInfo": {"constInfo": {"kind": "theorem"}, "axioms": ["sorryAx"]}, ' \
+             b'"solutionInfo": {"constInfo": {"kind": "theorem"}, "axioms": ["propext"]}, "failureMode": null}]]'
+    result = read_checker(PIN_2026, RunResult(exit_code=0, stderr=stderr, files={"report.json": report}), "t",
+                          frozenset(STANDARD))
+    assert (result.status, result.axioms) == ("passed", ["propext"])
+    for files in ({}, {"report.json": b"{"}, {"report.json": report.replace(b"null", b'"thmType"')},
+                  {"report.json": report.replace(b'"t"', b'"u"')}):
+        assert read_checker(PIN_2026, RunResult(exit_code=0, stderr=stderr, files=files), "t",
+                            frozenset(STANDARD)).status == "error"
+    # a failure that happened while replaying the *target* is ours, not the proof's
+    target_fail = "Replaying /d/Target.olean\nuncaught exception: (kernel) declaration type mismatch, 'x' has type\n"
+    assert read_checker(PIN_2026, RunResult(exit_code=1, stderr=target_fail), "t",
+                        frozenset(STANDARD)).status == "error"
+
+
+# -- the verdict -----------------------------------------------------------------------------------
+
+def test_kernel_verdict_mapping():
+    fast = Verdict("verified", "all checks passed", [{"severity": "info", "data": "x"}], ["forged"], 1.0)
+    passed = kernel_verdict(fast, KernelResult("passed", "kernel check passed (SafeVerify 577e9531)", ["propext"], 2.5))
+    assert (passed.status, passed.axioms, passed.time_s) == ("verified", ["propext"], 3.5)
+    assert passed.reason == "all checks passed; kernel check passed (SafeVerify 577e9531)"
+    rejected = kernel_verdict(fast, KernelResult("rejected", "kernel check (SafeVerify): no", None, 1.0))
+    assert (rejected.status, rejected.axioms) == ("rejected", None)    # never the fast path's axioms
+    assert kernel_verdict(fast, KernelResult("error", "kernel check: crash")).status == "error"
+    not_verified = Verdict("rejected", "Lean error")
+    assert kernel_verdict(not_verified, KernelResult("passed", "x")) is not_verified
+    assert kernel_verdict(fast, None) is fast
+
+
+def test_pins_are_one_per_toolchain_and_cover_the_default():
+    from prover_cli.config import VerifyConfig
+
+    assert pin_for(VerifyConfig().lean_toolchain) is PIN_2024
+    assert {p.dialect for p in PINS.values()} == {"2024", "2026"}
+    assert all(len(p.commit) == 40 and p.toolchain == key for key, p in PINS.items()), PINS
+    assert all(p.checks_imports == (p.dialect == "2026") for p in PINS.values())
+
+
+def test_config_refuses_a_policy_the_checker_cannot_hold():
+    from prover_cli.config import load_config
+
+    with pytest.raises(ConfigError, match="verify.allow_native_decide=true: SafeVerify"):
+        load_config(None, ["verify.allow_native_decide=true"])
+    with pytest.raises(ConfigError, match="never passes"):
+        load_config(None, ['verify.allowed_axioms=["propext", "Classical.choice", "Quot.sound", "Foo.ax"]'])
+    with pytest.raises(ConfigError, match="verify.kernel_checker_command"):
+        load_config(None, ["verify.kernel_checker_command=[]"])
+    assert load_config(None, ["verify.allow_native_decide=true", "verify.kernel_check=false"]).verify.allow_native_decide
+    assert load_config(None, ['verify.allowed_axioms=["propext"]']).verify.kernel_check   # narrower is fine
+
+
+def test_the_checker_stand_in_speaks_every_pinned_commit_and_only_those():
+    sys.path.insert(0, str(TESTS))
+    import fake_safe_verify
+
+    assert set(fake_safe_verify.DIALECTS) == {p.commit[:8] for p in PINS.values()}
+    for pin in PINS.values():
+        dialect, version = fake_safe_verify.DIALECTS[pin.commit[:8]]
+        assert dialect == pin.dialect and f"v{version}" == pin.toolchain

@@ -334,3 +334,60 @@ def test_the_checker_stand_in_speaks_every_pinned_commit_and_only_those():
     for pin in PINS.values():
         dialect, version = fake_safe_verify.DIALECTS[pin.commit[:8]]
         assert dialect == pin.dialect and f"v{version}" == pin.toolchain
+
+
+# -- prover doctor ----------------------------------------------------------------------------------
+
+def fake_checkout(root: Path, toolchain: str, head: str) -> Path:
+    """A SafeVerify checkout as the image builds it: the binary in .lake/build/bin, lean-toolchain, .git."""
+    binary = root / ".lake" / "build" / "bin" / "safe_verify"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    (root / "lean-toolchain").write_text(f"leanprover/lean4:{toolchain}\n")
+    (root / ".git" / "refs" / "heads").mkdir(parents=True)
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/pinned\n")
+    (root / ".git" / "refs" / "heads" / "pinned").write_text(head + "\n")
+    return binary
+
+
+def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, monkeypatch):
+    from prover_cli.config import VerifyConfig
+    from prover_cli.doctor import check_kernel_checker
+
+    config = VerifyConfig()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    missing = check_kernel_checker(config)
+    assert not missing.ok and "`safe_verify` not found on PATH" in missing.detail and PIN_2024.commit[:12] in missing.detail
+
+    binary = fake_checkout(tmp_path / "sv", "v4.15.0", PIN_2024.commit)
+    monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
+    found = check_kernel_checker(config)
+    assert found.ok and "minif2f-kimina-check" in found.detail and str(binary) in found.detail
+
+    other = fake_checkout(tmp_path / "sv2", "v4.27.0", PIN_2026.commit)
+    monkeypatch.setenv("PATH", f"{other.parent}:/usr/bin:/bin")
+    wrong = check_kernel_checker(config)
+    assert not wrong.ok and "built for Lean v4.27.0, verify.lean_toolchain is v4.15.0" in wrong.detail
+
+    old = fake_checkout(tmp_path / "sv3", "v4.15.0", "0" * 40)
+    monkeypatch.setenv("PATH", f"{old.parent}:/usr/bin:/bin")
+    assert "not the pinned" in check_kernel_checker(config).detail
+
+    config.kernel_check = False
+    assert check_kernel_checker(config).ok and "off" in check_kernel_checker(config).detail
+
+
+@BOTH
+def test_doctor_runs_the_kernel_canary(verify_config, pin):
+    from prover_cli.doctor import check_kernel_canary
+
+    config = verify_config(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
+                           kernel_checker_command=checker_command(pin), workers=3)
+    check = check_kernel_canary(config)
+    assert check.ok, check.detail
+    assert "5 canaries as expected" in check.detail and "through the stage" in check.detail
+    # a checker that lets everything through breaks the rules the canary names
+    config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
+    broken = check_kernel_canary(config)
+    assert not broken.ok and "kernel canary 'honest'" in broken.detail

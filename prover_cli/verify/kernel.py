@@ -477,6 +477,117 @@ def _read_2026(result: RunResult, target: str, allowed: frozenset, pin_text: str
 
 
 # --------------------------------------------------------------------------------------------
+# Which checker is installed (for `prover doctor`)
+# --------------------------------------------------------------------------------------------
+
+def checker_program(command: list[str]) -> str:
+    """The checker executable in its argv (`lake env safe_verify` -> `safe_verify`)."""
+    rest = list(command)
+    if rest[:2] == ["lake", "env"]:
+        rest = rest[2:]
+    return rest[0] if rest else ""
+
+
+def describe_installed_checker(command: list[str], cwd: str | None = None) -> dict[str, Any]:
+    """{found, path, toolchain, commit} of the checker `command` runs: the binary on PATH, and
+    the SafeVerify checkout it was built in (`<checkout>/.lake/build/bin/safe_verify`), whose
+    `lean-toolchain` and git HEAD say which version it is."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    program = checker_program(command)
+    path = shutil.which(program) if program else None
+    if path is None and program and os.path.isfile(os.path.join(cwd or ".", program)):
+        path = os.path.join(cwd or ".", program)
+    info: dict[str, Any] = {"program": program, "found": path is not None, "path": path,
+                            "toolchain": None, "commit": None}
+    if path is None:
+        return info
+    here = Path(os.path.realpath(path)).parent
+    for directory in (here, *here.parents):
+        toolchain_file = directory / "lean-toolchain"
+        if toolchain_file.is_file():
+            info["checkout"] = str(directory)
+            info["toolchain"] = toolchain_version(toolchain_file.read_text(encoding="utf-8", errors="replace").strip())
+            info["commit"] = _git_head(directory / ".git")
+            break
+    return info
+
+
+def _git_head(git_dir: Any) -> str | None:
+    """The commit a checkout is at, read from `.git` without running git (None when unknown)."""
+    try:
+        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+        if re.fullmatch(r"[0-9a-f]{40}", head):
+            return head
+        ref = head.removeprefix("ref: ").strip()
+        loose = git_dir / ref
+        if loose.is_file():
+            return loose.read_text(encoding="utf-8").strip()
+        for line in (git_dir / "packed-refs").read_text(encoding="utf-8").splitlines():
+            sha, _, name = line.partition(" ")
+            if name.strip() == ref:
+                return sha
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The stage's canary: does it hold on this toolchain?
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelCanary:
+    name: str
+    rule: str
+    statement: str
+    body: str
+    expect: str        # "passed" or "rejected"
+
+    @property
+    def target(self) -> str:
+        return self.statement.split()[1]
+
+
+def _k(name: str, rest: str) -> str:
+    return f"theorem prover_kernel_canary_{name}{rest}"
+
+
+# Lean core only (no Mathlib names), so they mean the same under any header. Each goes straight
+# to the stage, as if the fast path had been fooled into calling it verified.
+KERNEL_CANARIES: tuple[KernelCanary, ...] = (
+    KernelCanary("honest", "an honest proof passes the kernel stage (elaboration, replay, statement, axioms read)",
+                 _k("honest", " : 2 + 2 = 4 := by"), _k("honest", " : 2 + 2 = 4 := by") + "\n  decide", "passed"),
+    KernelCanary("false statement", "a false statement the fast path called verified does not pass",
+                 _k("false", " : 2 + 2 = 5 := by"), _k("false", " : 2 + 2 = 5 := by") + "\n  decide", "rejected"),
+    KernelCanary("another statement", "a module whose target states something else is rejected (statement as Expr)",
+                 _k("other", " : 2 + 2 = 4 := by"),
+                 _k("other", " : 2 + 2 = 4 ∧ True := by") + "\n  exact ⟨rfl, trivial⟩", "rejected"),
+    KernelCanary("declared axiom", "a proof through a declared axiom is rejected (axioms of the replayed environment)",
+                 _k("axiom", " : 2 + 2 = 5 := by"),
+                 "axiom prover_kernel_canary_ax : 2 + 2 = 5\n\n" + _k("axiom", " : 2 + 2 = 5 := by")
+                 + "\n  exact prover_kernel_canary_ax", "rejected"),
+    KernelCanary("sorry", "a proof with `sorry` is rejected (sorryAx in the replayed environment)",
+                 _k("sorry", " : 2 + 2 = 5 := by"), _k("sorry", " : 2 + 2 = 5 := by") + "\n  sorry", "rejected"),
+)
+
+
+def run_kernel_canary(stage: KernelStage, header: str) -> list[dict[str, Any]]:
+    """Every kernel canary through `stage` (in parallel): one result each, with its seconds."""
+    jobs = [KernelJob(header, c.statement, c.target, c.body) for c in KERNEL_CANARIES]
+    results = stage.check(jobs, CHECKER_AXIOMS)
+    return [{"canary": c.name, "rule": c.rule, "expect": c.expect, "got": r.status, "reason": r.reason,
+             "time_s": r.time_s, "ok": r.status == c.expect} for c, r in zip(KERNEL_CANARIES, results)]
+
+
+def kernel_canary_failures(results: list[dict[str, Any]]) -> str:
+    return "; ".join(f"rule `{r['rule']}` does not hold (kernel canary {r['canary']!r}: expected {r['expect']}, "
+                     f"got {r['got']}: {r['reason'][:200]})" for r in results if not r["ok"])
+
+
+# --------------------------------------------------------------------------------------------
 # Verdicts
 # --------------------------------------------------------------------------------------------
 

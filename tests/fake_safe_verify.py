@@ -112,7 +112,9 @@ def replay(module: dict) -> dict[str, dict]:
 
 
 def axioms(name: str, env: dict) -> list[str]:
-    return sorted(model.axioms_of(name, env))
+    """In the REPL stand-in's order (Lean's three first), so both stand-ins list them alike."""
+    order = model.STANDARD_AXIOMS
+    return sorted(model.axioms_of(name, env), key=lambda a: (a not in order, order.index(a) if a in order else 0, a))
 
 
 # --------------------------------------------------------------------------------------------

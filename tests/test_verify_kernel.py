@@ -103,7 +103,7 @@ def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin
     # code run during elaboration wrote the module; the checker alone must say no
     ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
     ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
-    ("axiom", ["prover_forged_ax is not in the allowed set", "f used disallowed axioms. #[Classical.choice, Quot.sound, propext, prover_forged_ax]"]),
+    ("axiom", ["prover_forged_ax is not in the allowed set", "f used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
     ("retype", ["theorem f does not have the same type", "declaration f: theorem type mismatch"]),
     ("drop", ["f not found in submission", "declaration f: declaration not found in submission"]),
     ("unsafe", ["f not found in submission", "unsafe constant f detected"]),
@@ -205,9 +205,9 @@ class CountingRunner(LocalRunner):
         super().__init__(None)
         self.calls: list[tuple[list[str], dict]] = []
 
-    def run(self, argv, inputs, outputs, timeout_s):
+    def run(self, argv, inputs, outputs, timeout_s, what="command"):
         self.calls.append((list(argv), {k: len(v) for k, v in inputs.items()}))
-        return super().run(argv, inputs, outputs, timeout_s)
+        return super().run(argv, inputs, outputs, timeout_s, what)
 
 
 def test_the_target_compiles_once_per_problem_and_each_step_receives_only_files(verify_config):
@@ -391,3 +391,112 @@ def test_doctor_runs_the_kernel_canary(verify_config, pin):
     config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
     broken = check_kernel_canary(config)
     assert not broken.ok and "kernel canary 'honest'" in broken.detail
+
+
+# -- through the engine: both backends feed the same stage ------------------------------------------
+
+FORGING_REPL = [sys.executable, str(TESTS / "forging_repl.py")]
+AMC = "theorem amc_p1 (x : ℝ) (h₀ : 2 * x = 4) : x = 2 := by"
+FALSE = "theorem false_p (h : True) : 2 + 2 = 5 := by"
+FORGED_CASES = {
+    # id: (statement, proof) — each fools the fast path in its own way
+    "hidden error": (AMC, "  nlinarith [fake_error]"),             # the forged REPL says "no messages"
+    "hidden sorryAx": (AMC, "  exact fake_axiom_sorryAx"),          # the forged `#print axioms` says standard
+    "false statement": ("theorem false_q : 2 + 2 = 5 := by", "  decide"),  # the forged REPL hides Lean's error
+    "kernel skipped": (AMC, "  linarith [fake_forge_skip_kernel]"),  # code in elaboration adds an unchecked theorem
+    "axiom injected": (AMC, "  linarith [fake_forge_axiom]"),        # code in elaboration adds an axiom
+}
+
+
+def engine_records() -> list[dict]:
+    rows = [{"id": "honest", "formal_statement": AMC, "proof": "  linarith"}]
+    rows += [{"id": key, "formal_statement": statement, "proof": proof}
+             for key, (statement, proof) in FORGED_CASES.items()]
+    return rows
+
+
+@pytest.fixture
+def backend_config(verify_config, monkeypatch):
+    """(config factory, context) for backend `repl` (the forging REPL as the pool's REPL) or
+    `kimina` (the Kimina stand-in server running the forging REPL)."""
+    import contextlib
+
+    import test_verify_kimina
+
+    def make(backend: str, **overrides):
+        if backend == "repl":
+            return verify_config(repl_command=FORGING_REPL, **overrides), contextlib.nullcontext()
+        monkeypatch.setattr(test_verify_kimina, "fake_repl_command", lambda *args: FORGING_REPL + list(args))
+        server = test_verify_kimina.FakeKimina()
+        return verify_config(backend="kimina", kimina_url=server.url, timeout_s=5.0, **overrides), server
+    return make
+
+
+@pytest.mark.parametrize("backend", ["repl", "kimina"])
+def test_forged_fast_path_answers_are_not_verified_on_either_backend(backend_config, backend):
+    from prover_cli.verify import verify_records
+
+    config, server = backend_config(backend)
+    with server:
+        verdicts = {v["id"]: v for v in verify_records(engine_records(), config)}
+        config.kernel_check = False
+        fast_only = {v["id"]: v["verdict"] for v in verify_records(engine_records(), config)}
+    # without the stage, every forgery passes: the fast path's answers were forged
+    assert set(fast_only.values()) == {"verified"}, fast_only
+    honest = verdicts.pop("honest")
+    assert honest["verdict"] == "verified", honest["reason"]
+    assert honest["reason"] == "all checks passed; kernel check passed (SafeVerify 577e9531)"
+    assert honest["verifier"]["kernel_check"]["commit"].startswith("577e9531")
+    for key, verdict in verdicts.items():
+        assert verdict["verdict"] == "rejected", (key, verdict["reason"])
+        assert verdict["reason"].startswith("kernel check"), (key, verdict["reason"])
+    assert "does not elaborate in a fresh Lean process" in verdicts["hidden error"]["reason"]
+    assert "does not elaborate in a fresh Lean process" in verdicts["false statement"]["reason"]
+    assert "sorryAx is not in the allowed set" in verdicts["hidden sorryAx"]["reason"]
+    assert "(kernel) declaration type mismatch, 'prover_forged_false'" in verdicts["kernel skipped"]["reason"]
+    assert "prover_forged_ax is not in the allowed set" in verdicts["axiom injected"]["reason"]
+    assert verdicts["hidden sorryAx"]["axioms"] is None   # never the forged list
+
+
+def test_kernel_check_off_is_a_warning_in_the_summary_and_recorded_everywhere(verify_config, tmp_path):
+    import json
+
+    from prover_cli.config import Config
+    from prover_cli.verify import verify_file
+    from prover_cli.verify.engine import KERNEL_CHECK_OFF_WARNING, policy_digest
+
+    proofs = tmp_path / "p.jsonl"
+    proofs.write_text(json.dumps({"id": "a", "formal_statement": AMC, "proof": "  linarith"}) + "\n")
+    config = Config()
+    config.verify = verify_config()
+    on = verify_file(config, proofs_path=proofs, out_path=tmp_path / "on.jsonl")
+    assert on["warnings"] == [] and on["verified"] == 1
+    digest_on = policy_digest(config.verify)
+    config.verify.kernel_check = False
+    off = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
+    assert off["warnings"] == [KERNEL_CHECK_OFF_WARNING]
+    assert {"title": "warnings", "columns": ["warning"], "rows": [[KERNEL_CHECK_OFF_WARNING]]} in off["tables"]
+    [line] = [json.loads(x) for x in (tmp_path / "off.jsonl").read_text().splitlines()]
+    assert line["verifier"]["kernel_check"] is False and line["reason"] == "all checks passed"
+    assert policy_digest(config.verify) != digest_on
+    # resume under the other setting rechecks the line
+    config.verify.kernel_check = True
+    again = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
+    assert (again["rechecked"], again["warnings"]) == (1, [])
+
+
+def test_the_kernel_canary_runs_before_the_first_pass_and_refuses_a_broken_checker(verify_config, tmp_path,
+                                                                                  monkeypatch):
+    from prover_cli.verify import verify_records
+
+    monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path / "cache"))
+    config = verify_config(canary=True)
+    monkeypatch.setattr("prover_cli.verify.canary.ensure_canary", lambda pool: None)   # the fast path's: elsewhere
+    rejected_only = [{"id": "x", "formal_statement": AMC, "proof": "  nlinarith [fake_error]"}]
+    assert verify_records(rejected_only, config)[0]["verdict"] == "rejected"
+    assert not (tmp_path / "cache").exists()      # no pass to check: the kernel canary did not run
+    assert verify_records(engine_records()[:1], config)[0]["verdict"] == "verified"
+    assert len(list((tmp_path / "cache").glob("kernel-*.json"))) == 1
+    config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
+    with pytest.raises(BackendError, match="verification refuses to run: rule `an honest proof passes"):
+        verify_records(engine_records()[:1], config)

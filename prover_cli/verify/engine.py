@@ -5,7 +5,9 @@
 
 Both go the same way: check the record's fields (`error` verdict when unusable), run the denylist
 and the statement check (`rejected` without running Lean), then hand the assembled code to the
-backend (`repl` pool or `kimina` server), which applies the verdict rules (`rules.py`).
+backend (`repl` pool or `kimina` server), which applies the verdict rules (`rules.py`). Every
+proof either backend calls `verified` then goes through the kernel stage (`kernel.py`,
+`verify.kernel_check`): a fresh `lean -o` and SafeVerify in processes that never ran its text.
 `verify_file` writes each verdict the moment it is known (append + flush), skips ids whose last
 verdict in `--out` was made from the same checked fields under the same policy (resume; a line
 whose digest differs is checked again and superseded), and reports malformed input lines by
@@ -42,11 +44,27 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
         identity["repl_command"] = list(verify_config.repl_command)
     else:
         identity["kimina_url"] = verify_config.kimina_url
+    identity["kernel_check"] = kernel_identity(verify_config)
     return identity
 
 
+def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
+    """`false`, or the checker and the commit pinned for the toolchain."""
+    if not getattr(verify_config, "kernel_check", False):
+        return False
+    from prover_cli.verify.kernel import CHECKER, pin_for
+
+    pin = pin_for(verify_config.lean_toolchain)
+    return {"checker": CHECKER, "commit": pin.commit if pin else None,
+            "toolchain": pin.toolchain if pin else None}
+
+
+KERNEL_CHECK_OFF_WARNING = ("verify.kernel_check = false: `verified` rests on the fast path's answers alone "
+                            "(Lean's messages, `#print axioms`, `#check` read from the process that ran the "
+                            "proof), which a proof that runs code there can forge; see docs/verify.md")
+
 # Bump when a verdict rule changes, so that resume rechecks verdicts made under the old rules.
-RULES_VERSION = 3   # 3: trusted-header copies in completions, Lean statement check on Kimina
+RULES_VERSION = 4   # 3: trusted-header copies in completions, Lean statement check on Kimina; 4: kernel stage
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -62,6 +80,7 @@ def policy_digest(verify_config: Any) -> str:
         "backend": verify_config.backend,
         "lean_toolchain": verify_config.lean_toolchain,
         "mathlib_rev": verify_config.mathlib_rev,
+        "kernel_check": kernel_identity(verify_config),
     }
     return _digest(policy)
 
@@ -112,10 +131,19 @@ class Verifier:
     """The configured backend. Keep one open across batches to keep REPL processes warm
     (the header, e.g. `import Mathlib`, then runs once per process, not once per batch)."""
 
-    def __init__(self, verify_config: Any, *, transport_factory: Any = None):
+    def __init__(self, verify_config: Any, *, transport_factory: Any = None, kernel_runner: Any = None):
         self.config = verify_config
         self.policy = TextPolicy.from_config(verify_config)
         self.identity = verifier_identity(verify_config)
+        self.kernel = None
+        if getattr(verify_config, "kernel_check", False):
+            from prover_cli.verify.kernel import KernelStage
+
+            # `kernel_runner` runs each stage step; None: local processes (a Modal one gives each a Sandbox)
+            runner = kernel_runner
+            if runner is None and transport_factory is not None:
+                runner = getattr(transport_factory, "kernel_runner", None)
+            self.kernel = KernelStage(verify_config, runner=runner)
         if verify_config.backend == "kimina":
             from prover_cli.verify.kimina import KiminaBackend
 
@@ -133,6 +161,8 @@ class Verifier:
 
     def close(self) -> None:
         self.backend.close()
+        if self.kernel is not None:
+            self.kernel.stop()
 
     def check(self, items: Iterable[tuple[Any, dict[str, Any]]], on_result: OnResult,
               describe: Callable[[Any], str] = lambda key: "") -> None:
@@ -151,8 +181,19 @@ class Verifier:
             else:
                 queued.append((key, record, candidate))
         by_candidate = {id(c): (k, r) for k, r, c in queued}
-        self.backend.run([c for _, _, c in queued],
-                         lambda candidate, verdict: on_result(*by_candidate[id(candidate)], verdict))
+        candidates = [c for _, _, c in queued]
+        if self.kernel is None:
+            self.backend.run(candidates, lambda candidate, verdict: on_result(*by_candidate[id(candidate)], verdict))
+            return
+        from prover_cli.verify.kernel import second_stage
+
+        canary = self.config if getattr(self.config, "canary", False) else None
+        with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary) as stage:
+            def on_fast(candidate, verdict: Verdict) -> None:
+                stage.submit(candidate, verdict, by_candidate[id(candidate)], on_result)
+
+            self.backend.run(candidates, on_fast)
+            stage.finish(on_result)
 
     def verify(self, records: list[dict[str, Any]], reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
         reporter = reporter or NULL_REPORTER  # tasks pass None when nobody watches
@@ -256,6 +297,8 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
     verifier = Verifier(verify_config, transport_factory=transport_factory)
+    if not verify_config.kernel_check:
+        reporter.log("warning: " + KERNEL_CHECK_OFF_WARNING)
     with ResumableWriter(out_path) as writer, _sigterm_as_interrupt():
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0
@@ -305,6 +348,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         "proofs_per_s": round(checked / elapsed_s, 3) if elapsed_s > 0 else 0.0,
         "verifier": verifier.identity,
         "malformed": malformed,
+        "warnings": [] if verify_config.kernel_check else [KERNEL_CHECK_OFF_WARNING],
     }
     share = (lambda n: f"{100.0 * n / len(records):.1f}%") if records else (lambda n: "-")
     tables = [{"title": f"verify: {proofs_path.name} -> {out_path.name}",
@@ -313,6 +357,8 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     if malformed:
         tables.append({"title": "malformed input lines", "columns": ["line", "problem"],
                        "rows": [[m["line"], m["reason"]] for m in malformed]})
+    if summary["warnings"]:
+        tables.append({"title": "warnings", "columns": ["warning"], "rows": [[w] for w in summary["warnings"]]})
     summary["tables"] = tables
     return summary
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ class RunResult:
 
 class Runner(Protocol):
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...],
-            timeout_s: float) -> RunResult: ...
+            timeout_s: float, what: str = "command") -> RunResult: ...
 
 
 def _checked_name(name: str) -> str:
@@ -77,9 +78,19 @@ class LocalRunner:
         self.project_dir = project_dir or None
         self.memory_limit_gb = memory_limit_gb
         self.tmp_root = tmp_root
+        self._active: set = set()          # transports running now (kill_all)
+        self._lock = threading.Lock()
+
+    def kill_all(self) -> None:
+        """SIGKILL every step running now (from any thread); each comes back as killed."""
+        with self._lock:
+            active = list(self._active)
+        for transport in active:
+            transport.signal_kill()
 
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...],
-            timeout_s: float) -> RunResult:
+            timeout_s: float, what: str = "command") -> RunResult:
+        """`what` names the config key the command comes from, for the error when it cannot start."""
         from prover_cli.verify.transport import LocalTransport
 
         workdir = tempfile.mkdtemp(prefix="prover-kernel-", dir=self.tmp_root)
@@ -87,18 +98,22 @@ class LocalRunner:
             for name, data in inputs.items():
                 Path(workdir, _checked_name(name)).write_bytes(data)
             command = [arg.replace("{dir}", workdir) for arg in argv]
-            transport = LocalTransport(command, self.project_dir, self.memory_limit_gb)
+            transport = LocalTransport(command, self.project_dir, self.memory_limit_gb, what=what)
             start = time.monotonic()
             try:
                 transport.start()
             except BackendError as exc:
-                raise BackendError(f"{exc}", hint="check the command in [verify] and `prover doctor`") from None
+                raise BackendError(str(exc), hint="check it, and run `prover doctor`") from None
+            with self._lock:
+                self._active.add(transport)
             try:
                 stdout, timed_out = _read_until_eof(transport, start + timeout_s)
                 code = None if timed_out else transport.returncode()
                 signal_number = None if timed_out else transport.exit_signal()
                 stderr = transport.stderr_text(MAX_OUTPUT_BYTES)
             finally:
+                with self._lock:
+                    self._active.discard(transport)
                 transport.kill()
             wall_s = time.monotonic() - start
             if signal_number is not None:

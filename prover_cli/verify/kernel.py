@@ -217,10 +217,18 @@ class KernelStage:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check") as pool:
             return list(pool.map(lambda job: self.check_one(job, allowed), jobs))
 
+    def stop(self) -> None:
+        """Kill the stage's processes that are running now (Ctrl-C, a fatal error elsewhere)."""
+        kill_all = getattr(self.runner, "kill_all", None)
+        if kill_all is not None:
+            kill_all()
+
     def check_one(self, job: KernelJob, allowed: Iterable[str]) -> KernelResult:
         """Never raises for a proof's sake: every failure is a result (BackendError only when the
         configured commands cannot be started at all)."""
         allowed = frozenset(allowed)
+        if not job.statement.strip() or not job.target:
+            return KernelResult("error", "kernel check: internal: no trusted statement to check the proof against")
         target = self._target_olean(job)
         start = time.monotonic()
         if isinstance(target, str):
@@ -237,14 +245,14 @@ class KernelStage:
     def _check(self, job: KernelJob, target: bytes, allowed: frozenset) -> KernelResult:
         elaborated = self.runner.run(elaborate_argv(self.lean_command),
                                      {MODULE + ".lean": proof_source(job.header, job.body).encode("utf-8")},
-                                     (MODULE + ".olean",), self.timeout_s)
+                                     (MODULE + ".olean",), self.timeout_s, what="verify.lean_command")
         olean = elaborated.files.get(MODULE + ".olean")
         failure = read_elaboration(elaborated, olean is not None)
         if failure is not None:
             return failure
         checked = self.runner.run(checker_argv(self.checker_command, self.pin),
                                   {"Target.olean": target, "Proof.olean": olean},
-                                  ("report.json",), self.timeout_s)
+                                  ("report.json",), self.timeout_s, what="verify.kernel_checker_command")
         return read_checker(self.pin, checked, job.target, allowed)
 
     def _target_olean(self, job: KernelJob) -> bytes | str:
@@ -262,12 +270,64 @@ class KernelStage:
     def _compile_target(self, job: KernelJob) -> bytes | str:
         result = self.runner.run(elaborate_argv(self.lean_command),
                                  {MODULE + ".lean": target_source(job.header, job.statement).encode("utf-8")},
-                                 (MODULE + ".olean",), self.timeout_s)
+                                 (MODULE + ".olean",), self.timeout_s, what="verify.lean_command")
         olean = result.files.get(MODULE + ".olean")
         if result.exit_code == 0 and olean:
             return olean
         why = first_error(result.stdout) or result.stderr.strip()[-300:] or result.describe()
         return f"kernel check: the trusted statement does not compile to an .olean with `lean -o` ({why})"
+
+
+class second_stage:
+    """The stage behind a backend, for one batch: `submit` each fast-path verdict as it comes
+    (passes go to `verify.workers` threads, anything else straight to `on_result`), `finish`
+    waits for the rest. `on_result` is only ever called in the caller's thread. On leaving with
+    an exception (Ctrl-C, a fatal error of the backend), queued checks are dropped and running
+    processes killed: their proofs get no verdict, so a resumed run checks them again.
+    With `canary_config`, the kernel canary runs (once, cached) before the first pass is checked."""
+
+    def __init__(self, stage: KernelStage, allowed: Iterable[str], canary_config: Any = None):
+        self.stage = stage
+        self.allowed = frozenset(allowed)
+        self.canary_config = canary_config
+        self.pending: dict[Any, tuple[Any, Any, Verdict]] = {}
+        self.executor: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> "second_stage":
+        self.executor = ThreadPoolExecutor(max_workers=max(1, int(self.stage.config.workers)),
+                                           thread_name_prefix="kernel-check")
+        return self
+
+    def submit(self, candidate: Any, verdict: Verdict, key_record: tuple[Any, Any], on_result: Any) -> None:
+        key, record = key_record
+        if verdict.status != "verified":
+            on_result(key, record, verdict)
+        else:
+            if self.canary_config is not None:
+                ensure_kernel_canary(self.stage, self.canary_config)
+                self.canary_config = None
+            job = KernelJob(candidate.header, candidate.statement, candidate.target, candidate.body)
+            self.pending[self.executor.submit(self.stage.check_one, job, self.allowed)] = (key, record, verdict)
+        self._drain(on_result, block=False)
+
+    def finish(self, on_result: Any) -> None:
+        self._drain(on_result, block=True)
+
+    def _drain(self, on_result: Any, block: bool) -> None:
+        from concurrent.futures import as_completed
+
+        futures = list(self.pending)
+        for future in (as_completed(futures) if block else [f for f in futures if f.done()]):
+            key, record, fast = self.pending.pop(future)
+            on_result(key, record, kernel_verdict(fast, future.result()))   # BackendError stops the run
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None or self.pending:
+            for future in self.pending:
+                future.cancel()
+            self.stage.stop()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.pending.clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,6 +640,50 @@ def run_kernel_canary(stage: KernelStage, header: str) -> list[dict[str, Any]]:
     results = stage.check(jobs, CHECKER_AXIOMS)
     return [{"canary": c.name, "rule": c.rule, "expect": c.expect, "got": r.status, "reason": r.reason,
              "time_s": r.time_s, "ok": r.status == c.expect} for c, r in zip(KERNEL_CANARIES, results)]
+
+
+KERNEL_CANARY_VERSION = 1
+
+
+def ensure_kernel_canary(stage: KernelStage, verify_config: Any) -> None:
+    """Run the kernel canary once per toolchain and checker (a pass is cached on disk beside the
+    fast path's canary; a failure never is); BackendError naming the rule when one fails."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    from prover_cli.verify.canary import cache_dir
+
+    project = Path(verify_config.project_dir or os.getcwd()).resolve()
+    files = {}
+    for name in ("lean-toolchain", "lake-manifest.json"):
+        try:
+            files[name] = hashlib.sha256((project / name).read_bytes()).hexdigest()
+        except OSError:
+            files[name] = None
+    fields = {"kernel_canary": KERNEL_CANARY_VERSION, "pin": stage.pin.commit, "lean": stage.lean_command,
+              "checker": stage.checker_command, "project": str(project), "files": files,
+              "header": verify_config.header, "runner": getattr(stage.runner, "canary_key", "local")}
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()[:24]
+    path = cache_dir() / f"kernel-{key}.json"
+    try:
+        if json.loads(path.read_text(encoding="utf-8")).get("ok") is True:
+            return
+    except (OSError, ValueError):
+        pass
+    results = run_kernel_canary(stage, verify_config.header)
+    if not all(r["ok"] for r in results):
+        raise BackendError("verification refuses to run: " + kernel_canary_failures(results),
+                           hint="run `prover doctor`; check the pinned checker (verify.kernel_checker_command) "
+                                "and verify.lean_command")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"ok": True, "key": fields, "checked_at": time.time(), "results": results},
+                                  indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def kernel_canary_failures(results: list[dict[str, Any]]) -> str:

@@ -16,9 +16,9 @@ The kernel (`typecheck`): what type-checks in this model, and nothing else,
 - a theorem/def whose value has none of the error markers (`fake_error`, `fake_kernel_error`),
   and, when its type is *closed* — no binders and a comparison of natural-number arithmetic
   (`2 + 2 = 5`), `True` or `False` — that is true, unless the value uses `sorry` or an axiom of
-  the module (those prove anything, as in Lean); any other type (binders, Mathlib notation, anything that is not closed
-  arithmetic) is checked by the markers only: the model cannot decide it, and accepts there
-  exactly what the REPL stand-in's honest mode accepts.
+  the module (those prove anything, as in Lean); any other type (binders, Mathlib notation,
+  anything that is not closed arithmetic) is checked by the markers only: the model cannot
+  decide it, and accepts there exactly what the REPL stand-in's honest mode accepts.
 Axioms (`axioms_of`): a value that is not empty depends on Lean's three standard axioms (as the
 REPL stand-in says for every theorem), plus `sorryAx` when it uses `sorry`, plus every axiom of
 the module it mentions (transitively), plus NAME for each `fake_axiom_NAME` marker (`__` = `.`).
@@ -288,7 +288,10 @@ def _nat(text: str) -> int | None:
         value = power()
         while peek() in ("*", "/", "%"):
             op, rhs = take(), power()
-            value = value * rhs if op == "*" else (value // rhs if rhs else 0) if op == "/" else (value % rhs if rhs else value)
+            if op == "*":
+                value *= rhs
+            else:   # ℕ division and remainder by 0: 0 and the dividend
+                value = (value // rhs if rhs else 0) if op == "/" else (value % rhs if rhs else value)
         return value
 
     def expr():

@@ -103,7 +103,8 @@ def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin
     # code run during elaboration wrote the module; the checker alone must say no
     ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
     ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
-    ("axiom", ["prover_forged_ax is not in the allowed set", "f used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
+    ("axiom", ["prover_forged_ax is not in the allowed set",
+               "f used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
     ("retype", ["theorem f does not have the same type", "declaration f: theorem type mismatch"]),
     ("drop", ["f not found in submission", "declaration f: declaration not found in submission"]),
     ("unsafe", ["f not found in submission", "unsafe constant f detected"]),

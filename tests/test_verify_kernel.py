@@ -501,3 +501,16 @@ def test_the_kernel_canary_runs_before_the_first_pass_and_refuses_a_broken_check
     config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
     with pytest.raises(BackendError, match="verification refuses to run: rule `an honest proof passes"):
         verify_records(engine_records()[:1], config)
+
+
+def test_the_stand_in_models_kernel_decides_only_closed_natural_number_arithmetic():
+    sys.path.insert(0, str(TESTS))
+    from fake_kernel_model import closed_truth
+
+    assert closed_truth(": 2 + 2 = 4") is True and closed_truth(": 2 + 2 = 5") is False
+    assert closed_truth(": 3 - 5 = 0") is True            # ℕ subtraction truncates
+    assert closed_truth(": 7 / 2 = 3") is True and closed_truth(": 7 % 0 = 7") is True
+    assert closed_truth(": (2 + 3) * 4 ≤ 20") is True and closed_truth(": 2 ^ 10 ≠ 1024") is False
+    assert closed_truth(": True") is True and closed_truth(": False") is False
+    for undecided in ("(x : ℕ) : x = x", ": 2 + 2 = 4 ∧ True", ": (2 : ℝ) = 2", ": Real.sqrt 4 = 2", ": 2 ^ 100 = 1"):
+        assert closed_truth(undecided) is None, undecided

@@ -599,18 +599,18 @@ def test_run_remote_uploads_inputs_calls_and_pulls_outputs(fake_modal, monkeypat
     Path("samples.jsonl").write_text('{"id": "a"}\n')
     function = FakeRemote({"ok": True, "verified": 1})
     monkeypatch.setitem(remote.REMOTE_FUNCTIONS, "verify", function)
-    fake_modal.volume.committed["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
+    fake_modal.volume._committed["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
     config = config_from_dict({"modal": {"verify_batch_size": 8}})
 
     result = remote.run_remote("verify", config, {"proofs_path": Path("samples.jsonl"),
                                                      "out_path": Path("out/v.jsonl")})
-    assert fake_modal.volume.uploaded == [(Path("samples.jsonl"), "/samples.jsonl")]
+    assert fake_modal.volume._uploaded == [(Path("samples.jsonl"), "/samples.jsonl")]
     [(kind, (config_dict, kwargs))] = function.calls
     assert kind == "remote" and fake_modal.app.detach is False
     assert kwargs == {"proofs_path": "samples.jsonl", "out_path": "out/v.jsonl"}
     assert config_from_dict(config_dict).modal.verify_batch_size == 8  # the config crosses as a dict
     assert function.options["max_containers"] == 1 and "gpu" not in function.options
-    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume.committed["out/v.jsonl"]
+    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume._committed["out/v.jsonl"]
     assert result["verified"] == 1 and result["modal_pulled"] == "out/v.jsonl"
 
 

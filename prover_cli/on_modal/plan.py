@@ -61,17 +61,51 @@ MATPLOTLIB = "matplotlib==3.11.*"      # eval's pass@k plot
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """One image: what it is based on and everything it installs, as `--dry-run --json` lists it."""
+    """One image: what it is based on and everything it installs, as `--dry-run --json` lists it.
+
+    `executables` names every program that the image's build steps and our code run inside it,
+    with what puts it there. tests/test_modal_images.py checks every build step and every
+    `exec(...)` / subprocess argv in prover_cli/on_modal/ against it, and the Sandbox stand-in
+    refuses to run a program its image does not list. Add a program here in the same change
+    that installs it (a build step, an apt package) and the code that calls it.
+    """
 
     base: str
     python_packages: tuple[str, ...]
     apt_packages: tuple[str, ...] = ()
     toolchain: dict[str, str] = field(default_factory=dict)  # Lean pins (lean image only)
     why: str = ""
+    executables: dict[str, str] = field(default_factory=dict)  # program -> what puts it in the image
 
     def to_json(self) -> dict[str, Any]:
         return {"base": self.base, "python": PYTHON_VERSION, "python_packages": list(self.python_packages),
-                "apt_packages": list(self.apt_packages), "toolchain": dict(self.toolchain), "why": self.why}
+                "apt_packages": list(self.apt_packages), "toolchain": dict(self.toolchain), "why": self.why,
+                "executables": dict(self.executables)}
+
+
+# What every debian_slim image has: the Python of the base image, and Debian's Essential
+# packages (dash, coreutils, tar: "Essential: yes", present in every Debian image). Not `kill`:
+# /bin/kill is procps (Priority: important, not Essential), which no slim image has and none of
+# our apt installs pulls in (`apt-get -s install` of debian_slim's build-essential layer plus
+# the Lean image's packages on bookworm's package data: 154 packages, no procps).
+BASE_EXECUTABLES = {
+    "python": f"the python:{PYTHON_VERSION} slim base image (/usr/local/bin/python)",
+    "sh": "Debian Essential (dash): runs every RUN step",
+    "mkdir": "Debian Essential (coreutils)",
+    "ln": "Debian Essential (coreutils)",
+    "printf": "Debian Essential (coreutils; also a dash builtin)",
+    "tar": "Debian Essential (tar)",
+}
+# The Lean image adds these (images.LEAN_BUILD_STEPS installs them in this order).
+LEAN_EXECUTABLES = {
+    "curl": "apt_packages",
+    "git": "apt_packages",
+    "/tmp/elan-init": "unpacked by the first elan step",
+    "elan": "the elan step: $ELAN_HOME/bin, on PATH",
+    "lake": "the elan step: the pinned toolchain's lake, through elan's proxy on PATH",
+    "lean": "the elan step: the pinned toolchain's lean, through elan's proxy on PATH",
+    "repl": "the repl steps: built at the toolchain's tag, linked into /usr/local/bin",
+}
 
 
 def repl_tag(lean_toolchain: str) -> str:
@@ -85,15 +119,19 @@ def image_specs(lean_toolchain: str, mathlib_rev: str) -> dict[str, ImageSpec]:
     gpu_packages = (VLLM, TRANSFORMERS, HF_HUB, SAFETENSORS, DATASETS, TYPER, RICH, MATPLOTLIB)
     return {
         "orchestrator": ImageSpec(base, (TYPER, RICH, DATASETS, HF_HUB),
-                                  why="prepare-data and `prover verify`: reads files, drives Lean Sandboxes"),
-        "gpu": ImageSpec(base, gpu_packages, why="vLLM generation, the ES loop and members, replay, eval"),
-        "trl": ImageSpec(base, (*gpu_packages, TRL), why="TRL's GRPOTrainer with colocated vLLM"),
+                                  why="prepare-data and `prover verify`: reads files, drives Lean Sandboxes",
+                                  executables=dict(BASE_EXECUTABLES)),
+        "gpu": ImageSpec(base, gpu_packages, why="vLLM generation, the ES loop and members, replay, eval",
+                         executables=dict(BASE_EXECUTABLES)),
+        "trl": ImageSpec(base, (*gpu_packages, TRL), why="TRL's GRPOTrainer with colocated vLLM",
+                         executables=dict(BASE_EXECUTABLES)),
         "lean": ImageSpec(
             base, (TYPER, RICH), apt_packages=("curl", "git", "ca-certificates"),
             toolchain={"elan": ELAN_VERSION, "lean_toolchain": lean_toolchain,
                        "repl": f"leanprover-community/repl {repl_tag(lean_toolchain)}",
                        "mathlib": f"mathlib4 {mathlib_rev} (build cache fetched at image build)"},
-            why="verification Sandboxes: the REPL with Mathlib, no network, no Volumes"),
+            why="verification Sandboxes: the REPL with Mathlib, no network, no Volumes",
+            executables={**BASE_EXECUTABLES, **LEAN_EXECUTABLES}),
     }
 
 

@@ -156,6 +156,10 @@ class VerifyConfig:
                                    "`Authorization: Bearer <key>` (empty = no key).")
     kimina_batch_size: int = _key(8, "Proofs per Kimina request; a request the server answers with HTTP 500 is "
                                   "retried proof by proof.", min=1)
+    kimina_max_repls: int = _key(0, "REPLs the Kimina server runs (its LEAN_SERVER_MAX_REPLS; the server's default is its CPU "
+                                 "count - 1): proofs in flight over all requests never exceed it, because a proof that "
+                                 "waits over 60 s for a REPL fails its request with HTTP 429. 0 = unknown (the server's "
+                                 "/health does not report it): `verify.workers` proofs at a time.", min=0)
     lean_toolchain: str = _key("leanprover/lean4:v4.15.0", "Lean toolchain of the verifier (recorded in verdicts; used by the Modal image).")
     mathlib_rev: str = _key("v4.15.0", "Mathlib revision of the verifier (recorded in verdicts; used by the Modal image).")
 

@@ -237,11 +237,19 @@ class ModalConfig:
     cpu_price_per_core_hour: float = _key(0.047, "USD per CPU core-hour (cost estimate).", min=0.0)
     memory_price_per_gib_hour: float = _key(0.008, "USD per GiB-hour of reserved memory (cost estimate; Modal bills "
                                             "it on every container, GPU ones included).", min=0.0)
+    sandbox_cpu_price_per_core_hour: float = _key(0.142, "USD per CPU core-hour of a Sandbox (the Lean verification "
+                                                  "Sandboxes; cost estimate): Modal prices Sandbox CPU apart from "
+                                                  "Function CPU, about 3x when this was written.", min=0.0)
+    sandbox_memory_price_per_gib_hour: float = _key(0.024, "USD per GiB-hour of a Sandbox's memory (cost estimate).",
+                                                    min=0.0)
     est_decode_tokens_per_s: float = _key(100.0, "Cost estimate: decode speed of one sequence, tokens/s (a batch decodes its "
                                           "sequences in parallel).", min=0.0, min_exclusive=True)
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
                                          min=0.0, min_exclusive=True)
     est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)
+    est_replay_s_per_iteration: float = _key(25.0, "Cost estimate: seconds a cold ES member needs to replay one ledger "
+                                             "iteration (noise, update, fingerprint of every weight) before it "
+                                             "generates; the plan prints the worst case.", min=0.0)
 
 
 @dataclass

@@ -186,7 +186,8 @@ def verification_in_sandboxes(config: Any, *, always: bool = False) -> Iterator[
 def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, needs_model: bool = False,
                   route_verification: bool = False,
                   before: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None) -> Any:
-    """The body of every wrapper: rebuild the config, run the library function on the Volume, commit."""
+    """The body of every wrapper: rebuild the config, run the library function on the Volume, commit.
+    `before` may return arguments with a `_finally` callable, run once the library returns or fails."""
     cfg = _config(config)
     _reload(runs_volume)
     if needs_model:
@@ -195,7 +196,12 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
         arguments = _paths_in(kwargs)
         if before is not None:
             arguments = before(cfg, arguments)
-        result = resolve(name)(cfg, **arguments)
+        cleanup = arguments.pop("_finally", None)
+        try:
+            result = resolve(name)(cfg, **arguments)
+        finally:
+            if cleanup is not None:
+                cleanup()
     _commit(runs_volume)
     return _as_sent(result)
 
@@ -299,8 +305,10 @@ class Generator:
 # `train_es` runs the library's loop in one container: the only writer of the ledger. It hands
 # each iteration's population to `ESMember` containers with `.starmap()`. A member container
 # keeps theta between calls and replays only the iterations it has not applied; it stays warm
-# through the gap between iterations (`scaledown_window`, from the plan: twice the estimated
-# gap), and a cold one starts from the newest snapshot in the ledger, not the base. The loop
+# through the gap between iterations (`scaledown_window`, from the plan: the longest gap the
+# verification bound allows, up to Modal's 1 h), and a cold one starts from the newest snapshot
+# in the ledger (`es.snapshot_every`), not the base. When the loop ends, it lowers the members'
+# window to Modal's minimum so they do not idle out the long one. The loop
 # commits the ledger before each fan-out, and members reload before reading it. A member that
 # fails after its retries fails the iteration (a missing member would bias the update); the
 # loop's own retry then resumes from the last ledger entry, which was written atomically.
@@ -324,6 +332,9 @@ class ESMember:
         return self.evaluator.completions(iteration=iteration, member=member, problems=problems)
 
 
+MIN_SCALEDOWN_WINDOW_S = 2  # Modal's smallest scaledown_window
+
+
 def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[list[str]]]:
     members = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
 
@@ -332,6 +343,16 @@ def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[i
         inputs = [(iteration, member, problems) for member in range(config.es.population)]
         return fan_out(members.completions, inputs, return_exceptions=False)
 
+    def release_members() -> None:
+        """After the run: let the warm members go now instead of after their long window."""
+        if modal.is_local():
+            return
+        try:
+            members.update_autoscaler(scaledown_window=MIN_SCALEDOWN_WINDOW_S)
+        except Exception as exc:  # the run is done; idle members cost at most one window each
+            print(f"could not lower the ES members' scaledown_window: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    generate_population.release_members = release_members  # type: ignore[attr-defined]
     return generate_population
 
 
@@ -342,7 +363,9 @@ def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]],
     def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments = resume_after_retry(cfg, arguments)
         if _accepts(resolve("train_es"), "generate_population"):
-            arguments["generate_population"] = population_on_modal(cfg, config_dict)
+            generate_population = population_on_modal(cfg, config_dict)
+            arguments["generate_population"] = generate_population
+            arguments["_finally"] = generate_population.release_members
         else:
             print("ES members run one after another in this container: prover_cli.es.train.train_es "
                   "takes no generate_population hook", file=sys.stderr)

@@ -20,8 +20,11 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
 - the ES loop container is up for the whole iteration; each warm ES member container is up for
   the whole iteration too (it generates, then waits idle, inside its `scaledown_window`, while
   the proofs are verified and the loop updates), so its idle time is billed as well.
-Not counted: container start and model load (once per container), a cold member's replay,
-the GRPO backward pass, and network. Measure one iteration and adjust the `modal.est_*` keys.
+Sandboxes' CPU and memory are priced by their own keys (`modal.sandbox_*_price_*`). After the
+last ES iteration each warm member idles out its `scaledown_window` once (`est_usd_once`).
+Not counted: container start and model load (once per container), a cold member's replay (the
+plan prints its worst case), the GRPO backward pass, and network. Measure one iteration and
+adjust the `modal.est_*` keys.
 """
 
 from __future__ import annotations
@@ -182,10 +185,31 @@ def es_gap_s(config: Any) -> float:
     return _timings(config, "train_es", work).iteration_s - _timings(config, "train_es", work).generation_s
 
 
+UPDATE_MARGIN_S = 2 * MINUTES  # the loop's update, ledger write and commit between verification and the next call
+
+
+def es_gap_bound_s(config: Any) -> float:
+    """The longest a member may legitimately wait between its calls: the other generation waves,
+    then every verification wave running to its Sandboxes' timeout (`verify_batch_timeout_s`:
+    header + every proof at its own timeout), then the update."""
+    work = _work_per_iteration(config, "train_es")
+    t = _timings(config, "train_es", work)
+    return (t.gen_waves - 1) * t.generation_s + t.verify_waves * verify_batch_timeout_s(config) + UPDATE_MARGIN_S
+
+
 def es_member_scaledown_window_s(config: Any) -> int:
-    """Twice the estimated gap between iterations (at least 5 minutes, at most Modal's 1 h): a member
-    that went cold would replay the ledger, so idling through the gap is the cheaper choice."""
-    return int(min(MAX_SCALEDOWN_WINDOW_S, max(5 * MINUTES, math.ceil(2 * es_gap_s(config)))))
+    """Long enough to outlast the longest legitimate gap between iterations (at least 5 minutes, at
+    most Modal's 1 h): a member that went cold replays the ledger from the newest snapshot, so
+    idling through any gap the verification bound allows is the cheaper choice."""
+    return int(min(MAX_SCALEDOWN_WINDOW_S, max(5 * MINUTES, math.ceil(es_gap_bound_s(config)))))
+
+
+def cold_member_replay(config: Any) -> tuple[int, float]:
+    """(iterations, seconds) a cold member replays at worst before it can generate: up to
+    `es.snapshot_every` iterations after the newest snapshot, or the whole ledger without one."""
+    es = config.es
+    iterations = min(es.snapshot_every, es.iterations - 1) if es.snapshot_every else es.iterations - 1
+    return iterations, iterations * config.modal.est_replay_s_per_iteration
 
 
 def resources(config: Any) -> dict[str, Resources]:
@@ -334,10 +358,25 @@ class _Line:
     containers: int
     calls: int | str
     container_s: float        # summed over its containers, busy and idle
+    sandbox: bool = False     # Modal prices Sandbox CPU and memory apart from Function CPU and memory
 
     def seconds(self) -> dict[str, float]:
         return {"gpu": self.container_s * self.r.gpu_count, "cpu": self.container_s * self.r.cpu,
                 "memory": self.container_s * self.r.memory_mb / 1024}
+
+    def usd(self, config: Any) -> dict[str, float]:
+        prices = unit_prices(config, sandbox=self.sandbox)
+        return {kind: unit_s / HOURS * prices[kind] for kind, unit_s in self.seconds().items()}
+
+
+def unit_prices(config: Any, *, sandbox: bool = False) -> dict[str, float]:
+    """USD per GPU-hour, core-hour and GiB-hour, from `[modal]`: a Sandbox's CPU and memory have
+    their own keys (Modal bills them at a different rate than a Function's)."""
+    m = config.modal
+    if sandbox:
+        return {"gpu": m.gpu_price_per_hour, "cpu": m.sandbox_cpu_price_per_core_hour,
+                "memory": m.sandbox_memory_price_per_gib_hour}
+    return {"gpu": m.gpu_price_per_hour, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
 
 
 def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_Line]:
@@ -354,7 +393,7 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
     if t.batches:
         sandbox = res["verify_sandbox"]
         lines.append(_Line("verify Sandbox", sandbox, min(t.batches, sandbox.max_containers), t.batches,
-                           t.batches * t.batch_s))
+                           t.batches * t.batch_s, sandbox=True))
     return lines
 
 
@@ -363,7 +402,6 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     res = resources(config)
     t = _timings(config, command, work)
     lines = _billed_lines(config, command, work, t)
-    prices = {"gpu": m.gpu_price_per_hour, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
 
     # est_usd_breakdown: per resource, the unit-seconds behind it (GPU-s, core-s, GiB-s) and USD.
     breakdown: dict[str, dict[str, float]] = {}
@@ -371,24 +409,34 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         unit_s = sum(line.seconds()[kind] for line in lines)
         breakdown[kind] = {unit: round(unit_s, 1), "container_s": round(sum(
             line.container_s for line in lines if line.seconds()[kind] > 0), 1),
-            "usd": round(unit_s / HOURS * prices[kind], 4)}
+            "usd": round(sum(line.usd(config)[kind] for line in lines), 4)}
     cost = sum(item["usd"] for item in breakdown.values())
 
     rows: list[list[Any]] = []
     for line in lines:
-        s = line.seconds()
-        usd = sum(s[kind] / HOURS * prices[kind] for kind in prices)
         gpu = line.r.gpu.replace(":", " x ") if line.r.gpu else "-"
         rows.append([line.name, line.r.image, gpu, line.r.cpu, round(line.r.memory_mb / 1024), line.containers,
-                     line.calls, round(line.container_s, 1), round(usd, 4)])
+                     line.calls, round(line.container_s, 1), round(sum(line.usd(config).values()), 4)])
     rows.append(["download_model", res["download_model"].image, "-", res["download_model"].cpu,
                  round(res["download_model"].memory_mb / 1024), 1, "once", 0.0, 0.0])
+    once_usd = 0.0
+    if command == "train_es":
+        # After the last iteration every warm member idles out its scaledown_window, once per run.
+        window = res["es_member"].scaledown_window_s or 0
+        tail = _Line("ESMember idle after the run", res["es_member"], t.gen_containers, "once",
+                     t.gen_containers * window)
+        once_usd = sum(tail.usd(config).values())
+        rows.append([tail.name, tail.r.image, tail.r.gpu.replace(":", " x ") if tail.r.gpu else "-", tail.r.cpu,
+                     round(tail.r.memory_mb / 1024), tail.containers, "once", round(tail.container_s, 1),
+                     round(once_usd, 4)])
     roles = {
         "train_es": "the ES loop: holds theta, applies updates, writes the ledger (one writer)",
         "ESMember": "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
         "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
         "download_model": "base weights into the models Volume, once per run (not per step)",
+        "ESMember idle after the run": "at most: each warm member idles out its scaledown_window once the run ends "
+                                       "(the loop then lowers it to 2 s; not seen on Modal yet)",
     }
     roles_rows = [[r[0], roles[r[0]]] for r in rows]
 
@@ -403,14 +451,28 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         [f"{work.unit} wall time", f"{t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) = "
                                    f"{t.iteration_s:.0f} s"],
         ["prices", f"{m.gpu_price_per_hour:g} USD per GPU-hour ({m.gpu}), {m.cpu_price_per_core_hour:g} per core-hour, "
-                   f"{m.memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
+                   f"{m.memory_price_per_gib_hour:g} per GiB-hour; Sandboxes {m.sandbox_cpu_price_per_core_hour:g} per "
+                   f"core-hour, {m.sandbox_memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
         ["billed", "each container's GPUs, cores and GiB for as long as it is up, idle time of warm containers included"],
-        ["not counted", "container start and model load (once per container), a cold member's replay, network"
-                        + (", the backward pass" if command == "train_grpo" else "")],
+        ["not counted", "container start and model load (once per container), network"
+                        + (", the backward pass" if command == "train_grpo" else ", a cold member's replay (above)")],
     ]
     if command == "train_es":
-        notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s "
-                                         f"(twice the {es_gap_s(config):.0f} s gap between a member's calls)"])
+        bound = es_gap_bound_s(config)
+        replay_iterations, replay_s = cold_member_replay(config)
+        snapshots = (f"es.snapshot_every = {config.es.snapshot_every}" if config.es.snapshot_every
+                     else "es.snapshot_every = 0: the whole ledger")
+        notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s: the longest "
+                                         f"legitimate gap between a member's calls is {bound:.0f} s (verification "
+                                         f"waves at their Sandboxes' {res['verify_sandbox'].timeout_s} s timeout, "
+                                         f"+ the update); estimated gap {es_gap_s(config):.0f} s"])
+        notes.insert(4, ["cold member", f"replays at most {replay_iterations} iterations ({snapshots}) at "
+                                        f"{m.est_replay_s_per_iteration:g} s each = {replay_s:.0f} s on its GPU "
+                                        "before it generates (worst case)"])
+        if bound > MAX_SCALEDOWN_WINDOW_S:
+            notes.append(["warning", f"a gap of up to {bound:.0f} s exceeds Modal's {MAX_SCALEDOWN_WINDOW_S} s "
+                                     f"scaledown_window ceiling: members may go cold, each then replaying up to "
+                                     f"{replay_s:.0f} s; lower verify.timeout_s or modal.verify_batch_size"])
     if v.workers > m.verify_cpus:
         notes.append(["warning", f"verify.workers = {v.workers} REPLs share modal.verify_cpus = {m.verify_cpus:g} cores"])
     if v.memory_limit_gb and v.workers * v.memory_limit_gb > m.verify_memory_gb:
@@ -431,7 +493,11 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         f"est_cpu_core_hours_per_{work.unit}": round(breakdown["cpu"]["core_s"] / HOURS, 4),
         f"est_usd_per_{work.unit}": round(cost, 4),
         "est_usd_breakdown": breakdown,
-        "est_usd_total": round(cost * work.iterations, 2),
+        "est_usd_once": round(once_usd, 4),
+        "est_usd_total": round(cost * work.iterations + once_usd, 2),
+        **({"cold_member_replay_iterations": cold_member_replay(config)[0],
+            "cold_member_replay_s": round(cold_member_replay(config)[1], 1),
+            "es_gap_bound_s": round(es_gap_bound_s(config), 1)} if command == "train_es" else {}),
         "images": {name: spec.to_json() for name, spec in specs.items()},  # every image the app declares
         "tables": [
             {"title": f"plan: {title} on Modal (app `{m.app_name}`), per {work.unit}; seconds and USD estimated",

@@ -415,6 +415,17 @@ def test_to_wire_maps_paths_onto_the_volume_and_lists_uploads(tmp_path, monkeypa
         remote.to_wire("report", config, {})
 
 
+def test_a_tracker_the_images_do_not_have_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for tracker in ("wandb", "trackio", "tensorboard,wandb"):
+        config = config_from_dict({"run": {"dir": "runs/a", "report_to": tracker}})
+        with pytest.raises(BackendError, match="Modal images have no"):
+            remote.to_wire("train_es", config, {"resume": False})
+    config = config_from_dict({"run": {"dir": "runs/a", "report_to": "tensorboard"}})
+    remote.to_wire("train_grpo", config, {"resume": False})  # in the GPU and TRL images
+    assert modal_plan.TENSORBOARD in modal_plan.image_specs("leanprover/lean4:v4.15.0", "v4.15.0")["trl"].python_packages
+
+
 def test_outputs_brought_back_are_small_files_only():
     config_dict = config_from_dict({"run": {"dir": "runs/a"}}).to_dict()
     assert remote._outputs("train_es", config_dict, {}) == ["runs/a/ledger.json", "runs/a/metrics.jsonl",

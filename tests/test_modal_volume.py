@@ -212,3 +212,53 @@ def test_a_generator_engine_child_process_does_not_block_the_next_reload(tmp_pat
         for child in children:
             child.kill()
             child.wait()
+
+
+@pytest.mark.slow
+def test_tensorboard_curves_of_an_es_run_on_the_volume_do_not_block_its_commits(tmp_path, monkeypatch):
+    """`run.report_to = "tensorboard"` writes event files under the run directory, on the runs
+    Volume. The loop commits before every fan-out, and a commit reloads (modal/volume.py), which
+    an open file in the Volume refuses: the tracker closes its event file around each commit.
+    With TensorFlow installed TensorBoard keeps the event file open from its first write to
+    close() (`tf.io.gfile.GFile(path, "wb")` in its EventFileWriter); without it (here) it
+    reopens the file per write, so the writer below keeps a handle open as TensorFlow's would."""
+    pytest.importorskip("tensorboard")
+    from prover_cli import tracking
+
+    real_writer = tracking.summary_writer
+
+    def writer_holding_its_file(log_dir, purge_step):
+        writer = real_writer(log_dir, purge_step)
+        handle = open(writer.file_writer.event_writer._file_name, "ab")  # noqa: SIM115 - held, as GFile does
+        close = writer.close
+        writer.close = lambda: (handle.close(), close())
+        return writer
+
+    monkeypatch.setattr(tracking, "summary_writer", writer_holding_its_file)
+    volume = VolumeStandIn(tmp_path / "runs")
+    monkeypatch.setattr(functions, "RUNS_MOUNT", str(volume._mount))
+    monkeypatch.setattr(functions, "runs_volume", volume)
+    monkeypatch.setattr(functions, "models_volume", VolumeStandIn(tmp_path / "models"))
+    config = config_from_dict({
+        "model": {"name": "tiny", "cache_dir": str(tmp_path / "cache"), "device": "cpu", "dtype": "float32"},
+        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 8, "problems": "data/p.jsonl"},
+        "generate": {"n": 1, "max_tokens": 4, "batch_size": 8},
+        "es": {"population": 2, "iterations": 3, "problems_per_iteration": 2, "sigma": 0.01, "learning_rate": 0.01},
+        "run": {"dir": "runs/es", "report_to": "tensorboard"},
+    }).to_dict()
+    functions.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
+    result = functions.train_es.local(config, {"resume": False})
+    assert result["ok"] and result["iterations"] == 3
+    events = sorted(p for p in volume._committed if p.startswith("runs/es/tensorboard/events.out.tfevents"))
+    assert events, "the curves reach the Volume"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = []
+    for name in events:
+        path = tmp_path / "event-copy" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(volume._committed[name])
+    accumulator = EventAccumulator(str(tmp_path / "event-copy" / "runs/es/tensorboard"))
+    accumulator.Reload()
+    steps = sorted({event.step for event in accumulator.Scalars("reward/mean")})
+    assert steps == [1, 2, 3]  # every iteration's curve point, across the reopened event files

@@ -44,7 +44,11 @@ def _declared(name: str) -> dict[str, Any]:
 
 def _commit(volume: Any) -> None:
     """A real Volume commits only inside a container; `.local()` runs have none to commit to.
-    Anything else (the tests' Volume stand-in) always applies Modal's rules."""
+    Anything else (the tests' Volume stand-in) always applies Modal's rules. A commit reloads the
+    Volume, which fails while a file in it is open: trackers close theirs first (tracking.py)."""
+    from prover_cli import tracking
+
+    tracking.release_files()
     if not (modal.is_local() and isinstance(volume, modal.Volume)):
         volume.commit()
 
@@ -60,9 +64,14 @@ def on_volume(path: str | Path) -> Path:
     return p if p.is_absolute() else Path(RUNS_MOUNT) / p
 
 
+WANDB_DIR = "/tmp/prover-wandb"  # W&B's local files, outside the Volumes (tracking.py)
+
+
 def _config(config_dict: dict[str, Any]) -> Any:
     """Rebuild (and re-validate) the config sent over the wire, with its paths on the runs Volume."""
     config = config_from_dict(config_dict, source="modal")
+    if not modal.is_local():
+        os.environ.setdefault("WANDB_DIR", WANDB_DIR)
     from prover_cli import jsonl
 
     jsonl.configure(max_line_bytes=config.io.max_line_bytes)  # io.max_line_bytes holds remotely too
@@ -365,7 +374,7 @@ def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]],
         if _accepts(resolve("train_es"), "generate_population"):
             generate_population = population_on_modal(cfg, config_dict)
             arguments["generate_population"] = generate_population
-            arguments["_finally"] = generate_population.release_members
+            arguments["_finally"] = getattr(generate_population, "release_members", None)
         else:
             print("ES members run one after another in this container: prover_cli.es.train.train_es "
                   "takes no generate_population hook", file=sys.stderr)

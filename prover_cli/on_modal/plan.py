@@ -60,6 +60,8 @@ SAFETENSORS = "safetensors==0.8.*"     # ES snapshots and replayed weights
 TYPER = "typer==0.29.*"                # prover_cli's CLI, imported by the package
 RICH = "rich==15.*"                    # prover_cli's tables and progress
 MATPLOTLIB = "matplotlib==3.11.*"      # eval's pass@k plot
+TENSORBOARD = "tensorboard==2.21.*"    # run.report_to = "tensorboard" (W&B and Trackio are not in the images)
+MODAL_TRACKERS = ("tensorboard",)      # the run.report_to trackers the GPU images can stream to
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def repl_tag(lean_toolchain: str) -> str:
 def image_specs(lean_toolchain: str, mathlib_rev: str) -> dict[str, ImageSpec]:
     """The four images, one per job. The Lean pins come from `[verify]` (baked in at import)."""
     base = f"debian_slim(python_version={PYTHON_VERSION!r})"
-    gpu_packages = (VLLM, TRANSFORMERS, HF_HUB, SAFETENSORS, DATASETS, TYPER, RICH, MATPLOTLIB)
+    gpu_packages = (VLLM, TRANSFORMERS, HF_HUB, SAFETENSORS, DATASETS, TYPER, RICH, MATPLOTLIB, TENSORBOARD)
     return {
         "orchestrator": ImageSpec(base, (TYPER, RICH, DATASETS, HF_HUB),
                                   why="prepare-data and `prover verify`: reads files, drives Lean Sandboxes",

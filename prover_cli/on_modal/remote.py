@@ -51,6 +51,14 @@ def to_wire(name: str, config: Any, kwargs: dict[str, Any]) -> tuple[dict[str, A
     """(config dict, keyword arguments, uploads) for a remote call: every path relative to the runs Volume."""
     if name not in REMOTE_NAMES:
         raise BackendError(f"`{name}` has no Modal function; --backend modal runs {', '.join(REMOTE_NAMES)}")
+    from prover_cli.on_modal.plan import MODAL_TRACKERS
+    from prover_cli.tracking import parse_report_to
+
+    missing = [t for t in parse_report_to(config.run.report_to) if t not in MODAL_TRACKERS]
+    if missing and name in ("train_es", "train_grpo"):  # refused here, not after a GPU container started
+        raise BackendError(f"run.report_to = {config.run.report_to!r}: the Modal images have no {', '.join(missing)}",
+                           hint=f"use {' or '.join(MODAL_TRACKERS)} on Modal (its event files land in the run "
+                                "directory on the runs Volume), or run locally")
     uploads: list[tuple[Path, str]] = []
 
     def local_input(value: Any, *, may_be_id: bool) -> Any:

@@ -111,6 +111,10 @@ INTENDED = {
     "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, None, BOTH),
     "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, None, BOTH),
     "evaluate": ("gpu", None, 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
+    # `prover doctor --backend modal`: one GPU for one prompt; two small containers for the Volumes
+    "doctor_gpu": ("gpu", "H100:1", 8.0, 65536, 1800, 0, 1, None, BOTH),
+    "doctor_volume_write": ("orchestrator", None, 1.0, 1024, 600, 0, 1, None, BOTH),
+    "doctor_volume_read": ("orchestrator", None, 1.0, 1024, 600, 0, 1, None, BOTH),
 }
 FIELDS = ("image", "gpu", "cpu", "memory_mb", "timeout_s", "retries", "max_containers", "scaledown_window_s", "volumes")
 
@@ -131,9 +135,10 @@ def test_each_function_declares_its_intended_resources(name):
     assert {f: got[f] for f in FIELDS} == dict(zip(FIELDS, INTENDED[name]))
 
 
-@pytest.mark.parametrize("name,key", [("Generator", "generate"), ("ESMember", "es_member"),
-                                      ("evaluate", "eval")] + [(n, n) for n in INTENDED
-                                                              if n not in ("Generator", "ESMember", "evaluate")])
+@pytest.mark.parametrize("name,key", [("Generator", "generate"), ("ESMember", "es_member"), ("evaluate", "eval"),
+                                      ("doctor_volume_write", "doctor_volumes"), ("doctor_volume_read", "doctor_volumes")]
+                         + [(n, n) for n in INTENDED if n not in ("Generator", "ESMember", "evaluate",
+                                                                 "doctor_volume_write", "doctor_volume_read")])
 def test_declarations_are_the_plan_table(name, key):
     """The decorators receive `modal_plan.resources`, so the dry-run plan describes what deploys."""
     table = modal_plan.resources(Config())[key]

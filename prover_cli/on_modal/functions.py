@@ -21,7 +21,7 @@ from prover_cli.config import config_from_dict
 from prover_cli.errors import NotBuiltError
 from prover_cli.on_modal import sandbox
 from prover_cli.on_modal.images import DEFAULTS, IMAGES, app, mounts, models_volume, runs_volume
-from prover_cli.on_modal.plan import RUNS_MOUNT, gpu_spec, resources
+from prover_cli.on_modal.plan import DOCTOR_PROMPT_TOKENS, MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
 
 # The decorators below declare the resources of the default config; `remote.run_remote` applies
 # yours with `.with_options()` (GPU type, containers, timeouts, retries, CPUs, memory).
@@ -421,6 +421,69 @@ def replay_seeds(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, An
 def evaluate(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     needs_model = kwargs.get("verdicts") is None
     return _call_library("eval", config, kwargs, needs_model=needs_model)
+
+
+# ## `prover doctor --backend modal`: the GPU and the Volumes, checked before a paid run
+#
+# on_modal/doctor.py calls these (and starts one Lean Sandbox itself). The two Volume functions
+# are separate Functions, so they always run in separate containers: the probe crosses from one
+# to the other only through commit and reload, as a ledger does between the ES loop and members.
+
+DOCTOR_PROMPT = "theorem doctor_probe : 1 + 1 = 2 := by"
+
+
+@app.function(**_declared("doctor_gpu"))
+def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
+    """Load the configured model with the configured sampler on this container's GPU, generate once."""
+    import time
+
+    cfg = _config(config)
+    _reload(runs_volume)
+    _ensure_model(config)
+    from prover_cli.samplers import SamplingParams, load_sampler
+
+    started = time.monotonic()
+    sampler = load_sampler(cfg)
+    loaded = time.monotonic()
+    [[sample]] = sampler.generate([DOCTOR_PROMPT], SamplingParams(n=1, temperature=0.0, top_p=1.0,
+                                                                 max_tokens=DOCTOR_PROMPT_TOKENS, seed=0))
+    done = time.monotonic()
+    gpu = "no CUDA device"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return {"model": cfg.model.name, "sampler": cfg.generate.backend, "gpu": gpu, "load_s": round(loaded - started, 1),
+            "generate_s": round(done - loaded, 2), "completion_tokens": sample.completion_tokens,
+            "text": sample.text[:80]}
+
+
+def _probe_paths(nonce: str) -> list[Path]:
+    return [Path(mount) / ".prover-doctor" / nonce for mount in (RUNS_MOUNT, MODELS_MOUNT)]
+
+
+@app.function(**_declared("doctor_volumes"))
+def doctor_volume_write(nonce: str) -> dict[str, Any]:
+    for path, volume in zip(_probe_paths(nonce), (runs_volume, models_volume)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(nonce, encoding="utf-8")
+        _commit(volume)
+    return {"written": [str(p) for p in _probe_paths(nonce)]}
+
+
+@app.function(**_declared("doctor_volumes"))
+def doctor_volume_read(nonce: str) -> dict[str, Any]:
+    seen = {}
+    for path, volume in zip(_probe_paths(nonce), (runs_volume, models_volume)):
+        _reload(volume)
+        seen[str(path)] = path.read_text(encoding="utf-8") == nonce if path.exists() else False
+        if path.exists():
+            path.unlink()
+            _commit(volume)
+    return {"read_back": seen, "ok": all(seen.values())}
 
 
 REMOTE_FUNCTIONS: dict[str, Any] = {

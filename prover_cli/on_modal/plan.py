@@ -234,6 +234,10 @@ def resources(config: Any) -> dict[str, Resources]:
         # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
         # on the first verification); it reports the image's Lean and Mathlib versions.
         "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
+        # `prover doctor --backend modal`: one short prompt on one GPU of the generation kind, and
+        # the Volumes' commit/reload round trip between two small containers (doctor_plan below).
+        "doctor_gpu": Resources("gpu", gpu, 8.0, 64 * 1024, 30 * MINUTES, 0, 1, both),
+        "doctor_volumes": Resources("orchestrator", None, 1.0, 1024, 10 * MINUTES, 0, 1, both),
         # vLLM loads once per container; 8 cores and 64 GiB of host RAM stage the weights and
         # run the tokenizer and the engine's CPU side. One call per `prover generate`.
         "generate": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),
@@ -515,6 +519,86 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                       for name, spec in specs.items()]},
             {"title": "how the estimate is made", "columns": ["", ""], "rows": notes},
         ],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# `prover doctor --backend modal`: the steps, what each starts, and what it costs
+# --------------------------------------------------------------------------------------------
+# The one command to run before a paid run: every image, one Lean Sandbox running the canary,
+# the configured model on one GPU for one short prompt, and the Volumes' round trip. Its
+# `--dry-run` is this function's output (no `modal` import); on_modal/doctor.py runs the steps.
+
+DOCTOR_EST_MODEL_LOAD_S = 180.0  # container start + weights from the models Volume + engine start (estimate)
+DOCTOR_EST_VOLUME_CALL_S = 15.0  # one small container: start, write or read a file, commit or reload
+DOCTOR_PROMPT_TOKENS = 16        # tokens the GPU step generates
+
+
+@dataclass(frozen=True)
+class DoctorStep:
+    name: str
+    where: str
+    what: str
+    resources: Resources | None   # None: not a container of ours (the image builders)
+    est_s: float | None
+    sandbox: bool = False
+    containers: int = 1
+
+    def usd(self, config: Any, seconds: float | None) -> float | None:
+        """What `seconds` of this step's containers cost at the `[modal]` prices (None: unpriced)."""
+        if self.resources is None or seconds is None:
+            return None
+        line = _Line(self.name, self.resources, self.containers, 1, self.containers * seconds, sandbox=self.sandbox)
+        return sum(line.usd(config).values())
+
+
+def doctor_steps(config: Any) -> list[DoctorStep]:
+    from prover_cli.verify.canary import canaries_for
+
+    m, res = config.modal, resources(config)
+    canaries = len(canaries_for(config.verify))
+    sandbox = res["verify_sandbox"]
+    return [
+        DoctorStep("images", "Modal's image builders",
+                   "build (or find, when cached) the four images: " + ", ".join(image_specs(
+                       config.verify.lean_toolchain, config.verify.mathlib_rev))
+                   + " (a first build takes minutes: Mathlib's cache, vLLM's wheels)",
+                   None, None),
+        DoctorStep("lean sandbox", f"one Sandbox of the lean image, {sandbox.cpu:g} cores, "
+                                   f"{sandbox.memory_mb // 1024} GiB, no network",
+                   "start the image's REPL (`lake env repl` in the Mathlib project) in it and run the verify canary "
+                   f"({canaries} proofs: honest ones must verify, each cheat be rejected)",
+                   sandbox, m.est_header_s + canaries * m.est_verify_s_per_proof, sandbox=True),
+        DoctorStep("gpu model", f"one {gpu_spec(config)} container of the gpu image",
+                   f"load {config.model.name} with the {config.generate.backend} sampler (downloading it into the "
+                   f"models Volume once) and generate {DOCTOR_PROMPT_TOKENS} tokens for one prompt",
+                   res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + DOCTOR_PROMPT_TOKENS / m.est_decode_tokens_per_s),
+        DoctorStep("volumes", "two small containers of the orchestrator image",
+                   f"write a probe file to {m.runs_volume} and {m.models_volume} and commit in one container; "
+                   "reload and read it back in another (a separate Function), then remove it",
+                   res["doctor_volumes"], DOCTOR_EST_VOLUME_CALL_S, containers=2),
+    ]
+
+
+def doctor_plan(config: Any) -> dict[str, Any]:
+    """`prover doctor --backend modal --dry-run`: each step, where it runs, its estimated time and cost."""
+    steps = doctor_steps(config)
+    rows, total = [], 0.0
+    for step in steps:
+        usd = step.usd(config, step.est_s)
+        total += usd or 0.0
+        rows.append([step.name, step.where, step.what, "-" if step.est_s is None else f"~{step.est_s:.0f} s",
+                     "not priced" if usd is None else round(usd, 4)])
+    return {
+        "ok": True,
+        "dry_run": True,
+        "backend": "modal",
+        "app": config.modal.app_name,
+        "steps": [{"name": r[0], "where": r[1], "what": r[2], "est": r[3], "est_usd": r[4]} for r in rows],
+        "est_usd_total": round(total, 4),
+        "tables": [{"title": f"prover doctor --backend modal (app `{config.modal.app_name}`): what it would do; "
+                             "nothing started", "columns": ["step", "where", "what", "est. time", "est. USD"],
+                    "rows": rows}],
     }
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -23,27 +22,25 @@ from test_verify_kimina import FakeKimina, invalid_body, proof
 BUSY = "fake_kimina_busy"  # a request holding a snippet with this marker always gets HTTP 429
 
 
-class BusyKimina:
+class BusyKimina(FakeKimina):
+    """FakeKimina (its auth-free reply, server and REPL-stand-in `check`) with the server's REPL
+    limit: MAX_REPLS REPLs, a MAX_WAIT per snippet, snippets of one request run concurrently."""
+
     def __init__(self, max_repls: int, max_wait_s: float, busy_first: int = 0, repl_args=("--delay", "0.2")):
-        self.checker = FakeKimina(repl_args=repl_args)  # not started: its `check` runs one snippet
+        super().__init__(repl_args=repl_args)
         self.max_repls, self.max_wait_s = max_repls, max_wait_s
         self.busy_first = busy_first                     # answer 429 to this many requests first
         self.repls = threading.BoundedSemaphore(max_repls)
         self.lock = threading.Lock()
         self.running = self.peak = 0
-        self.requests: list[list[str]] = []              # custom ids... per request, in order
+        self.requests: list[list[str]] = []              # the codes of each request, in order
         self.answers: list[int] = []                     # HTTP status per request
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(self.server.RequestHandlerClass):
             def reply(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
                 outer.answers.append(status)
+                super().reply(status, body)
 
             def do_POST(self):  # noqa: N802 - http.server's name
                 payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -64,7 +61,7 @@ class BusyKimina:
                         outer.running += 1
                         outer.peak = max(outer.peak, outer.running)
                     try:
-                        results[k] = outer.checker.check(codes[k], payload.get("timeout", 300))
+                        results[k] = outer.check(codes[k], payload.get("timeout", 300))
                     finally:
                         with outer.lock:
                             outer.running -= 1
@@ -79,20 +76,7 @@ class BusyKimina:
                     return self.reply(429, {"detail": "No available REPLs"})
                 self.reply(200, {"results": results})
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.RequestHandlerClass = Handler
 
 
 @pytest.fixture

@@ -261,6 +261,13 @@ class ModalConfig:
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
                                          min=0.0, min_exclusive=True)
     est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)
+    est_kernel_check_s_per_proof: float = _key(40.0, "Cost estimate: seconds one fast-path pass spends in the kernel stage "
+                                               "(verify.kernel_check): `lean -o` (the header's import, the proof again) "
+                                               "and SafeVerify (its imports, the replay), each in a fresh Sandbox. Not "
+                                               "measured on Lean here: `prover doctor` prints what the honest kernel "
+                                               "canary took on your machine.", min=0.0)
+    est_pass_rate: float = _key(1.0, "Cost estimate: fraction of proofs the fast path calls verified; only those go "
+                                "through the kernel stage (1.0 = every proof: an upper bound).", min=0.0, max=1.0)
     est_replay_s_per_iteration: float = _key(25.0, "Cost estimate: seconds a cold ES member needs to replay one ledger "
                                              "iteration (noise, update, fingerprint of every weight) before it "
                                              "generates; the plan prints the worst case.", min=0.0)

@@ -142,11 +142,8 @@ class Verifier:
         if getattr(verify_config, "kernel_check", False):
             from prover_cli.verify.kernel import KernelStage
 
-            # `kernel_runner` runs each stage step; None: local processes (a Modal one gives each a Sandbox)
-            runner = kernel_runner
-            if runner is None and transport_factory is not None:
-                runner = getattr(transport_factory, "kernel_runner", None)
-            self.kernel = KernelStage(verify_config, runner=runner)
+            # `kernel_runner` runs each stage step; None: local processes (Modal's gives each a Sandbox)
+            self.kernel = KernelStage(verify_config, runner=kernel_runner)
         if verify_config.backend == "kimina":
             from prover_cli.verify.kimina import KiminaBackend
 
@@ -217,7 +214,7 @@ class Verifier:
 
 def verify_records(records: list[dict[str, Any]], verify_config: Any,
                    reporter: Any = NULL_REPORTER, *, keep_warm: bool = False,
-                   transport_factory: Any = None) -> list[dict[str, Any]]:
+                   transport_factory: Any = None, kernel_runner: Any = None) -> list[dict[str, Any]]:
     """One verdict dict per record, in input order (`id`, `verdict`, `reason`, …).
 
     By default starts and stops its own backend. Trainers pass `keep_warm=True`: the backend
@@ -225,25 +222,26 @@ def verify_records(records: list[dict[str, Any]], verify_config: Any,
     `import Mathlib` is paid once per REPL process, not once per ES member or GRPO step.
     """
     if keep_warm:
-        return _warm_verifier(verify_config, transport_factory).verify(list(records), reporter=reporter)
-    with Verifier(verify_config, transport_factory=transport_factory) as verifier:
+        return _warm_verifier(verify_config, transport_factory, kernel_runner).verify(list(records), reporter=reporter)
+    with Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner) as verifier:
         return verifier.verify(list(records), reporter=reporter)
 
 
 _WARM: dict[str, Verifier] = {}
 
 
-def _warm_verifier(verify_config: Any, transport_factory: Any = None) -> Verifier:
+def _warm_verifier(verify_config: Any, transport_factory: Any = None, kernel_runner: Any = None) -> Verifier:
     import atexit
     import dataclasses
     import json
 
     key = json.dumps(dataclasses.asdict(verify_config), sort_keys=True, default=str)
     key += f"|transport={id(transport_factory) if transport_factory is not None else 'local'}"
+    key += f"|kernel={id(kernel_runner) if kernel_runner is not None else 'local'}"
     if key not in _WARM:
         if not _WARM:
             atexit.register(close_warm_verifiers)
-        _WARM[key] = Verifier(verify_config, transport_factory=transport_factory)
+        _WARM[key] = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
     return _WARM[key]
 
 
@@ -258,7 +256,8 @@ def close_warm_verifiers() -> None:
 # --------------------------------------------------------------------------------------------
 
 def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | None = None,
-                reporter: Any = NULL_REPORTER, transport_factory: Any = None) -> dict[str, Any]:
+                reporter: Any = NULL_REPORTER, transport_factory: Any = None,
+                kernel_runner: Any = None) -> dict[str, Any]:
     """Verify a JSONL of proofs into a JSONL of verdicts (resumable); returns the summary."""
     proofs_path = Path(proofs_path)
     out_path = Path(out_path) if out_path is not None else proofs_path.with_name(proofs_path.stem + ".verdicts.jsonl")
@@ -299,7 +298,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     policy = policy_digest(verify_config)
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
-    verifier = Verifier(verify_config, transport_factory=transport_factory)
+    verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
     if not verify_config.kernel_check:
         reporter.log("warning: " + KERNEL_CHECK_OFF_WARNING)
     with ResumableWriter(out_path) as writer, _sigterm_as_interrupt():

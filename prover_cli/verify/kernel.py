@@ -56,6 +56,7 @@ from prover_cli.verify.rules import Verdict
 
 CHECKER = "SafeVerify"
 CHECKER_REPO = "GasStationManager/SafeVerify"
+SAFEVERIFY_URL = f"https://github.com/{CHECKER_REPO}"
 # What SafeVerify allows at every pinned commit (`AllowedAxioms` / `Settings.allowedAxioms`):
 # verify.allowed_axioms may be narrower (we hold the checker's axiom list to it), never wider.
 CHECKER_AXIOMS = frozenset({"propext", "Quot.sound", "Classical.choice"})

@@ -158,15 +158,16 @@ def check_kernel_checker(verify_config: Any) -> Check:
     return Check(name, True, f"{where}: {pin.describe}")
 
 
-def check_kernel_canary(verify_config: Any) -> Check:
+def check_kernel_canary(verify_config: Any, runner: Any = None) -> Check:
     """The kernel stage on this toolchain: an honest proof passes, each forged case is rejected;
-    reports the seconds the honest one took (the stage's cost per proof here)."""
+    reports the seconds the honest one took (the stage's cost per proof here). `runner`: where
+    each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes)."""
     from prover_cli.errors import ProverError
     from prover_cli.verify.kernel import KERNEL_CANARIES, KernelStage, kernel_canary_failures, run_kernel_canary
 
     fix = "the kernel stage does not hold on this toolchain: check the pinned checker and verify.lean_command"
     try:
-        results = run_kernel_canary(KernelStage(verify_config), verify_config.header)
+        results = run_kernel_canary(KernelStage(verify_config, runner=runner), verify_config.header)
     except ProverError as exc:
         return Check("kernel canary", False, f"could not run: {exc}", getattr(exc, "hint", "") or fix)
     if all(r["ok"] for r in results):

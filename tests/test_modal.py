@@ -378,8 +378,15 @@ def test_routing_sends_lean_verification_to_sandboxes_and_restores(monkeypatch):
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "countdown"}})):
         assert fake_verify.verify_records is original_records  # Python-checked tasks never reach Lean
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
-                                                               "verify": {"backend": "kimina"}})):
+                                                               "verify": {"backend": "kimina",
+                                                                          "kernel_check": False}})):
         assert fake_verify.verify_records is original_records  # a Kimina server is its own sandbox
+    with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
+                                                               "verify": {"backend": "kimina"}})):
+        # ...but the kernel stage's steps need Lean, which only the Lean image has: Sandboxes
+        assert fake_verify.verify_records.__qualname__.startswith("kernel_stage_in_sandboxes")
+        assert fake_verify.verify_file.__qualname__.startswith("kernel_stage_in_sandboxes")
+    assert fake_verify.verify_records is original_records and fake_verify.verify_file is original_file
 
 
 def test_a_retried_training_call_resumes_from_the_ledger(tmp_path, monkeypatch):

@@ -363,3 +363,22 @@ def test_a_kernel_sandbox_that_dies_is_an_error_never_a_pass(standin):
     config = make_config()
     [verdict] = sandbox.verify_records_in_sandboxes(config)([record("a")], config.verify)
     assert verdict["verdict"] == "error" and "SIGKILL" in verdict["reason"], verdict["reason"]
+
+
+def test_the_kimina_backend_on_modal_runs_the_kernel_stage_in_sandboxes(standin, monkeypatch):
+    """Kimina elaborates (its stand-in server, its REPLs forging their answers); the routed
+    verify_records gives the kernel stage Sandboxes from the Lean image."""
+    import sys
+
+    import test_verify_kimina
+    from prover_cli.verify import engine
+
+    monkeypatch.setattr(test_verify_kimina, "fake_repl_command", lambda *args: [sys.executable, str(FORGING_REPL), *args])
+    with test_verify_kimina.FakeKimina() as server:
+        config = make_config(verify={"backend": "kimina", "kimina_url": server.url})
+        routed = sandbox.kernel_stage_in_sandboxes(config, engine.verify_records, "records")
+        records = [record("honest"), record("hidden", "  nlinarith [fake_error]")]
+        verdicts = {v["id"]: v for v in routed(records, config.verify)}
+    assert verdicts["honest"]["verdict"] == "verified", verdicts["honest"]["reason"]
+    assert verdicts["hidden"]["verdict"] == "rejected" and "fresh Lean process" in verdicts["hidden"]["reason"]
+    assert repl_boxes(standin, config) == [] and len(kernel_boxes(standin, config)) == 5  # 2 targets, 2 + 1 steps

@@ -482,15 +482,42 @@ def _signal_of(code: int | None) -> int | None:
 
 # ## The two entry points to Lean, with each batch in a Sandbox
 
-def _sandbox_verify_config(verify_config: Any) -> Any:
-    """The image's REPL and Lean project; fail closed if the config names other Lean versions."""
+def _check_image_versions(verify_config: Any) -> None:
+    """Fail closed if the config names other Lean versions than the image has."""
     if (verify_config.lean_toolchain, verify_config.mathlib_rev) != (LEAN_TOOLCHAIN, MATHLIB_REV):
         raise BackendError(
             f"verify.lean_toolchain = {verify_config.lean_toolchain!r}, verify.mathlib_rev = "
             f"{verify_config.mathlib_rev!r}, but the Lean image has {LEAN_TOOLCHAIN!r} and {MATHLIB_REV!r}",
             hint="set PROVER_LEAN_TOOLCHAIN / PROVER_MATHLIB_REV to the config values and rerun (the image rebuilds)")
+
+
+def _sandbox_verify_config(verify_config: Any) -> Any:
+    """The image's REPL, Lean project and kernel-stage commands; the image's Lean versions."""
+    _check_image_versions(verify_config)
     return dataclasses.replace(verify_config, repl_command=list(REPL_COMMAND), project_dir=LEAN_PROJECT_DIR,
                                lean_command=list(LEAN_COMMAND), kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
+
+
+def kernel_stage_in_sandboxes(config: Any, library_function: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """`verify_records` (kind "records") or `verify_file` (kind "file") for the Kimina backend on
+    Modal: the server elaborates as before, and the kernel stage's steps run in fresh Sandboxes
+    from the Lean image (whose Lean must be the configured one), with the image's commands."""
+    if kind == "file":
+        def verify_file(cfg: Any, **kwargs: Any) -> Any:
+            cfg = dataclasses.replace(cfg, verify=_kernel_verify_config(cfg.verify))
+            return library_function(cfg, **{**kwargs, "kernel_runner": SandboxRunner(config)})
+        return verify_file
+
+    def verify_records(records: list[dict[str, Any]], verify_config: Any, *args: Any, **kwargs: Any) -> Any:
+        return library_function(records, _kernel_verify_config(verify_config), *args,
+                                **{**kwargs, "kernel_runner": SandboxRunner(config)})
+    return verify_records
+
+
+def _kernel_verify_config(verify_config: Any) -> Any:
+    _check_image_versions(verify_config)
+    return dataclasses.replace(verify_config, project_dir=LEAN_PROJECT_DIR, lean_command=list(LEAN_COMMAND),
+                               kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
 def _error_verdict(record: dict[str, Any], exc: BaseException, verify: Any) -> dict[str, Any]:

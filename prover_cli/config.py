@@ -161,6 +161,8 @@ class VerifyConfig:
     kernel_checker_command: list[str] = _key(["lake", "env", "safe_verify"],
                                              "argv of SafeVerify built at the commit pinned for `lean_toolchain` "
                                              "(`prover doctor` checks it), run in `project_dir`.")
+    kernel_check_workers: int = _key(0, "Kernel-stage checks at a time (each: one `lean -o` and one SafeVerify "
+                                     "process, or on Modal a fresh Sandbox each); 0 = verify.workers.", min=0)
     kernel_check_timeout_s: float = _key(600.0, "Wall-clock limit for each kernel-stage process (`lean -o` of one proof, "
                                          "one SafeVerify run), seconds; each imports the header (Mathlib) afresh.",
                                          min=0.0, min_exclusive=True)

@@ -508,9 +508,10 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["samples_per_iteration"] == 240 and plan["iterations"] == 100
     generation_s = 8192 / 100                 # max_tokens at 100 tokens/s: 81.92 s
     # the kernel stage: every proof passes the fast path (modal.est_pass_rate = 1.0), each pass
-    # 40 s (modal.est_kernel_check_s_per_proof), 4 at a time: 16 rounds = 640 s per batch
-    kernel_s = math.ceil(64 / 4) * 40
-    batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 780 s
+    # 40 s (modal.est_kernel_check_s_per_proof), 16 at a time (verify.kernel_check_workers in
+    # kimina-es.toml): 4 rounds = 160 s per batch
+    kernel_s = math.ceil(64 / 16) * 40
+    batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 300 s
     wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 Sandboxes
     # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
     # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 32 GiB;
@@ -527,16 +528,16 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     usd = (gpu_container_s * (3.95 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 32 * 0.024)
            + kernel_sandbox_s * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
-    assert plan["est_gpu_hours_per_iteration"] == round(gpu_container_s / 3600, 4)
+    assert plan["est_gpu_hours_per_iteration"] == pytest.approx(gpu_container_s / 3600, abs=1e-4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
     assert plan["kernel_check"] is True and plan["est_kernel_check_core_s_per_proof"] == 1.0 * 40 * 2
-    # once per run: the 30 members idle out their 2520 s window at most (1880 s + the stage's 640 s)
-    once = 30 * 2520 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
+    # once per run: the 30 members idle out their 2040 s window at most (1880 s + the stage's 160 s)
+    once = 30 * 2040 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + once, abs=0.05)
     # a cold member replays at most es.snapshot_every = 10 iterations at 25 s each
     assert (plan["cold_member_replay_iterations"], plan["cold_member_replay_s"]) == (10, 250.0)
-    assert plan["es_gap_bound_s"] == 1880.0 + 640
+    assert plan["es_gap_bound_s"] == 1880.0 + 160
     # every image it uses, with the exact requirement strings it installs
     assert plan["images"]["gpu"]["python_packages"] == list(modal_plan.image_specs(
         "leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages)
@@ -571,12 +572,12 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
                                "--backend", "modal", "--dry-run", "--json"])
     assert grpo.exit_code == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
-    # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (2 rounds of 40 s)
-    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + math.ceil(8 / 4) * 40)
+    # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round of 40 s)
+    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + 40)
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
     # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for
-    # 150 s; the kernel stage: 8 passes x 40 s in Sandboxes of 2 cores, 8 GiB
-    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 150 * (8 * 0.142 + 32 * 0.024)
+    # 110 s; the kernel stage: 8 passes x 40 s in Sandboxes of 2 cores, 8 GiB
+    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 110 * (8 * 0.142 + 32 * 0.024)
            + 8 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}

@@ -186,6 +186,12 @@ def verify_batch_timeout_s(config: Any) -> int:
     return int(v.header_timeout_s + rounds * (v.timeout_s + 5) + 2 * MINUTES)
 
 
+def kernel_workers(verify_config: Any) -> int:
+    from prover_cli.verify.kernel import kernel_workers as workers
+
+    return workers(verify_config)
+
+
 def kernel_step_size(config: Any) -> tuple[float, int]:
     """(cores, MiB) of one kernel-stage Sandbox: what one REPL of a verification Sandbox gets."""
     v, m = config.verify, config.modal
@@ -257,9 +263,9 @@ def resources(config: Any) -> dict[str, Resources]:
                                     verify_batch_timeout_s(config), 1, m.verify_max_containers, ()),
         # One kernel-stage step (`lean -o` of one proof, the trusted target, or SafeVerify) in a
         # fresh Sandbox of its own (verify/kernel.py, sandbox.SandboxRunner): one REPL's share of
-        # the verification Sandbox, verify.workers at a time per batch.
+        # the verification Sandbox, verify.kernel_check_workers at a time per batch.
         "kernel_sandbox": Resources("lean", None, *kernel_step_size(config), kernel_step_timeout_s(config), 0,
-                                    m.verify_max_containers * config.verify.workers, ()),
+                                    m.verify_max_containers * kernel_workers(config.verify), ()),
         # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
         # on the first verification); it reports the image's Lean and Mathlib versions.
         "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
@@ -349,8 +355,8 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
     proofs_per_batch = min(m.verify_batch_size, work.proofs) if work.proofs else 0
     batch_s = m.est_header_s + math.ceil(proofs_per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
     kernel_passes = math.ceil(work.proofs * m.est_pass_rate) if v.kernel_check else 0
-    kernel_s = (math.ceil(math.ceil(proofs_per_batch * m.est_pass_rate) / v.workers) * m.est_kernel_check_s_per_proof
-                if v.kernel_check and batches else 0.0)
+    kernel_s = (math.ceil(math.ceil(proofs_per_batch * m.est_pass_rate) / kernel_workers(v))
+                * m.est_kernel_check_s_per_proof if v.kernel_check and batches else 0.0)
     batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
     verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
     iteration_s = gen_waves * generation_s + verify_waves * batch_s
@@ -440,7 +446,7 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
                            t.batches * t.batch_s, sandbox=True))
     if t.kernel_passes:
         kernel = res["kernel_sandbox"]
-        lines.append(_Line("kernel Sandbox", kernel, min(t.batches * config.verify.workers, kernel.max_containers),
+        lines.append(_Line("kernel Sandbox", kernel, min(t.batches * kernel_workers(config.verify), kernel.max_containers),
                            2 * t.kernel_passes, t.kernel_passes * config.modal.est_kernel_check_s_per_proof,
                            sandbox=True))
     return lines
@@ -512,8 +518,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                           f"(modal.est_pass_rate = {m.est_pass_rate:g}); each: `lean -o` + SafeVerify in 2 fresh "
                           f"Sandboxes of {res['kernel_sandbox'].cpu:g} cores, {m.est_kernel_check_s_per_proof:g} s "
                           f"(modal.est_kernel_check_s_per_proof) = {kernel_check_core_s_per_proof(config):.0f} "
-                          "core-s expected per proof; a batch waits "
-                          f"{t.kernel_s:.0f} s for its checks")
+                          f"core-s expected per proof; {kernel_workers(v)} at a time per batch "
+                          f"(verify.kernel_check_workers): a batch waits {t.kernel_s:.0f} s for its checks")
                          if t.kernel_passes else
                          ("off: verify.kernel_check = false, `verified` rests on the fast path alone"
                           if t.batches else "none: no proof goes to Lean")],

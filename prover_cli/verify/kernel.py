@@ -114,6 +114,11 @@ def policy_problem(verify_config: Any) -> tuple[str, str] | None:
     return None
 
 
+def kernel_workers(verify_config: Any) -> int:
+    """How many proofs go through the stage at a time: verify.kernel_check_workers, else verify.workers."""
+    return max(1, int(getattr(verify_config, "kernel_check_workers", 0) or verify_config.workers))
+
+
 def require_pin(verify_config: Any) -> CheckerPin:
     pin = pin_for(verify_config.lean_toolchain)
     if pin is None:
@@ -183,7 +188,7 @@ def checker_argv(checker_command: list[str], pin: CheckerPin) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 class KernelStage:
-    """`verify.workers` jobs at a time; each proof: one elaboration process, one checker process
+    """`kernel_workers` jobs at a time; each proof: one elaboration process, one checker process
     (SafeVerify takes one target/submission pair per run, so no batching within a process)."""
 
     def __init__(self, verify_config: Any, runner: Runner | None = None):
@@ -208,11 +213,11 @@ class KernelStage:
         return {"checker": CHECKER, "commit": self.pin.commit, "toolchain": self.pin.toolchain}
 
     def check(self, jobs: Sequence[KernelJob], allowed: Iterable[str]) -> list[KernelResult]:
-        """One result per job, in order; `verify.workers` at a time."""
+        """One result per job, in order; `kernel_workers` at a time."""
         allowed = frozenset(allowed)
         if not jobs:
             return []
-        workers = max(1, min(int(self.config.workers), len(jobs)))
+        workers = min(kernel_workers(self.config), len(jobs))
         if workers == 1:
             return [self.check_one(job, allowed) for job in jobs]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check") as pool:
@@ -281,7 +286,7 @@ class KernelStage:
 
 class second_stage:
     """The stage behind a backend, for one batch: `submit` each fast-path verdict as it comes
-    (passes go to `verify.workers` threads, anything else straight to `on_result`), `finish`
+    (passes go to `kernel_workers` threads, anything else straight to `on_result`), `finish`
     waits for the rest. `on_result` is only ever called in the caller's thread. On leaving with
     an exception (Ctrl-C, a fatal error of the backend), queued checks are dropped and running
     processes killed: their proofs get no verdict, so a resumed run checks them again.
@@ -295,7 +300,7 @@ class second_stage:
         self.executor: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> "second_stage":
-        self.executor = ThreadPoolExecutor(max_workers=max(1, int(self.stage.config.workers)),
+        self.executor = ThreadPoolExecutor(max_workers=kernel_workers(self.stage.config),
                                            thread_name_prefix="kernel-check")
         return self
 

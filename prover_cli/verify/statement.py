@@ -55,6 +55,7 @@ class Candidate:
     body: str
     target: str
     statement: str = ""
+    may_run_code: bool = False   # the text could run code under the policy: recycle the REPL after it
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,17 @@ def _lex_trusted(statement: str) -> Lexed:
         return lex(statement)
     except LexError as exc:
         raise BadRecord(f"cannot read `formal_statement`: {exc}") from None
+
+
+def trusted_signature(statement: str) -> str:
+    """The trusted statement after its name, up to (not including) its final `:=`: the binders,
+    universe parameters (`.{u}`) and type, as written. `rules.trusted_command` declares it under
+    another name; BadRecord when the statement is not `theorem NAME … :=` (`target_name`)."""
+    lexed = _lex_trusted(statement)
+    target_name(lexed)
+    tokens = lexed.code_tokens()
+    colon = tokens[-3] if tokens[-1].text == "by" else tokens[-2]
+    return lexed.code[tokens[1].end:colon.start]
 
 
 def target_name(trusted: Lexed) -> str:

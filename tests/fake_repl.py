@@ -411,14 +411,15 @@ def check_at_printout(decl: Decl, universes_shown: bool) -> str:
 
 
 def check_signature(decl: Decl) -> str:
-    """`#check X` for an identifier: the signature, with the declared universe names."""
-    levels = decl.universes or tuple(dict.fromkeys(re.findall(r"\bu_\d+\b", rename_universes(
-        " ".join(b.type for b in decl.binders) + " " + decl.type))))
+    """`#check X` for an identifier: the signature, with the declaration's own universe names
+    (`.{u}` written, or auto-bound from `Sort u`; `Type*` gets `u_1`)."""
+    text = " ".join(b.type for b in decl.binders) + " " + decl.type
+    text = re.sub(r"\b(Type|Sort)\s*\*", lambda m, c=iter(range(1, 99)): f"{m.group(1)} u_{next(c)}", text)
+    levels = decl.universes or tuple(dict.fromkeys(re.findall(r"\b(?:Type|Sort) ([A-Za-z_][\w']*)", text)))
     binders = " ".join(f"{b.bracket}{' '.join(b.names) + ' : ' if b.names else ''}{b.type}{close(b.bracket)}"
                        for b in decl.binders)
     name = decl.name + (f".{{{', '.join(levels)}}}" if levels else "")
-    type_text = decl.type if decl.universes else rename_universes(decl.type)
-    return f"{name}{' ' + binders if binders else ''} : {type_text}"
+    return f"{name}{' ' + binders if binders else ''} : {decl.type}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -617,8 +618,8 @@ class Command:
             if not chunk.strip():
                 continue
             if word == "import":
-                if not self.is_header:
-                    raise Refused("`import` after the first command")
+                if not self.is_header or self.parent is not None:
+                    raise Refused("`import` in a command that runs in an environment")
                 continue
             if word == "open" or word == "set_option":
                 words = chunk.split()

@@ -300,7 +300,7 @@ class Decl:
         binder names and kinds aside (Lean's `isDefEq` ignores them)."""
         types = [b.type for b in self.binders for _ in (b.names or ("",))]
         text = " ∀ ".join(squash(t) for t in [*map(lambda v: v.type, self.scope.variables), *types, self.type])
-        return (rename_universes(text, self.universes), self.scope.opens)
+        return (rename_universes(text, self.universes), frozenset(self.scope.opens))
 
 
 def rename_universes(text: str, declared: tuple = ()) -> str:

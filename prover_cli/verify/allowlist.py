@@ -6,26 +6,39 @@ rejected rather than run. Untrusted text is a `proof` (tactic block) or a `compl
 block; in both, a token that is a command keyword may only be one of:
 
 - `theorem` / `lemma`: helper declarations and the target;
-- `open <namespaces> in` inside a proof (indented, on one line): it applies to the next tactic
-  only (the same words at column 0, or without `in`, are rejected);
+- `open <namespaces> in` on one line: inside a proof it applies to the next tactic, before a
+  declaration to that declaration (before the target, statement.py allows only namespaces the
+  trusted header opens: anything else could change what the statement means);
 - `set_option <option> <value> in` where <option> only bounds resources (`RESOURCE_OPTIONS`):
   a resource limit cannot change what a statement means, and `in` keeps it local;
 - in a completion's header lines (dropped and replaced by the trusted header), only lines that
-  are identical to lines of the trusted header (checked in `statement.py`).
+  are identical to lines of the trusted header, or `open` lines of namespaces it opens (checked in
+  `statement.py`).
 
 Everything else that can start a command is rejected with a reason naming it and its line:
-any `variable` form (`variable?` too), `include`, `omit`, `open`, `namespace`, `section`, `end`,
-`export`, `universe`, `def`/`abbrev`/`instance`/`structure`/`inductive`/`class`/`opaque`/
-`axiom`/`example`, modifiers (`private`, `noncomputable`, …), any attribute (`@[…]`,
+any `variable` form (`variable?` too), `include`, `omit`, `open` without `in`, `namespace`,
+`section`, `end`, `export`, `universe`, `def`/`abbrev`/`instance`/`structure`/`inductive`/`class`/
+`opaque`/`axiom`/`example`, modifiers (`private`, `noncomputable`, …), any attribute (`@[…]`,
 `attribute […]`), `local`/`scoped`, `elab*`/`macro*`/`syntax*`/`notation*` and the other
-syntax-extension commands, `#` commands, `initialize`, `mutual`, and Mathlib's commands we know
-of. Lean's parser ends a tactic block at the first token that cannot continue it, so a command
-keyword anywhere in the text, at any indentation, starts a command: the scan looks at every
-token, not only at line starts; and every line that starts at column 0 must start with an
-allowed command (a tactic at column 0 would be a new command as far as we can tell).
+syntax-extension commands, `#` commands, `initialize`, `mutual`, and the Lean and Mathlib commands
+we know of that register or run code without any of those words (`set_library_suggestions`,
+`grind_propagator`, `cbv_eval`, `count_heartbeats`, …). Where Lean starts a command follows its
+layout rules: a keyword anywhere is scanned; a line at column 0, or left of the column of the
+declaration's tactic block (Lean ends the block there: `tacticSeq` checks `colGe`), starts a
+command and must start an allowed one; inside brackets columns do not count; a column-0 line may
+continue a declaration's signature when its first token cannot start a command (a symbol, a
+numeral, a dotted or non-ASCII name, or a name the signature bound).
+
+Code in the text: tactic configurations are *evaluated* (`Lean.Elab.Tactic.Config`), and some
+hold functions that run later (`solve_by_elim`'s `suspend`, Mathlib `linarith`'s `discharger`),
+so every `(name := value)` must have a literal value: a numeral, `true`/`false`, `.name`,
+`+name`/`-name`, or `{ field := literal, … }` of those (named arguments look the same and are held
+to it too); `eval%` (which evaluates code while elaborating) is rejected.
 
 `verify.allow_commands` widens the list by keyword (e.g. `["open"]`); each one is a way for a
-proof to change what is checked (see docs/verify.md for the risk of each).
+proof to change what is checked (see docs/verify.md for the risk of each). A record that uses a
+widened command able to run code is marked (`code_commands_used`), and the pool recycles the
+REPL after it.
 
 Inside proofs also: `plausible`/`slim_check` (they close the goal when they find no
 counterexample) are denied in `denylist.py`, and control, zero-width and bidirectional-format

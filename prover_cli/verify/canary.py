@@ -1,7 +1,7 @@
 """The canary: do our verdict rules hold on *this* Lean toolchain?
 
 The rules read Lean's answers (message shapes, `#print axioms` lines, the axioms native code
-uses, `#check` printouts), and those change between Lean versions. So before the first proof on
+uses, whether Lean accepts the statement check), and those change between Lean versions. So before the first proof on
 a toolchain, and in `prover doctor`, a small built-in set of real Lean texts runs through the
 same pool code as every proof (`ReplPool.check`), skipping only the text checks so that each
 Lean-side rule is exercised: honest proofs that must come out `verified`, and one cheat per
@@ -9,7 +9,11 @@ rule that must come out `rejected`. If any comes out otherwise, verification ref
 names the rule that does not hold here: on first contact with a real Lean install this tells the
 user whether our rules match their Lean version.
 
-The texts use only Lean core (no Mathlib names), so they mean the same under any header.
+The texts use only Lean core (no Mathlib names), so they mean the same under any header. The
+honest ones cover each shape of target whose printout once misled us: no binders, an explicit,
+implicit or instance binder first, and a universe-polymorphic one (with a universe-specialised
+cheat). A failure names the rule and puts what we expected next to what Lean answered (the
+verdict's reason quotes Lean), with the statement and text checked, for a one-paste report.
 A passing result is cached on disk per toolchain (`canary_cache_key`); a failing one never is.
 """
 

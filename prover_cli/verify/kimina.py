@@ -208,11 +208,11 @@ class KiminaBackend:
         batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
         self._failed = {}
         with ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="kimina") as pool:
-            # Each problem's trusted printout first, once (batches run in parallel: they would
+            # Each problem's trusted statement first, once (batches run in parallel: they would
             # all ask for it), then the proofs.
             problems = list({(c.header, c.statement, c.target): c for c in todo
                              if (c.header, c.statement, c.target) not in self._expected}.values())
-            for future in [pool.submit(self._trusted_printouts, problems[i:i + self.batch_size])
+            for future in [pool.submit(self._trusted_namespaces, problems[i:i + self.batch_size])
                            for i in range(0, len(problems), self.batch_size)]:
                 future.result()
             pending = {pool.submit(self.check_batch, batch): batch for batch in batches}
@@ -239,12 +239,12 @@ class KiminaBackend:
         return verdicts
 
     def check_batch(self, batch: list[Candidate], allowed: set[str] | None = None) -> list[Verdict]:
-        """Verdicts of one batch: Lean's printout of each problem's trusted statement (cached per
+        """Verdicts of one batch: each problem's trusted statement checked once (cached per
         problem), then one request for the proofs; after an HTTP 500, one request per proof."""
         return self._checked(batch, [self.allowed if allowed is None else allowed] * len(batch))
 
     def _checked(self, batch: list[Candidate], alloweds: list[set[str]]) -> list[Verdict]:
-        expected = self._trusted_printouts(batch)
+        expected = self._trusted_namespaces(batch)
         verdicts: list[Verdict | None] = [e if isinstance(e, Verdict) else None for e in expected]
         todo = [k for k, v in enumerate(verdicts) if v is None]
         for k, verdict in zip(todo, self._proofs([batch[k] for k in todo], [alloweds[k] for k in todo],
@@ -264,7 +264,7 @@ class KiminaBackend:
         return [v for k in range(len(batch)) for v in self._proofs(batch[k:k + 1], alloweds[k:k + 1],
                                                                     expected[k:k + 1])]
 
-    def _trusted_printouts(self, batch: list[Candidate]) -> list[str | Verdict]:
+    def _trusted_namespaces(self, batch: list[Candidate]) -> list[str | Verdict]:
         """Per candidate: the namespace its trusted header leaves open (cached per problem) or the
         `error` verdict of a statement that does not elaborate. One request for the new problems."""
         keys = [(c.header, c.statement, c.target) for c in batch]

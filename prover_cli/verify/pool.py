@@ -1,11 +1,14 @@
 """A pool of `verify.workers` REPL processes, each driven by one thread while a batch runs.
 
-Per process: the header runs once (its env is cached per header text), then every proof runs in
-that env (`"env": N`) followed by `#print axioms <target>` and Lean's statement check (`#check
-@target`, compared with the trusted statement's printout, made once per problem in the header's
-env and cached for the pool) in the env the proof produced. A proof gets `verify.timeout_s` of
-wall-clock time for its commands together. Before the first proof on a toolchain the canary runs
-(`canary.py`). A REPL killed by a signal from outside (the OOM killer) while checking a proof is
+Per process: the header runs once (its env is cached per header text); the trusted statement is
+declared once per problem in the header's env (`rules.trusted_command`, cached per process), and
+every proof of that problem runs in the env it returns, followed by Lean's statement and axiom
+check (`rules.alias_command`) in the env the proof produced. A proof gets `verify.timeout_s` of
+wall-clock time for its commands together. At each REPL start the toolchain's version is read and
+checked against what we send (`toolchain.py`). Before the first proof on a toolchain the canary
+runs (`canary.py`). After a record whose text could run code under the policy in force
+(`Candidate.may_run_code`: `native_decide` when allowed, a widened command) the process is
+recycled, as it is after `verify.max_proofs_per_process` proofs. A REPL killed by a signal from outside (the OOM killer) while checking a proof is
 not the proof's fault: the proof is retried once in a fresh process, and a second death is
 `error` naming the signal. Any other exception while checking one proof is that proof's `error`. On a timeout, crash, EOF,
 garbage or protocol error the whole process group is killed and the proof gets its verdict
@@ -40,6 +43,7 @@ from prover_cli.verify.rules import (
     trusted_command,
 )
 from prover_cli.verify.statement import BadRecord, Candidate, trusted_signature
+from prover_cli.verify.toolchain import check_capabilities
 from prover_cli.verify.transport import TransportFactory, local_transport_factory, signal_name
 
 OnVerdict = Callable[[Candidate, Verdict], None]
@@ -70,6 +74,7 @@ class ReplPool:
         self.transport_factory = transport_factory or local_transport_factory(verify_config)
         self.processes = [ReplProcess(self.transport_factory()) for _ in range(verify_config.workers)]
         self._canary_done = not getattr(verify_config, "canary", False)
+        self.lean_version = None   # detected at each REPL start (toolchain.py)
 
     def run(self, candidates: Iterable[Candidate], on_verdict: OnVerdict) -> None:
         """Check every candidate; `on_verdict` is called in *this* thread as each verdict is known."""
@@ -222,6 +227,8 @@ class ReplPool:
     def _header_env(self, proc: ReplProcess, header: str) -> int:
         if not proc.alive:
             proc.kill()  # reap a process that died between proofs
+            # the toolchain this REPL runs must have every form we send (BackendError naming it)
+            self.lean_version = check_capabilities(self.config)
             proc.start()
         env = proc.header_envs.get(header)
         if env is not None:

@@ -17,18 +17,21 @@ verdict, and anything we cannot read is a failure (fail closed).
 2. No message has severity `error` (any severity other than `info`/`warning` counts as an error).
 3. No sorry: the `sorries` list is empty and no message says "declaration uses 'sorry'" in
    either quote style (Lean <= 4.27 writes 'sorry', later versions `sorry`).
-4. The target theorem exists under its own name and states the trusted statement: by
-   construction for `proof` input; checked in the text for `completion` input (`statement.py`);
-   the `#print axioms` answer must name exactly the target's full name as the trusted
-   statement's `#check` prints it (X, or `Ns.X` when the trusted header leaves `namespace Ns`
-   open; a `namespace` trick in the proof that makes `#print axioms X` resolve to `Foo.X` fails
-   here); and Lean itself compares the target's type:
-   `#check @X` (with `STATEMENT_CHECK_OPTIONS`) in the proof's environment must print exactly
-   what it prints for the trusted statement elaborated with `sorry` in the header-only
-   environment (an added hypothesis, a different name resolution, a renamed target: rejected;
-   any unexpected answer: rejected).
-5. `#print axioms <target>`, run in the environment the proof produced, answers with exactly one
-   info message `'X' depends on axioms: [..]` or `'X' does not depend on any axioms`, and every
+4. The target theorem states the trusted statement, and Lean says so: before the proof runs, the
+   trusted statement is declared in the header's environment as `_prover_trusted` (proved by an
+   axiom no policy allows: `trusted_command`); after it, Lean must accept `theorem
+   _root_._prover_same : type_of% @_root_.<Ns.>_prover_trusted := @_root_.<Ns.>X`
+   (`alias_command`), which the kernel checks: it holds exactly when the target X proves the
+   trusted statement, whatever binder kinds, universe names, open namespaces, pp options or Lean
+   version (an added hypothesis, an instance `variable`, a name resolved through another `open`,
+   a universe-specialised target, a renamed or namespaced target: an error, so `rejected`, and
+   the reason quotes Lean). `Ns.` is the namespace the trusted header leaves open, read from the
+   `#print axioms _prover_trusted` answer. For `completion` input the text check
+   (`statement.py`) comes first. No printout is compared: `#check` is not sent.
+5. `#print axioms _root_._prover_same` (under `pp.fullNames`, so an `open Classical` cannot
+   shorten `Classical.choice`), in the same command, answers with exactly one info message
+   `'_prover_same' depends on axioms: [..]` or `… does not depend on any axioms` (the alias's
+   axioms are the target's), and every
    axiom is in `verify.allowed_axioms` (plus the native-evaluation axioms, `NATIVE_AXIOMS` and
    `NATIVE_AUX_AXIOM`, when `verify.allow_native_decide`). A missing, duplicated or unparseable
    answer is `rejected`.
@@ -40,10 +43,11 @@ What this does not protect against
 - Bugs in Lean's kernel, in Mathlib's tactics or in the allowed axioms themselves.
 - Elaborator tricks that need none of the denied words and no command outside the allowlist.
   The text checks are syntactic; the axiom check (rule 5) is the backstop for sorry/axioms/native
-  code and the `#check` comparison (rule 4) for the statement, neither for
-  `debug.skipKernelTC`-like switches, which is why those are denied by name.
-- An unknown command keyword indented after a tactic block (see allowlist.py), and `#check`
-  printouts that are equal text for different types. Anything `verify.allow_commands` admits.
+  code and Lean's statement check (rule 4) for the statement, neither for
+  `debug.skipKernelTC`-like switches, which is why those are denied by name and code in tactic
+  configurations is refused (allowlist.py).
+- An unknown command keyword placed where Lean would not start a command by our reading of its
+  layout rules (allowlist.py); anything `verify.allow_commands` admits.
 - Resource abuse beyond the address-space limit and the wall-clock deadline: the REPL process is
   not sandboxed (file system, network). Run untrusted proofs in a container (the Modal image).
 - Results of the test stand-in (`tests/fake_repl.py`): it speaks the REPL protocol but is not

@@ -190,10 +190,18 @@ def check_commands(lexed: Lexed, *, allow_commands: Iterable[str] = (), skip: It
 
     tokens = lexed.code_tokens()
     layout = _Layout(block_next=in_tactic_block)
+    newlines = [m.start() for m in re.finditer("\n", code)]
+    line_firsts, previous_line = set(), -1      # starts of the first token (strings included) of each line
+    for t in lexed.tokens:
+        line = bisect.bisect_left(newlines, t.start)
+        if line != previous_line:
+            line_firsts.add(t.start)
+        previous_line = bisect.bisect_left(newlines, t.end - 1)   # a string may span lines
     for k, token in enumerate(tokens):
         following = tokens[k + 1] if k + 1 < len(tokens) else None
-        first_on_line = code[code.rfind("\n", 0, token.start) + 1:token.start].strip() == ""
-        column = token.start - (code.rfind("\n", 0, token.start) + 1)
+        line = bisect.bisect_left(newlines, token.start)          # 0-based line of the token
+        column = token.start - (newlines[line - 1] + 1 if line > 0 else 0)
+        first_on_line = token.start in line_firsts
         starts_declaration = first_on_line and token.text in ("theorem", "lemma") and layout.depth == 0
         if starts_declaration:
             layout.new_declaration()

@@ -167,6 +167,10 @@ def may_run_code(body: str, policy: TextPolicy) -> bool:
     policy: compiled code through `native_decide` (when allowed), or a command that
     `verify.allow_commands` admits beyond the inert ones. The pool recycles the process after such
     a record: code can write into the protocol stream and register process-global state."""
+    from prover_cli.verify.allowlist import INERT_COMMANDS
+
+    if not policy.allow_native_decide and not set(policy.allow_commands) - INERT_COMMANDS:
+        return False   # the default policy: nothing in checked text runs code of its own
     try:
         lexed = lex(body)
     except LexError:

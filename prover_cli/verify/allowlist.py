@@ -170,15 +170,15 @@ CLOSERS = set(OPENERS.values())
 
 
 def check_commands(lexed: Lexed, *, allow_commands: Iterable[str] = (), skip: Iterable[tuple[int, int]] = (),
-                   header_opens: Iterable[str] = (), in_tactic_block: bool = False) -> Problem | None:
+                   in_tactic_block: bool = False, declaration_opens: bool = True) -> Problem | None:
     """The first command outside the allowlist in `lexed` (spans in `skip` excepted: their tokens
     are not checked, but still tell where declarations and tactic blocks are), or None.
 
-    `header_opens`: namespaces the trusted header opens (an `open` of only those, `open X in`
-    before a declaration, changes nothing). `in_tactic_block`: the text continues a statement
-    ending in `:= by` (`proof` input), so its first token opens the tactic block."""
+    `in_tactic_block`: the text continues a statement ending in `:= by` (`proof` input), so its
+    first token opens the tactic block.
+    `declaration_opens`: `open … in` may also stand at the start of a line, before a declaration
+    (a completion); in a `proof` only inside it (indented)."""
     allowed_extra = {c.strip() for c in allow_commands}
-    header_opens = frozenset(header_opens)
     skip_spans = sorted(skip)
     skip_starts = [a for a, _ in skip_spans]
     line_of = _line_finder(lexed.text)
@@ -208,9 +208,10 @@ def check_commands(lexed: Lexed, *, allow_commands: Iterable[str] = (), skip: It
         elif layout.block_next:
             layout.block_column, layout.block_next = column, False
         if not skipped(token.start):
-            problem = (_check_token(tokens, k, token, following, code, line_of, allowed_extra, header_opens)
+            problem = (_check_token(tokens, k, token, following, code, line_of, allowed_extra,
+                                    declaration_opens or column > 0)
                        or _check_layout(token, first_on_line, column, layout, tokens, k, code, line_of,
-                                        allowed_extra, header_opens))
+                                        allowed_extra))
             if problem is not None:
                 return problem
         _advance(layout, tokens, k, token, following)
@@ -233,7 +234,7 @@ def _advance(layout: _Layout, tokens: list[Token], k: int, token: Token, followi
 
 
 def _check_token(tokens: list[Token], k: int, token: Token, following: Token | None, code: str, line_of,
-                 allowed_extra: set[str], header_opens: frozenset) -> Problem | None:
+                 allowed_extra: set[str], open_in_allowed: bool) -> Problem | None:
     """The per-token rules: `#` commands, attributes, options, `open`, command keywords, option
     values, `eval%`."""
     if token.kind == "hash":
@@ -249,7 +250,7 @@ def _check_token(tokens: list[Token], k: int, token: Token, following: Token | N
     if token.text == "set_option":
         return _check_set_option(token, following, tokens[k + 2:k + 4], line_of, allowed_extra)
     if token.text == "open" and "open" not in allowed_extra:
-        if _is_local_open(tokens, k, code):
+        if open_in_allowed and _is_local_open(tokens, k, code):
             return None   # before the target only namespaces the header opens: statement.py checks that
         return Problem("`open` command", "outside the trusted header only `open <namespaces> in` (on one line) "
                        "is allowed: it applies to the next tactic or declaration only", line_of(token.start))
@@ -274,7 +275,7 @@ def _check_token(tokens: list[Token], k: int, token: Token, following: Token | N
 
 
 def _check_layout(token: Token, first_on_line: bool, column: int, layout: _Layout, tokens: list[Token], k: int,
-                  code: str, line_of, allowed_extra: set[str], header_opens: frozenset) -> Problem | None:
+                  code: str, line_of, allowed_extra: set[str]) -> Problem | None:
     """A line that Lean reads as the start of a command (column 0, or left of the declaration's
     tactic block) must start an allowed one: `theorem`/`lemma`, `set_option … in`, `open … in`
     (checked above); a column-0 line inside a signature may continue it."""

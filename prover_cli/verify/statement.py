@@ -225,17 +225,18 @@ def assemble_proof(statement: str, proof: str, *, allow_native_decide: bool = Fa
     policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
     lexed = _lex_untrusted(proof, "proof", policy)
     _deny(lexed, policy.allow_native_decide, "proof")
-    _allow(lexed, policy, "proof", header=header, in_tactic_block=statement.rstrip().endswith("by"))
+    _allow(lexed, policy, "proof", header=header, in_tactic_block=statement.rstrip().endswith("by"),
+           declaration_opens=False)
     separator = "" if statement.endswith(("\n", " ")) else "\n"
     return statement + separator + lexed.code
 
 
 def _allow(lexed: Lexed, policy: TextPolicy, what: str, skip: list[tuple[int, int]] = (), header: str = "",
-           in_tactic_block: bool = False) -> None:
+           in_tactic_block: bool = False, declaration_opens: bool = True) -> None:
     """The allowlist (`allowlist.py`): characters, then commands."""
     problem = check_characters(lexed) or check_commands(
-        lexed, allow_commands=policy.allow_commands, skip=skip, header_opens=_header_opens(header),
-        in_tactic_block=in_tactic_block)
+        lexed, allow_commands=policy.allow_commands, skip=skip, in_tactic_block=in_tactic_block,
+        declaration_opens=declaration_opens)
     if problem is not None:
         raise Rejected(problem.describe(f" of the {what}"))
 

@@ -19,8 +19,13 @@ and one untrusted part:
   (token by token, whitespace presence compared, amount ignored), and the file we send contains
   the *trusted* statement text there, followed by the candidate's proof. Only helper
   `theorem`/`lemma` declarations may precede it (nothing that can change what the statement means:
-  no `def`, `open`, `namespace`, `variable`, `set_option`, …), their names must not occur in the
-  statement, and no other declaration anywhere may be named like the target.
+  no `def`, `open` (but `open … in` for one helper, or for the target when the trusted header
+  opens those namespaces), `namespace`, `variable`, `set_option`, …), their names must not occur
+  in the statement, and no other declaration anywhere may be named like the target. A header
+  `open` line of namespaces the trusted header opens is a header line too.
+
+Lean then compares the target with the trusted statement (rules.py, rule 4): `trusted_signature`
+gives the statement's binders and type, which rules.trusted_command declares under another name.
 
 Everything untrusted goes through the denylist first (`denylist.py`), and what is sent to Lean is
 the comment-blanked text the denylist saw (`lexer.py` explains why).

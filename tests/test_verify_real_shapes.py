@@ -17,24 +17,9 @@ import json
 
 import pytest
 
-from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
-from prover_cli.verify.statement import Rejected, TextPolicy, candidate_from_record
+from test_verify_allowlist import build, proof, rejected
 from test_verify_statement import STATEMENT, completion
-
-
-def build(record: dict, **policy):
-    return candidate_from_record(record, DEFAULT_HEADER, policy=TextPolicy(**policy))
-
-
-def rejected(record: dict, **policy) -> str:
-    with pytest.raises(Rejected) as info:
-        build(record, **policy)
-    return str(info.value)
-
-
-def proof(text: str) -> dict:
-    return {"id": "p", "formal_statement": STATEMENT, "proof": text}
 
 
 # -- 2. text that runs code ----------------------------------------------------------------------

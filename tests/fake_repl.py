@@ -588,11 +588,10 @@ class Command:
             word = word.group(0) if word else match.group(2)[:1]
             line_end = self.code.find("\n", match.start())
             line = self.code[match.start():line_end if line_end >= 0 else len(self.code)]
-            tactic_form = word in ("open", "set_option") and match.group(1) and line.rstrip().endswith(" in")
-            if word.startswith("#") or word == "@[" or (word in DECL_KEYWORDS + SCOPE_KEYWORDS + MODIFIERS
-                                                        and not tactic_form) or (
-                    not match.group(1) and re.match(r"[a-z_]+$", word) and word not in DECL_KEYWORDS
-                    and self._is_unknown_command(word)):
+            indented = bool(match.group(1))
+            tactic_form = word in ("open", "set_option") and indented and line.rstrip().endswith(" in")
+            keyword = word in DECL_KEYWORDS + SCOPE_KEYWORDS + MODIFIERS and not tactic_form
+            if word.startswith("#") or word == "@[" or keyword or (not indented and self._is_unknown_command(word)):
                 starts.append(match.start(2))
         starts = starts or [0]
         bounds = starts + [len(self.code)]

@@ -31,9 +31,16 @@ from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.verify.rules import VERDICTS, Verdict
-from prover_cli.verify.statement import BadRecord, Rejected, TextPolicy, candidate_from_record, check_fields
+from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
 OnResult = Callable[[Any, dict, Verdict], None]
+
+# A later check of a proof the fast path verified (e.g. a kernel re-check in a fresh process):
+# it gets the candidate (header, body, target, statement) and the `verified` verdict, and returns
+# the verdict to record (the same one, or a failing one). Stages run in order, in the thread that
+# reports verdicts; a stage only ever sees `verified` verdicts, so it can never make a failing
+# proof pass.
+Stage = Callable[[Candidate, Verdict], Verdict]
 
 
 def verifier_identity(verify_config: Any) -> dict[str, Any]:
@@ -67,7 +74,8 @@ KERNEL_CHECK_OFF_WARNING = ("verify.kernel_check = false: `verified` rests on th
                             "proof), which a proof that runs code there can forge; see docs/verify.md")
 
 # Bump when a verdict rule changes, so that resume rechecks verdicts made under the old rules.
-RULES_VERSION = 4   # 3: trusted-header copies in completions, Lean statement check on Kimina; 4: kernel stage
+RULES_VERSION = 5   # 4: statement check by Lean (restated trusted statement), config/lexer/indent rules;
+                    # 5: the kernel stage (verify.kernel_check)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -134,8 +142,10 @@ class Verifier:
     """The configured backend. Keep one open across batches to keep REPL processes warm
     (the header, e.g. `import Mathlib`, then runs once per process, not once per batch)."""
 
-    def __init__(self, verify_config: Any, *, transport_factory: Any = None, kernel_runner: Any = None):
+    def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = (),
+                 kernel_runner: Any = None):
         self.config = verify_config
+        self.stages: list[Stage] = list(stages)
         self.policy = TextPolicy.from_config(verify_config)
         self.identity = verifier_identity(verify_config)
         self.kernel = None
@@ -183,17 +193,35 @@ class Verifier:
         by_candidate = {id(c): (k, r) for k, r, c in queued}
         candidates = [c for _, _, c in queued]
         if self.kernel is None:
-            self.backend.run(candidates, lambda candidate, verdict: on_result(*by_candidate[id(candidate)], verdict))
+            def report(candidate: Candidate, verdict: Verdict) -> None:
+                verdict = self._after_fast_path(candidate, verdict)
+                on_result(*by_candidate[id(candidate)], verdict)
+
+            self.backend.run(candidates, report)
             return
         from prover_cli.verify.kernel import second_stage
 
+        # the kernel stage last, after any other stage: its checks run in parallel, off this thread
         canary = self.config if getattr(self.config, "canary", False) else None
         with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary) as stage:
-            def on_fast(candidate, verdict: Verdict) -> None:
-                stage.submit(candidate, verdict, by_candidate[id(candidate)], on_result)
+            def on_fast(candidate: Candidate, verdict: Verdict) -> None:
+                stage.submit(candidate, self._after_fast_path(candidate, verdict), by_candidate[id(candidate)],
+                             on_result)
 
             self.backend.run(candidates, on_fast)
             stage.finish(on_result)
+
+    def _after_fast_path(self, candidate: Candidate, verdict: Verdict) -> Verdict:
+        """The later stages on a verified verdict; an exception in one is that proof's `error`."""
+        for stage in self.stages:
+            if verdict.status != "verified":
+                break
+            try:
+                verdict = stage(candidate, verdict)
+            except Exception as exc:
+                verdict = Verdict("error", f"{getattr(stage, '__name__', 'a verification stage')} failed: "
+                                           f"{type(exc).__name__}: {exc}", verdict.messages, verdict.axioms)
+        return verdict
 
     def verify(self, records: list[dict[str, Any]], reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
         reporter = reporter or NULL_REPORTER  # tasks pass None when nobody watches

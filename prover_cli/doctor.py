@@ -158,16 +158,17 @@ def check_kernel_checker(verify_config: Any) -> Check:
     return Check(name, True, f"{where}: {pin.describe}")
 
 
-def check_kernel_canary(verify_config: Any, runner: Any = None) -> Check:
+def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any = None) -> Check:
     """The kernel stage on this toolchain: an honest proof passes, each forged case is rejected;
     reports the seconds the honest one took (the stage's cost per proof here). `runner`: where
-    each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes)."""
+    each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes);
+    `fast_path`: the fast path the fooled case goes through first (None: straight to the stage)."""
     from prover_cli.errors import ProverError
     from prover_cli.verify.kernel import KERNEL_CANARIES, KernelStage, kernel_canary_failures, run_kernel_canary
 
     fix = "the kernel stage does not hold on this toolchain: check the pinned checker and verify.lean_command"
     try:
-        results = run_kernel_canary(KernelStage(verify_config, runner=runner), verify_config.header)
+        results = run_kernel_canary(KernelStage(verify_config, runner=runner), verify_config.header, fast_path)
     except ProverError as exc:
         return Check("kernel canary", False, f"could not run: {exc}", getattr(exc, "hint", "") or fix)
     if all(r["ok"] for r in results):
@@ -204,7 +205,9 @@ def run_doctor(config: Any) -> list[Check]:
     checks.append(checker)
     if config.verify.kernel_check:
         if checker.ok and lean.ok:
-            checks.append(check_kernel_canary(config.verify))
+            from prover_cli.verify.engine import fast_path_once
+
+            checks.append(check_kernel_canary(config.verify, fast_path=lambda c: fast_path_once(config.verify, c)))
         else:
             checks.append(Check("kernel canary", False, "not run: " + ("no checker" if not checker.ok else "no REPL"),
                                 checker.fix or lean.fix))

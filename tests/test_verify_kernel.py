@@ -503,6 +503,36 @@ def test_the_kernel_canary_runs_before_the_first_pass_and_refuses_a_broken_check
         verify_records(engine_records()[:1], config)
 
 
+@pytest.mark.parametrize("backend", ["repl", "kimina"])
+def test_the_kernel_canary_fools_the_fast_path_and_the_stage_rejects(backend_config, backend, tmp_path,
+                                                                       monkeypatch):
+    """The canary's case: a REPL that says "no errors, standard axioms" for a false statement (the
+    forging stand-in), through a fresh fast path of the configured backend; the stage rejects it."""
+    import json
+
+    from prover_cli.verify import verify_records
+    from prover_cli.verify.kernel import FOOLED
+
+    monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("prover_cli.verify.canary.ensure_canary", lambda pool: None)  # it would see the forgery too
+    config, server = backend_config(backend, canary=True)
+    with server:
+        assert verify_records(engine_records()[:1], config)[0]["verdict"] == "verified"
+    [stored] = (tmp_path / "cache").glob("kernel-*.json")
+    fooled = next(r for r in json.loads(stored.read_text())["results"] if r["canary"] == FOOLED)
+    assert (fooled["fast_path"], fooled["got"], fooled["ok"]) == ("verified", "rejected", True)
+    assert "does not elaborate in a fresh Lean process" in fooled["reason"]
+
+
+def test_the_fooled_case_rejected_by_an_honest_fast_path_needs_no_stage(stage):
+    from prover_cli.verify.kernel import FOOLED, run_kernel_canary
+
+    honest = run_kernel_canary(stage(), HEADER, fast_path=lambda c: Verdict("rejected", "Lean error: decide failed"))
+    fooled = next(r for r in honest if r["canary"] == FOOLED)
+    assert (fooled["fast_path"], fooled["got"], fooled["ok"], fooled["time_s"]) == ("rejected", "rejected", True, 0.0)
+    assert all(r["ok"] for r in honest)
+
+
 def test_the_stand_in_models_kernel_decides_only_closed_natural_number_arithmetic():
     sys.path.insert(0, str(TESTS))
     from fake_kernel_model import closed_truth

@@ -120,7 +120,14 @@ def _lean_sandbox(config: Any) -> tuple[bool, str]:
         box.terminate()
     if not verify.kernel_check:
         return check.ok, check.detail + "; kernel stage off (verify.kernel_check = false)"
-    kernel = check_kernel_canary(verify, runner=sandbox.SandboxRunner(config))
+    from prover_cli.verify.engine import fast_path_once
+
+    fast_box = sandbox.SandboxBox(config)   # the fooled case's fast path: a REPL as verification runs it
+    try:
+        kernel = check_kernel_canary(verify, runner=sandbox.SandboxRunner(config),
+                                     fast_path=lambda c: fast_path_once(verify, c, transport_factory=fast_box.transport))
+    finally:
+        fast_box.terminate()
     return check.ok and kernel.ok, f"{check.detail}; kernel stage: {kernel.detail}"
 
 

@@ -145,6 +145,7 @@ class Verifier:
     def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = (),
                  kernel_runner: Any = None):
         self.config = verify_config
+        self._transport_factory = transport_factory
         self.stages: list[Stage] = list(stages)
         self.policy = TextPolicy.from_config(verify_config)
         self.identity = verifier_identity(verify_config)
@@ -203,13 +204,19 @@ class Verifier:
 
         # the kernel stage last, after any other stage: its checks run in parallel, off this thread
         canary = self.config if getattr(self.config, "canary", False) else None
-        with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary) as stage:
+        with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary,
+                          canary_fast_path=self._fresh_fast_path) as stage:
             def on_fast(candidate: Candidate, verdict: Verdict) -> None:
                 stage.submit(candidate, self._after_fast_path(candidate, verdict), by_candidate[id(candidate)],
                              on_result)
 
             self.backend.run(candidates, on_fast)
             stage.finish(on_result)
+
+    def _fresh_fast_path(self, candidate: Candidate) -> Verdict:
+        """One candidate through a new backend of the same kind (one REPL, no canary of its own),
+        for the kernel canary: the batch's backend is busy with its proofs."""
+        return fast_path_once(self.config, candidate, transport_factory=self._transport_factory)
 
     def _after_fast_path(self, candidate: Candidate, verdict: Verdict) -> Verdict:
         """The later stages on a verified verdict; an exception in one is that proof's `error`."""
@@ -238,6 +245,27 @@ class Verifier:
         if missing:  # pragma: no cover - a bug in a backend, never silently a zero reward
             raise RuntimeError(f"verify: no verdict for records {missing[:5]}")
         return results  # type: ignore[return-value]
+
+
+def fast_path_once(verify_config: Any, candidate: Candidate, *, transport_factory: Any = None) -> Verdict:
+    """The fast path's verdict on one candidate, from a backend started for it alone."""
+    import dataclasses
+
+    config = dataclasses.replace(verify_config, workers=1, canary=False)
+    if config.backend == "kimina":
+        from prover_cli.verify.kimina import KiminaBackend
+
+        backend: Any = KiminaBackend(config)
+    else:
+        from prover_cli.verify.pool import ReplPool
+
+        backend = ReplPool(config, transport_factory=transport_factory)
+    verdicts: list[Verdict] = []
+    try:
+        backend.run([candidate], lambda _, verdict: verdicts.append(verdict))
+    finally:
+        backend.close()
+    return verdicts[0]
 
 
 def verify_records(records: list[dict[str, Any]], verify_config: Any,

@@ -52,6 +52,7 @@ from typing import Any, Iterable, Sequence
 
 from prover_cli.errors import BackendError
 from prover_cli.verify.isolated import LocalRunner, RunResult, Runner, default_tmp_root
+from prover_cli.verify.canary import Canary
 from prover_cli.verify.rules import Verdict
 
 CHECKER = "SafeVerify"
@@ -290,12 +291,15 @@ class second_stage:
     waits for the rest. `on_result` is only ever called in the caller's thread. On leaving with
     an exception (Ctrl-C, a fatal error of the backend), queued checks are dropped and running
     processes killed: their proofs get no verdict, so a resumed run checks them again.
-    With `canary_config`, the kernel canary runs (once, cached) before the first pass is checked."""
+    With `canary_config`, the kernel canary runs (once, cached) before the first pass is checked,
+    its fooled case through `canary_fast_path` (a fresh fast path: the batch's is busy)."""
 
-    def __init__(self, stage: KernelStage, allowed: Iterable[str], canary_config: Any = None):
+    def __init__(self, stage: KernelStage, allowed: Iterable[str], canary_config: Any = None,
+                 canary_fast_path: Any = None):
         self.stage = stage
         self.allowed = frozenset(allowed)
         self.canary_config = canary_config
+        self.canary_fast_path = canary_fast_path
         self.pending: dict[Any, tuple[Any, Any, Verdict]] = {}
         self.executor: ThreadPoolExecutor | None = None
 
@@ -310,7 +314,7 @@ class second_stage:
             on_result(key, record, verdict)
         else:
             if self.canary_config is not None:
-                ensure_kernel_canary(self.stage, self.canary_config)
+                ensure_kernel_canary(self.stage, self.canary_config, self.canary_fast_path)
                 self.canary_config = None
             job = KernelJob(candidate.header, candidate.statement, candidate.target, candidate.body)
             self.pending[self.executor.submit(self.stage.check_one, job, self.allowed)] = (key, record, verdict)
@@ -604,92 +608,81 @@ def _git_head(git_dir: Any) -> str | None:
 # The stage's canary: does it hold on this toolchain?
 # --------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class KernelCanary:
-    name: str
-    rule: str
-    statement: str
-    body: str
-    expect: str        # "passed" or "rejected"
-
-    @property
-    def target(self) -> str:
-        return self.statement.split()[1]
-
-
 def _k(name: str, rest: str) -> str:
     return f"theorem prover_kernel_canary_{name}{rest}"
 
 
-# Lean core only (no Mathlib names), so they mean the same under any header. Each goes straight
-# to the stage, as if the fast path had been fooled into calling it verified.
-KERNEL_CANARIES: tuple[KernelCanary, ...] = (
-    KernelCanary("honest", "an honest proof passes the kernel stage (elaboration, replay, statement, axioms read)",
-                 _k("honest", " : 2 + 2 = 4 := by"), _k("honest", " : 2 + 2 = 4 := by") + "\n  decide", "passed"),
-    KernelCanary("false statement", "a false statement the fast path called verified does not pass",
-                 _k("false", " : 2 + 2 = 5 := by"), _k("false", " : 2 + 2 = 5 := by") + "\n  decide", "rejected"),
-    KernelCanary("another statement", "a module whose target states something else is rejected (statement as Expr)",
-                 _k("other", " : 2 + 2 = 4 := by"),
-                 _k("other", " : 2 + 2 = 4 ∧ True := by") + "\n  exact ⟨rfl, trivial⟩", "rejected"),
-    KernelCanary("declared axiom", "a proof through a declared axiom is rejected (axioms of the replayed environment)",
-                 _k("axiom", " : 2 + 2 = 5 := by"),
-                 "axiom prover_kernel_canary_ax : 2 + 2 = 5\n\n" + _k("axiom", " : 2 + 2 = 5 := by")
-                 + "\n  exact prover_kernel_canary_ax", "rejected"),
-    KernelCanary("sorry", "a proof with `sorry` is rejected (sorryAx in the replayed environment)",
-                 _k("sorry", " : 2 + 2 = 5 := by"), _k("sorry", " : 2 + 2 = 5 := by") + "\n  sorry", "rejected"),
+# Lean core only (no Mathlib names), so they mean the same under any header; `expect` as the
+# final verdict. Each goes straight to the stage, as if the fast path had been fooled into calling
+# it verified, except the false statement, which goes through a fast path first when one is given
+# (with a REPL that forges its answers, only the stage stands between it and `verified`).
+FOOLED = "false statement"
+KERNEL_CANARIES: tuple[Canary, ...] = (
+    Canary("honest", "an honest proof passes the kernel stage (elaboration, replay, statement, axioms read)",
+           _k("honest", " : 2 + 2 = 4 := by"), _k("honest", " : 2 + 2 = 4 := by") + "\n  decide", "verified"),
+    Canary(FOOLED, "a false statement the fast path called verified does not pass the kernel stage",
+           _k("false", " : 2 + 2 = 5 := by"), _k("false", " : 2 + 2 = 5 := by") + "\n  decide", "rejected"),
+    Canary("another statement", "a module whose target states something else is rejected (statement as Expr)",
+           _k("other", " : 2 + 2 = 4 := by"), _k("other", " : 2 + 2 = 4 ∧ True := by") + "\n  exact ⟨rfl, trivial⟩",
+           "rejected"),
+    Canary("declared axiom", "a proof through a declared axiom is rejected (axioms of the replayed environment)",
+           _k("axiom", " : 2 + 2 = 5 := by"),
+           "axiom prover_kernel_canary_ax : 2 + 2 = 5\n\n" + _k("axiom", " : 2 + 2 = 5 := by")
+           + "\n  exact prover_kernel_canary_ax", "rejected"),
+    Canary("sorry", "a proof with `sorry` is rejected (sorryAx in the replayed environment)",
+           _k("sorry", " : 2 + 2 = 5 := by"), _k("sorry", " : 2 + 2 = 5 := by") + "\n  sorry", "rejected"),
 )
 
 
-def run_kernel_canary(stage: KernelStage, header: str) -> list[dict[str, Any]]:
-    """Every kernel canary through `stage` (in parallel): one result each, with its seconds."""
-    jobs = [KernelJob(header, c.statement, c.target, c.body) for c in KERNEL_CANARIES]
-    results = stage.check(jobs, CHECKER_AXIOMS)
-    return [{"canary": c.name, "rule": c.rule, "expect": c.expect, "got": r.status, "reason": r.reason,
-             "time_s": r.time_s, "ok": r.status == c.expect} for c, r in zip(KERNEL_CANARIES, results)]
+def run_kernel_canary(stage: KernelStage, header: str, fast_path: Any = None) -> list[dict[str, Any]]:
+    """Every kernel canary through `stage` (in parallel): one result each, with its seconds.
+    `fast_path(candidate) -> Verdict`, when given, judges the fooled case first."""
+    from prover_cli.verify.statement import Candidate
+
+    fast: dict[str, Verdict] = {}
+    if fast_path is not None:
+        canary = next(c for c in KERNEL_CANARIES if c.name == FOOLED)
+        fast[FOOLED] = fast_path(Candidate(id=f"kernel canary: {FOOLED}", header=header, body=canary.body,
+                                           target=canary.target, statement=canary.statement))
+    staged = [c for c in KERNEL_CANARIES if fast.get(c.name) is None or fast[c.name].status == "verified"]
+    results = dict(zip((c.name for c in staged), stage.check(
+        [KernelJob(header, c.statement, c.target, c.body) for c in staged], CHECKER_AXIOMS)))
+    out = []
+    for canary in KERNEL_CANARIES:
+        first = fast.get(canary.name) or Verdict("verified", "straight to the stage")
+        verdict = kernel_verdict(first, results.get(canary.name))
+        out.append({"canary": canary.name, "rule": canary.rule, "expect": canary.expect, "got": verdict.status,
+                    "reason": verdict.reason, "fast_path": fast[canary.name].status if canary.name in fast else None,
+                    "time_s": results[canary.name].time_s if canary.name in results else 0.0,
+                    "ok": verdict.status == canary.expect})
+    return out
 
 
-KERNEL_CANARY_VERSION = 1
+KERNEL_CANARY_VERSION = 2
 
 
-def ensure_kernel_canary(stage: KernelStage, verify_config: Any) -> None:
+def ensure_kernel_canary(stage: KernelStage, verify_config: Any, fast_path: Any = None) -> None:
     """Run the kernel canary once per toolchain and checker (a pass is cached on disk beside the
     fast path's canary; a failure never is); BackendError naming the rule when one fails."""
     import hashlib
-    import os
-    from pathlib import Path
 
-    from prover_cli.verify.canary import cache_dir
+    from prover_cli.verify.canary import cache_dir, cached_pass, project_files, store_pass
 
-    project = Path(verify_config.project_dir or os.getcwd()).resolve()
-    files = {}
-    for name in ("lean-toolchain", "lake-manifest.json"):
-        try:
-            files[name] = hashlib.sha256((project / name).read_bytes()).hexdigest()
-        except OSError:
-            files[name] = None
+    project, files = project_files(verify_config)
     fields = {"kernel_canary": KERNEL_CANARY_VERSION, "pin": stage.pin.commit, "lean": stage.lean_command,
               "checker": stage.checker_command, "project": str(project), "files": files,
-              "header": verify_config.header, "runner": getattr(stage.runner, "canary_key", "local")}
+              "header": verify_config.header, "runner": getattr(stage.runner, "canary_key", "local"),
+              "fast_path": fast_path is not None}
     key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()[:24]
     path = cache_dir() / f"kernel-{key}.json"
-    try:
-        if json.loads(path.read_text(encoding="utf-8")).get("ok") is True:
-            return
-    except (OSError, ValueError):
-        pass
-    results = run_kernel_canary(stage, verify_config.header)
+    if cached_pass(path):
+        return
+    results = run_kernel_canary(stage, verify_config.header, fast_path)
     if not all(r["ok"] for r in results):
         raise BackendError("verification refuses to run: " + kernel_canary_failures(results),
                            hint="run `prover doctor`; check the pinned checker (verify.kernel_checker_command) "
                                 "and verify.lean_command")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"ok": True, "key": fields, "checked_at": time.time(), "results": results},
-                                  indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    store_pass(path, fields, results)
 
 
 def kernel_canary_failures(results: list[dict[str, Any]]) -> str:

@@ -30,7 +30,7 @@ import json
 import re
 
 # The first bytes of an .olean are "olean", a version byte, the Lean githash (42 bytes, zero
-# padded) and the base address (lean4 src/library/module.cpp, `olean_header`). The stand-in
+# padded) and the base address (lean4 src/library/module.cpp at 636afc654ad9, `olean_header`). The stand-in
 # writes a githash no Lean has, so a real Lean would refuse its files.
 OLEAN_HEADER = b"olean" + bytes([1]) + b"prover-fake-lean-stand-in".ljust(42, b"\0") + bytes(8)
 STANDARD_AXIOMS = ("propext", "Classical.choice", "Quot.sound")

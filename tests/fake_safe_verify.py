@@ -4,7 +4,9 @@
     fake_safe_verify.py --pin COMMIT [SafeVerify's own arguments]
 
 `--pin` (the stand-in's option, first) picks which SafeVerify it speaks: the program at that
-commit, as read in its `Main.lean` (and `SafeVerify/*.lean` for the 2026 one):
+commit, as read in its `Main.lean` (and `SafeVerify/*.lean` for the 2026 one), repository
+GasStationManager/SafeVerify (MIT); the LeanParanoia comparison table (oOo0oOo/LeanParanoia
+`VERIFIER_COMPARISON.md` at 11c2385a) records the 2024 messages as the real tool printed them:
 
 2024 dialect — 0c0f7dcf (minif2f-deepseek-check, Lean 4.9), bc5d45c3 (seed-prover-check, 4.14),
 577e9531 (minif2f-kimina-check, 4.15), 59f3d1fd (abc-trinity-check, 4.20), e072239e (v4.21):
@@ -32,13 +34,15 @@ commit, as read in its `Main.lean` (and `SafeVerify/*.lean` for the 2026 one):
   writes `[[name, {targetInfo, solutionInfo, failureMode}], …]` (`deriving ToJson`).
 
 The Lean runtime prints an uncaught IO error as `uncaught exception: MSG` and exits 1 (lean4
-`src/Lean/Compiler/IR/EmitC.lean`, `emitMainFn`). The kernel is `fake_kernel_model.typecheck`;
-files are the model's stand-in .olean (`fake_kernel_model.read_olean`): a bad header is `failed to
-read file 'F', invalid header` (lean4 `src/library/module.cpp`), a corrupt payload kills the
-stand-in with SIGSEGV. Anything it has no recorded behaviour for (an unknown flag, an unknown
+`src/Lean/Compiler/IR/EmitC.lean` at 01bb0dcad7a4, `emitMainFn`; `src/runtime/io.cpp` at
+01c5b0710c12, `lean_io_result_show_error`). The kernel is `fake_kernel_model.typecheck`; files are
+the model's stand-in .olean (`fake_kernel_model.read_olean`): a bad header is `failed to read file
+'F', invalid header` (lean4 `src/library/module.cpp` at 636afc654ad9, `read_module_data`), a
+corrupt payload kills the stand-in with SIGSEGV. Anything it has no recorded behaviour for (an unknown flag, an unknown
 --pin) fails closed: a line saying so and exit 2.
 
-Kernel replay messages follow `KernelException.toMessageData` (lean4 `src/Lean/Message.lean`):
+Kernel replay messages follow `KernelException.toMessageData` (lean4 `src/Lean/Message.lean` at
+f2482df773f8; `Environment.replay` in `src/Lean/Replay.lean` throws them as `IO.userError`):
 `(kernel) declaration type mismatch, 'N' has type⏎  GIVEN⏎but it is expected to have type⏎  T`.
 """
 

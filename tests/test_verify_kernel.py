@@ -544,3 +544,25 @@ def test_the_stand_in_models_kernel_decides_only_closed_natural_number_arithmeti
     assert closed_truth(": True") is True and closed_truth(": False") is False
     for undecided in ("(x : ℕ) : x = x", ": 2 + 2 = 4 ∧ True", ": (2 : ℝ) = 2", ": Real.sqrt 4 = 2", ": 2 ^ 100 = 1"):
         assert closed_truth(undecided) is None, undecided
+
+
+def test_a_target_that_failed_for_the_machine_is_compiled_again(verify_config):
+    """A timeout or a signal while compiling the trusted target says nothing about the statement:
+    the next proof of the problem compiles it again (Lean's error on it would be kept)."""
+    class FlakyRunner(CountingRunner):
+        def run(self, argv, inputs, outputs, timeout_s, what="command"):
+            if argv[:2] == FAKE_LEAN and not self.calls:   # the first target compile: killed
+                self.calls.append((list(argv), {}))
+                return RunResult(exit_code=None, signal=9)
+            return super().run(argv, inputs, outputs, timeout_s, what)
+
+    runner = FlakyRunner()
+    stage = KernelStage(verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_2024)),
+                        runner=runner)
+    first = stage.check_one(job(HONEST), STANDARD)
+    assert first.status == "error" and "SIGKILL" in first.reason
+    assert stage.check_one(job(HONEST), STANDARD).status == "passed"
+    broken = job(HONEST, "theorem t : fake_error = 4 := by")
+    assert stage.check_one(broken, STANDARD).status == "error"
+    calls = len(runner.calls)
+    assert stage.check_one(broken, STANDARD).status == "error" and len(runner.calls) == calls   # kept: no new compile

@@ -263,26 +263,32 @@ class KernelStage:
         return read_checker(self.pin, checked, job.target, allowed)
 
     def _target_olean(self, job: KernelJob) -> bytes | str:
-        """The trusted target's .olean (compiled once per header and statement), or why not."""
+        """The trusted target's .olean (compiled once per header and statement), or why not. A
+        failure that says something about the statement (Lean's error) is kept; one that says
+        something about the machine (a timeout, a signal) is not, so the next proof tries again."""
         key = (job.header, job.statement)
         with self._lock:
             if key in self._targets:
                 return self._targets[key]
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            if key not in self._targets:
-                self._targets[key] = self._compile_target(job)
-            return self._targets[key]
+            if key in self._targets:
+                return self._targets[key]
+            target, keep = self._compile_target(job)
+            if keep:
+                self._targets[key] = target
+            return target
 
-    def _compile_target(self, job: KernelJob) -> bytes | str:
+    def _compile_target(self, job: KernelJob) -> tuple[bytes | str, bool]:
         result = self.runner.run(elaborate_argv(self.lean_command),
                                  {MODULE + ".lean": target_source(job.header, job.statement).encode("utf-8")},
                                  (MODULE + ".olean",), self.timeout_s, what="verify.lean_command")
         olean = result.files.get(MODULE + ".olean")
         if result.exit_code == 0 and olean:
-            return olean
+            return olean, True
         why = first_error(result.stdout) or result.stderr.strip()[-300:] or result.describe()
-        return f"kernel check: the trusted statement does not compile to an .olean with `lean -o` ({why})"
+        return (f"kernel check: the trusted statement does not compile to an .olean with `lean -o` ({why})",
+                result.exit_code == 1 and bool(first_error(result.stdout)))
 
 
 class second_stage:

@@ -159,27 +159,40 @@ _TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_s
 def finished_run(config: Any, checkpoint: Path, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     """--resume on a run whose newest checkpoint is at `grpo.steps`: report it, train nothing.
 
-    Only a missing `final/` (a kill during the final save) is rebuilt, from that checkpoint's
-    model files; metrics.jsonl, the checkpoints and an existing `final/` are left as they are."""
-    import shutil
-
+    `final/` must be that checkpoint's model. A kill after the checkpoint but before the final
+    save leaves it missing, or (a run extended with a higher grpo.steps) holding the previous
+    end's weights: then it is rebuilt from the checkpoint's model files. A `final/` that already
+    holds the checkpoint's weights is left untouched, as are metrics.jsonl and the checkpoints."""
     from prover_cli.metrics import METRICS_FILE
+    from prover_cli.model_dir import same_weights
 
     run_dir, final_dir = config.run_dir, config.run_dir / "final"
     steps = config.grpo.steps
     reporter.log(f"{run_dir}: the run is complete ({checkpoint.name} is at grpo.steps = {steps}); nothing to train. "
                  "Raise grpo.steps and pass --resume to train further.")
     if not final_dir.is_dir():
-        tmp = final_dir.with_name(final_dir.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(checkpoint, tmp, ignore=lambda d, names: [n for n in names if n in _TRAINING_STATE_FILES
-                                                                    or n.startswith("rng_state")])
-        tmp.rename(final_dir)
+        _final_from_checkpoint(checkpoint, final_dir)
         reporter.log(f"{final_dir}: was missing; written from {checkpoint}")
+    elif not same_weights(final_dir, checkpoint):
+        _final_from_checkpoint(checkpoint, final_dir)
+        reporter.log(f"{final_dir}: did not hold the weights of {checkpoint.name} (a kill before the final save); "
+                     f"rewritten from it")
     records = [r for r in read_metrics(run_dir) if r.get("iteration", 0) <= steps]
     result = summarize(records, final_dir, run_dir / METRICS_FILE, resumed_from=steps)
     result["complete"] = True
     return result
+
+
+def _final_from_checkpoint(checkpoint: Path, final_dir: Path) -> None:
+    """final/ := the checkpoint's model files (not its training state), whole or not at all."""
+    import shutil
+
+    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoint, tmp, ignore=lambda d, names: [n for n in names if n in _TRAINING_STATE_FILES
+                                                                or n.startswith("rng_state")])
+    shutil.rmtree(final_dir, ignore_errors=True)
+    tmp.rename(final_dir)
 
 
 # --------------------------------------------------------------------------------------------

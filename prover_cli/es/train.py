@@ -272,7 +272,11 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped)
 
     final_dir = run_dir / "final"
-    _save_final(sampler, final_dir)
+    if resumed_from < es.iterations or not _final_holds(final_dir, weights):
+        _save_final(sampler, final_dir)
+    else:  # a finished run resumed: final/ already holds these weights; rewriting it would change nothing useful
+        reporter.log(f"{run_dir}: the run is complete ({resumed_from} iterations = es.iterations) and {final_dir} "
+                     "holds its weights; nothing to do. Raise es.iterations and pass --resume to train further.")
     last = _last_metrics(run_dir)
     return {
         "ok": True,
@@ -317,6 +321,14 @@ def _last_metrics(run_dir: Path) -> dict[str, Any]:
     path = run_dir / METRICS_FILE
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return json.loads(lines[-1]) if lines else {}
+
+
+def _final_holds(final_dir: Path, weights: Any) -> bool:
+    """Whether final/ holds the master weights bit for bit (a kill before the last save leaves
+    it missing, or holding an earlier end of an extended run)."""
+    from prover_cli.model_dir import holds_weights
+
+    return final_dir.is_dir() and holds_weights(final_dir, weights.base)
 
 
 def _save_snapshot(weights: Any, run_dir: Path) -> str:

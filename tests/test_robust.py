@@ -124,3 +124,73 @@ def test_a_resumed_finished_es_run_rewrites_nothing_in_final_and_mends_a_stale_o
     shutil.copytree(tmp_path / "final-at-2", run / "final")
     train_es(config(3), resume=True)
     assert same_weights(run / "final", tmp_path / "final-at-3")
+
+
+# -- a REPL killed from outside during its header: one retry, as during a proof ----------------------
+
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_repl_killed_during_its_header_is_retried_once(verify_config, tmp_path, kills):
+    import threading
+    import time
+
+    from prover_cli.errors import BackendError
+    from prover_cli.verify import verify_records
+    from test_verify_robust import log_entries
+
+    log = tmp_path / "repl.log"
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_on_header() -> None:
+        while not stop.is_set() and len(killed) < kills:
+            for entry in log_entries(log):
+                if entry.get("kind") == "header" and entry["pid"] not in killed:
+                    os.kill(entry["pid"], signal.SIGKILL)
+                    killed.append(entry["pid"])
+                    break
+            time.sleep(0.01)
+
+    threading.Thread(target=kill_on_header, daemon=True).start()
+    config = verify_config(workers=1, timeout_s=20.0, repl_args=["--log", str(log), "--header-delay", "0.5"])
+    try:
+        if kills == 1:
+            [verdict] = verify_records([proof("p")], config)
+            assert verdict["verdict"] == "verified", verdict["reason"]
+        else:   # killed again in the fresh REPL's header: the machine is at fault, no verdict is written
+            with pytest.raises(BackendError, match="killed by SIGKILL while running the header"):
+                verify_records([proof("p")], config)
+    finally:
+        stop.set()
+    assert len(killed) == kills
+    assert len([e for e in log_entries(log) if e.get("event") == "start"]) == 2
+
+
+# -- the REPL's grandchild dies with its wrapper ----------------------------------------------------
+
+def test_the_repl_under_lake_dies_when_its_wrapper_is_killed(tmp_path):
+    """`lake env repl`: the wrapper's child (lake, here the stand-in's --spawn-child parent) has
+    PR_SET_PDEATHSIG, the REPL under it has not; the wrapper's sentinel kills their group."""
+    import time
+
+    from conftest import fake_repl_command
+    from prover_cli.verify.transport import LocalTransport
+    from test_verify_pool import pid_alive
+    from test_verify_robust import log_entries
+
+    log = tmp_path / "repl.log"
+    transport = LocalTransport(fake_repl_command("--spawn-child", "--log", str(log)))
+    transport.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not [e for e in log_entries(log) if e.get("event") == "start"]:
+            assert time.monotonic() < deadline, "the REPL never started"
+            time.sleep(0.02)
+        [repl] = [e["pid"] for e in log_entries(log) if e.get("event") == "start"]
+        [spawner] = [e["pid"] for e in log_entries(log) if e.get("event") == "spawned"]
+        os.kill(transport.pid, signal.SIGKILL)   # the wrapper alone
+        deadline = time.monotonic() + 10
+        while (pid_alive(repl) or pid_alive(spawner)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not pid_alive(spawner) and not pid_alive(repl), "the REPL outlived its wrapper"
+    finally:
+        transport.kill()

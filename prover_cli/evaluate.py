@@ -231,6 +231,9 @@ def run_eval(config: Any, *, model: str | None = None, ledger: str | Path | None
         return with_malformed(result, path, malformed)
     if model is not None and ledger is not None:
         raise ConfigError("--model and --ledger both name the weights to evaluate: pass one")
+    from prover_cli.config import check_eval_sampling
+
+    check_eval_sampling(config)  # greedy with eval.n > 1: identical samples, or transformers refuses
     if ks[-1] > config.eval.n:
         raise ConfigError(f"--k {','.join(map(str, ks))}: k = {ks[-1]} exceeds eval.n = {config.eval.n} "
                           "samples per problem; raise eval.n or lower k")

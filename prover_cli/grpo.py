@@ -6,7 +6,8 @@
 
 What happens, top to bottom:
 1. problems: `problems.jsonl` filtered to `data.train_split` (countdown and toy problems are
-   generated from `run.seed` when the file is missing; a missing Lean file is an error);
+   generated from `run.seed` when `data.problems` is left empty and the run has none; a file
+   that does not exist is otherwise an error);
 2. dataset: one already chat-templated `prompt` string per problem plus the problem's columns;
 3. reward: the task's batched `rewards(problems, completions, config)` in TRL's reward signature,
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
@@ -347,37 +348,21 @@ def resumable_trainer_class():
 # --------------------------------------------------------------------------------------------
 
 def load_train_problems(config: Any, reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
-    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing."""
-    from prover_cli.jsonl import load_jsonl_strict, write_jsonl_atomic
+    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing
+    (only where `data.problems` is left empty: a named file that does not exist is an error)."""
+    from prover_cli.jsonl import write_jsonl_atomic
+    from prover_cli.tasks import run_problems
 
     path = config.problems_path
-    if not path.exists():
-        generated = generate_problems(config)
-        if generated is None:
-            raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task})",
-                             hint="run `prover prepare-data` first, or set data.problems")
-        write_jsonl_atomic(path, generated)  # the run's problems stay inspectable and reusable
-        reporter.log(f"{path}: generated {len(generated)} {config.data.task} problems (seed {config.run.seed})")
-    problems = [p for p in load_jsonl_strict(path) if p.get("split") == config.data.train_split]
+    all_problems, _, generated = run_problems(config)
+    if generated:
+        write_jsonl_atomic(path, all_problems)  # the run's problems stay inspectable and reusable
+        reporter.log(f"{path}: generated {len(all_problems)} {config.data.task} problems (seed {config.run.seed})")
+    problems = [p for p in all_problems if p.get("split") == config.data.train_split]
     if not problems:
         raise InputError(f"{path}: no problems with split {config.data.train_split!r} (data.train_split)",
                          hint="check data.train_split against the `split` field of the problems")
     return problems
-
-
-def generate_problems(config: Any) -> list[dict[str, Any]] | None:
-    """Seeded problems of the tasks that need no dataset (as `prepare-data` makes them); None for Lean."""
-    d = config.data
-    if d.task == "countdown":
-        from prover_cli.tasks import countdown
-
-        return countdown.generate_problems(d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
-                                           seed=config.run.seed, prompt=d.countdown_prompt)
-    if d.task == "toy":
-        from prover_cli.tasks import toy
-
-        return toy.generate_problems(toy.DEFAULT_COUNT, seed=config.run.seed)
-    return None
 
 
 def problem_columns(problems: list[dict[str, Any]]) -> list[str]:

@@ -194,3 +194,219 @@ def test_the_repl_under_lake_dies_when_its_wrapper_is_killed(tmp_path):
         assert not pid_alive(spawner) and not pid_alive(repl), "the REPL outlived its wrapper"
     finally:
         transport.kill()
+
+
+# -- 4, 5, 6: no bad input and no machine fault reads as an internal bug ("unexpected") ----------------
+#
+# Each case is run through the `prover` command and must exit with the documented code, name what
+# is at fault (file, line, key, field) and never print "unexpected" (our word for a bug).
+
+def invoke(args: list[str], exit_code: int, *named: str):
+    result = runner.invoke(app, args)
+    text = one_line(result.stderr)
+    assert "unexpected" not in text and "Traceback" not in text, text
+    assert result.exit_code == exit_code, text
+    for word in named:
+        assert word in text, (word, text)
+    return result
+
+
+def sets(*overrides: str) -> list[str]:
+    return [part for override in overrides for part in ("--set", override)]
+
+
+CONFIG_CASES = [
+    (["es.sigma=1e300"], "es.sigma=1e300: must be <= 1000.0"),
+    (["es.learning_rate=1e39"], "es.learning_rate=1e39: must be <= 1000.0"),
+    (["es.sigma=1e-300"], "es.sigma=1e-300: must be >= 1e-30"),
+    (["verify.memory_limit_gb=1e300"], "verify.memory_limit_gb=1e300: must be <="),
+    (["verify.timeout_s=1e300"], "verify.timeout_s=1e300: must be <="),
+    (["io.max_line_bytes=100000000000000000000"], "io.max_line_bytes=100000000000000000000: must fit in a 64-bit"),
+    (["io.max_line_bytes=9223372036854775807"], "io.max_line_bytes=9223372036854775807: must be <="),
+    (["io.max_line_bytes=1e20"], "io.max_line_bytes=1e20: expected an integer"),
+    (["run.seed=4294967296"], "run.seed=4294967296: must be <= 4294967295"),
+    (["generate.temperature=0", "generate.n=4"], "--set generate.n=4: more than one sample per problem with greedy"),
+    (["run.eval_n=2"], "run.eval_n=2: more than one sample per problem with greedy decoding (run.eval_temperature = 0.0"),
+    (["generate.temperature=0", "generate.n=1", "es.samples_per_problem=3"], "es.samples_per_problem=3: more than one"),
+]
+
+
+@pytest.mark.parametrize("overrides, named", CONFIG_CASES, ids=[" ".join(c[0]) for c in CONFIG_CASES])
+def test_config_values_a_library_would_overflow_or_refuse_exit_2(tmp_path, overrides, named):
+    invoke(["verify", str(tmp_path / "proofs.jsonl"), *sets(*overrides)], 2, named)
+
+
+def test_eval_with_greedy_decoding_and_several_samples_is_refused(tmp_path):
+    invoke(["eval", *sets("generate.temperature=0", "generate.n=1", "eval.n=4", "eval.k=[1]")], 2,
+           "eval.n=4", "(greedy)")
+
+
+def _ledger(path: Path) -> dict:
+    from prover_cli.es.ledger import make_record, write_ledger
+    from test_es_ledger import header
+
+    write_ledger(path, header(population=4), [make_record(i, [".5", "0", ".25", "1"], "ab" * 8, False)
+                                              for i in (1, 2)])
+    return json.loads(path.read_text())
+
+
+LEDGER_CASES = [
+    ("1-character fingerprint", lambda d: d["iterations"][0].__setitem__(0, "a"), "fingerprint 'a' has 1 characters"),
+    ("doubled rewards", lambda d: d["iterations"][1].__setitem__(1, d["iterations"][1][1] * 2),
+     "iteration 2: reward 2048 outside [0, 1]"),
+    ("padded rewards", lambda d: d["iterations"][1].__setitem__(1, "0" + d["iterations"][1][1].replace("1f4", "01f4", 1)[:-1]),
+     "iteration 2: rewards"),
+    ("run_seed as a string", lambda d: d.update(run_seed="1"), '`run_seed` = "1": must be a non-negative integer'),
+    ("es not an object", lambda d: d.update(es=[4]), "`es` = list: must be an object"),
+    ("population a string", lambda d: d["es"].update(population="4"), '`es.population` = "4"'),
+    ("sigma missing", lambda d: d["es"].pop("sigma"), "lacks `es.sigma`"),
+    ("fitness shaping unknown", lambda d: d["es"].update(fitness_shaping=7), "`es.fitness_shaping` = 7"),
+    ("odd antithetic population", lambda d: d["es"].update(population=3), "must be even"),
+    ("base model a list", lambda d: d.update(base_model=["tiny"]), "`base_model` = list"),
+    ("base sha256 short", lambda d: d["base_model"].update(sha256="ab"), "`base_model.sha256`"),
+    ("snapshot not a sha256", lambda d: d["iterations"][0].append("zz"), "snapshot 'zz' is not a sha256"),
+    ("record a number", lambda d: d["iterations"].__setitem__(0, 5), "iteration 1: expected [fingerprint, rewards]"),
+    ("nested too deeply", lambda d: d.update(deep=True), "nested too deeply"),
+    ("denominator a float", lambda d: d.update(reward_denominator=1000.0), "`reward_denominator` = 1000.0"),
+]
+
+
+@pytest.mark.parametrize("mutate, named", [c[1:] for c in LEDGER_CASES], ids=[c[0] for c in LEDGER_CASES])
+def test_a_malformed_ledger_names_its_file_and_field(tmp_path, mutate, named):
+    path = tmp_path / "ledger.json"
+    data = _ledger(path)
+    mutate(data)
+    text = json.dumps(data) if "deep" not in data else '{"format": "prover-es-ledger", "x": ' \
+        + "[" * 100000 + "]" * 100000 + "}"
+    path.write_text(text)
+    invoke(["replay-seeds", str(path), "--out", str(tmp_path / "out")], 1, str(path), named)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(cache_dir):
+    from prover_cli.tiny_model import resolve_model_path
+
+    return Path(resolve_model_path("tiny", cache_dir, 0))
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+MODEL_DIR_CASES = [
+    ("config.json missing", lambda d: (d / "config.json").unlink(), "config.json: missing"),
+    ("config.json empty", lambda d: (d / "config.json").write_text(""), "config.json:1: not valid JSON"),
+    ("config.json not JSON", lambda d: (d / "config.json").write_text("{model_type"), "config.json:1: not valid JSON"),
+    ("config.json without model_type", lambda d: (d / "config.json").write_text("{}"), "`model_type` is missing"),
+    ("weights missing", lambda d: (d / "model.safetensors").unlink(), "no weights"),
+    ("weights empty", lambda d: (d / "model.safetensors").write_bytes(b""), "model.safetensors: not a safetensors file"),
+    ("weights cut short", lambda d: _cut(d / "model.safetensors"), "lie outside the file's"),
+    ("weights garbage", lambda d: (d / "model.safetensors").write_bytes(b"\xff" * 64), "not a safetensors file"),
+    ("tokenizer.json cut short", lambda d: _cut(d / "tokenizer.json"), "tokenizer.json:"),
+    ("tokenizer missing", lambda d: (d / "tokenizer.json").unlink(), "no tokenizer"),
+]
+
+
+@pytest.mark.parametrize("damage, named", [c[1:] for c in MODEL_DIR_CASES], ids=[c[0] for c in MODEL_DIR_CASES])
+def test_a_corrupt_model_directory_names_the_file(tmp_path, tiny_dir, damage, named):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    damage(model)
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "t", "prompt": "1 2 3", "split": "train"}) + "\n")
+    invoke(["generate", "--problems", str(problems), "--out", str(tmp_path / "s.jsonl"), "--model", str(model),
+            *sets("data.task=toy", "generate.n=1", "generate.max_tokens=2")], 1, named)
+    assert not (tmp_path / "s.jsonl").exists() or (tmp_path / "s.jsonl").read_text() == ""
+
+
+@pytest.mark.parametrize("task", ["countdown", "toy", "lean"])
+@pytest.mark.parametrize("trainer", ["es", "grpo"])
+def test_a_data_problems_file_that_does_not_exist_is_an_error_for_every_task(tmp_path, task, trainer):
+    missing = tmp_path / "typo" / "problems.jsonl"
+    invoke(["train", trainer, *sets(f"data.task={task}", f"data.problems={missing}", f"run.dir={tmp_path / 'run'}",
+                                    "model.name=tiny", f"model.cache_dir={tmp_path / 'cache'}")],
+           1, f"{missing}: problems file not found")
+    assert not (tmp_path / "run" / "ledger.json").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+# -- 5. one bad line costs one line --------------------------------------------------------------------
+
+def test_generate_skips_a_wrong_typed_or_incomplete_problem_and_samples_the_rest(tmp_path, cache_dir):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("\n".join([
+        json.dumps({"id": "good", "prompt": "Continue: 1 2", "split": "train"}),
+        json.dumps({"id": "no-prompt", "split": "train"}),
+        json.dumps({"id": "wrong-type", "prompt": ["1", "2"], "split": "train"}),
+        "{not json",
+        json.dumps({"id": "also-good", "prompt": "Continue: 3 4", "split": "train"}),
+    ]) + "\n")
+    out = tmp_path / "samples.jsonl"
+    result = invoke(["generate", "--problems", str(problems), "--out", str(out), "--json",
+                     *sets("data.task=toy", "model.name=tiny", f"model.cache_dir={cache_dir}", "generate.n=1",
+                           "generate.max_tokens=2")], 1,
+                    f"{problems}:2: problem 'no-prompt': lacks `prompt`", f"{problems}:3: problem 'wrong-type': `prompt` is list")
+    summary = json.loads(result.stdout)
+    assert [m["line"] for m in summary["malformed"]] == [2, 3, 4]
+    assert [json.loads(line)["problem_id"] for line in out.read_text().splitlines()] == ["good", "also-good"]
+
+
+def test_eval_scores_the_good_verdict_lines_and_names_the_bad_ones(tmp_path):
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_bytes(b"\n".join([
+        json.dumps({"id": "a/0", "verdict": "verified"}).encode(),
+        b"{torn",
+        json.dumps({"id": "a/1"}).encode(),
+        json.dumps({"id": "b/0", "verdict": 1}).encode(),
+        json.dumps({"verdict": "verified"}).encode(),
+        b'{"id": "b/1", "verdict": "verified", "x": "\xff"}',
+        json.dumps({"id": "b/0", "verdict": "rejected"}).encode(),
+    ]) + b"\n")
+    result = invoke(["eval", "--verdicts", str(verdicts), "--k", "1", "--json", *sets("eval.plot=false")], 1,
+                    f"{verdicts}:2: not valid JSON", f"{verdicts}:3: no `verdict`")
+    summary = json.loads(result.stdout)
+    assert [m["line"] for m in summary["malformed"]] == [2, 3, 4, 5, 6]
+    assert summary["problems"] == 2 and summary["samples"] == 2 and summary["verified"] == 1
+
+
+def test_prepare_data_files_a_bad_byte_under_utf8_not_under_json_object(tmp_path):
+    source = tmp_path / "rows.jsonl"
+    good = {"name": "t1", "split": "test", "formal_statement": "theorem t1 : 1 = 1 := by\n", "header": ""}
+    source.write_bytes(json.dumps(good).encode() + b'\n{"name": "t2", "x": "\xff"}\n[1]\n')
+    result = invoke(["prepare-data", str(source), "--out", str(tmp_path / "p.jsonl"), "--json"], 0)
+    dropped = json.loads(result.stdout)["dropped_by_reason"]
+    assert dropped == {"not valid UTF-8": 1, "not a JSON object": 1}
+
+
+# -- 4. a full disk while saving a model (safetensors) or a checkpoint (torch.save) --------------------
+
+def _run_with_file_size_limit(limit_bytes: int, args: list[str]) -> subprocess.CompletedProcess:
+    """`prover ARGS` in a process that may not write files past `limit_bytes` (`ulimit -f`): the
+    kernel refuses the write that crosses it (EFBIG), as a full disk refuses every write (ENOSPC)."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return subprocess.run([sys.executable, "-m", "prover_cli", *args], cwd=REPO, capture_output=True, text=True,
+                          preexec_fn=limit, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer, limit_bytes, file", [
+    ("es", 300_000, "final.tmp/model.safetensors"),            # the model: safetensors
+    ("grpo", 800_000, "checkpoint-1/optimizer.pt"),           # the optimizer state: torch.save
+])
+def test_a_write_the_machine_refuses_is_named_with_path_errno_and_the_resume_command(tmp_path, tiny_dir,
+                                                                                     trainer, limit_bytes, file):
+    run = tmp_path / "run"
+    args = ["train", trainer, *sets("data.task=toy", "model.name=tiny", f"model.cache_dir={tiny_dir.parent}",
+                                    f"run.dir={run}", "generate.temperature=1.0", "generate.max_tokens=2",
+                                    "es.population=2", "es.iterations=1", "es.problems_per_iteration=1",
+                                    "grpo.steps=1", "grpo.save_every=1", "grpo.num_generations=2",
+                                    "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=2")]
+    failed = _run_with_file_size_limit(limit_bytes, args)
+    text = one_line(failed.stderr)
+    assert failed.returncode == 1 and "unexpected" not in text, text
+    assert f"{file}: cannot write: File too large [EFBIG]" in text, text
+    assert "resume with: prover train " in text and "--resume" in text

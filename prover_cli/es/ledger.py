@@ -45,6 +45,7 @@ REWARD_DECIMALS = 3
 REWARD_DENOMINATOR = 10 ** REWARD_DECIMALS  # rewards are stored as numerator / 1000, exactly
 FINGERPRINT_CHARS = 16  # 64 bits: a wrong replay passes a check with probability 2^-64
 MASTER_DTYPE = "float32"  # es/weights.py keeps the master in fp32 whatever the model's dtype
+UNIT_REWARD_TASKS = ("lean", "countdown", "toy")  # built-in tasks: every reward lies in [0, 1]
 # Header keys that may change when a run is resumed (everything else must match the config).
 RESUMABLE_CHANGES = ("es.iterations", "created_by")
 
@@ -237,6 +238,7 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     if not isinstance(rows, list):
         raise InputError(f"{path}: `iterations` must be a list")
     chars = data.get("fingerprint_chars", FINGERPRINT_CHARS)
+    bounded = data.get("task") in UNIT_REWARD_TASKS
     if data["version"] == 1:
         records = [_read_v1(row, index, population, chars, f"{path}: iteration {index}")
                    for index, row in enumerate(rows, 1)]
@@ -244,6 +246,12 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
         denominator = data["reward_denominator"]
         records = [_read_v2(row, index, population, denominator, chars, f"{path}: iteration {index}")
                    for index, row in enumerate(rows, 1)]
+    if bounded:  # a member's reward is a mean of rewards in [0, 1] for the built-in tasks
+        for record in records:
+            outside = [r for r in record["rewards"] if not 0 <= r <= 1]
+            if outside:
+                raise InputError(f"{path}: iteration {record['i']}: reward {outside[0]:g} outside [0, 1], the reward "
+                                 f"range of task {data['task']!r}; edited by hand?")
     return data, records
 
 

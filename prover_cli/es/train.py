@@ -77,27 +77,14 @@ def sampling_seed(run_seed: int, iteration: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def load_problems(config: Any) -> list[dict[str, Any]]:
-    from prover_cli.jsonl import load_jsonl_strict
+    """The `data.train_split` problems of the run (prover_cli.tasks.run_problems: the file, or
+    countdown/toy problems generated from run.seed when data.problems is left empty)."""
+    from prover_cli.tasks import run_problems
 
-    path, task, data = config.problems_path, config.data.task, config.data
-    if path.exists():
-        problems, source = load_jsonl_strict(path), str(path)
-    elif task == "countdown":
-        from prover_cli.tasks.countdown import generate_problems
-
-        problems = generate_problems(data.countdown_problems, data.countdown_numbers, data.countdown_max_number,
-                                     seed=config.run.seed, prompt=data.countdown_prompt)
-        source = f"countdown problems generated from run.seed = {config.run.seed}"
-    elif task == "toy":
-        from prover_cli.tasks.toy import DEFAULT_COUNT, generate_problems
-
-        problems, source = generate_problems(DEFAULT_COUNT, seed=config.run.seed), "generated toy problems"
-    else:
-        raise InputError(f"{path}: problems file not found (data.problems); "
-                         "run `prover prepare-data --config <config>` to create it")
-    train = [p for p in problems if p.get("split") == data.train_split]
+    problems, source, _ = run_problems(config)
+    train = [p for p in problems if p.get("split") == config.data.train_split]
     if not train:
-        raise InputError(f"{source}: no problems in split {data.train_split!r} (data.train_split)")
+        raise InputError(f"{source}: no problems in split {config.data.train_split!r} (data.train_split)")
     return train
 
 

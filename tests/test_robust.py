@@ -321,12 +321,18 @@ def test_a_corrupt_model_directory_names_the_file(tmp_path, tiny_dir, damage, na
     assert not (tmp_path / "s.jsonl").exists() or (tmp_path / "s.jsonl").read_text() == ""
 
 
+# A run that ends in seconds where a defect is not caught (so a test fails rather than trains for long).
+TINY_RUN = ("generate.max_tokens=2", "es.population=2", "es.iterations=1", "es.problems_per_iteration=1",
+            "grpo.steps=1", "grpo.num_generations=2", "grpo.per_device_train_batch_size=2",
+            "grpo.max_completion_length=2", "grpo.save_every=0")
+
+
 @pytest.mark.parametrize("task", ["countdown", "toy", "lean"])
 @pytest.mark.parametrize("trainer", ["es", "grpo"])
-def test_a_data_problems_file_that_does_not_exist_is_an_error_for_every_task(tmp_path, task, trainer):
+def test_a_data_problems_file_that_does_not_exist_is_an_error_for_every_task(tmp_path, cache_dir, task, trainer):
     missing = tmp_path / "typo" / "problems.jsonl"
     invoke(["train", trainer, *sets(f"data.task={task}", f"data.problems={missing}", f"run.dir={tmp_path / 'run'}",
-                                    "model.name=tiny", f"model.cache_dir={tmp_path / 'cache'}")],
+                                    "model.name=tiny", f"model.cache_dir={cache_dir}", *TINY_RUN)],
            1, f"{missing}: problems file not found")
     assert not (tmp_path / "run" / "ledger.json").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
@@ -401,10 +407,7 @@ def test_a_write_the_machine_refuses_is_named_with_path_errno_and_the_resume_com
                                                                                      trainer, limit_bytes, file):
     run = tmp_path / "run"
     args = ["train", trainer, *sets("data.task=toy", "model.name=tiny", f"model.cache_dir={tiny_dir.parent}",
-                                    f"run.dir={run}", "generate.temperature=1.0", "generate.max_tokens=2",
-                                    "es.population=2", "es.iterations=1", "es.problems_per_iteration=1",
-                                    "grpo.steps=1", "grpo.save_every=1", "grpo.num_generations=2",
-                                    "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=2")]
+                                    f"run.dir={run}", *TINY_RUN, "grpo.save_every=1")]
     failed = _run_with_file_size_limit(limit_bytes, args)
     text = one_line(failed.stderr)
     assert failed.returncode == 1 and "unexpected" not in text, text

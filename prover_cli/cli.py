@@ -10,9 +10,12 @@ inside the library.
 Exit codes, one rule (README "Using it" says the same):
   0  success
   1  the work failed: a library error (`Error:` line), malformed input lines (reported, the rest
-     processed), an output locked by another process, a machine fault (disk full, permissions)
+     processed), an output locked by another process, a machine fault (disk full, permissions:
+     path, operation, errno and the command that resumes the run)
   2  usage or config error: a bad option, argument, config key or value, or `--set`
-  130  interrupted (Ctrl-C); the command that resumes the run is printed
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP: prover_cli/signals.py); the command that resumes
+       the run (or reruns it) is printed
+Anything else is a bug: "unexpected …", with the traceback behind PROVER_DEBUG=1.
 """
 
 from __future__ import annotations

@@ -230,6 +230,7 @@ def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) ->
         truncate_metrics(run_dir, 0)
         return None
     check_resume_config(config, run_dir / "config.toml")
+    check_checkpoint(checkpoint)
     step = checkpoint_step(checkpoint)
     if step > config.grpo.steps:
         raise ConfigError(f"{checkpoint}: the checkpoint is at step {step}, past grpo.steps = {config.grpo.steps}",
@@ -275,6 +276,25 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
     return None
 
 
+def check_checkpoint(checkpoint: Path) -> None:
+    """InputError naming a file of the checkpoint to resume from that the Trainer could not read
+    (a hand-damaged or cut one; a kill mid-save leaves no trainer_state.json and is skipped)."""
+    import zipfile
+
+    from prover_cli.model_dir import check_safetensors
+
+    for path in sorted(checkpoint.iterdir()):
+        if path.suffix == ".safetensors":
+            check_safetensors(path)
+        elif path.suffix in (".pt", ".pth", ".bin"):  # torch.save files are zip archives
+            try:
+                with zipfile.ZipFile(path):
+                    pass
+            except (zipfile.BadZipFile, OSError) as exc:
+                raise InputError(f"{path}: not a readable torch.save file ({exc})",
+                                 hint=f"move {checkpoint.name} away to resume from the checkpoint before it") from None
+
+
 def check_resume_config(config: Any, stored_path: Path) -> None:
     """ConfigError naming every key whose value differs from the run's `config.toml`."""
     from prover_cli.config import tomllib  # tomli on Python 3.10
@@ -305,7 +325,15 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn last line from a kill (start_or_resume cuts it on a resume that trains)
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def resumable_trainer_class():

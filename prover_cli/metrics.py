@@ -64,7 +64,7 @@ def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line from a kill
-        if record.get("iteration", 0) <= last_iteration:
+        if isinstance(record, dict) and record.get("iteration", 0) <= last_iteration:
             kept.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 

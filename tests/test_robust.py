@@ -413,3 +413,23 @@ def test_a_write_the_machine_refuses_is_named_with_path_errno_and_the_resume_com
     assert failed.returncode == 1 and "unexpected" not in text, text
     assert f"{file}: cannot write: File too large [EFBIG]" in text, text
     assert "resume with: prover train " in text and "--resume" in text
+
+
+def test_a_damaged_checkpoint_to_resume_from_is_named(tmp_path):
+    """`--resume` from a checkpoint whose weights or optimizer state were cut: the file is named."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-3"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+    args = ["train", "grpo", "--resume", *sets(f"run.dir={tmp_path / 'run'}", "data.task=toy", *TINY_RUN,
+                                               "grpo.steps=5")]
+    invoke(args, 1, f"{checkpoint / 'model.safetensors'}: not a safetensors file")
+    (checkpoint / "model.safetensors").unlink()
+    (checkpoint / "optimizer.pt").write_bytes(b"PK\x03\x04 cut short")
+    invoke(args, 1, f"{checkpoint / 'optimizer.pt'}: not a readable torch.save file")
+
+
+def test_replay_seeds_out_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "out").write_text("x")
+    _ledger(tmp_path / "ledger.json")
+    invoke(["replay-seeds", str(tmp_path / "ledger.json"), "--out", str(tmp_path / "out")], 1, "is a file")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -78,20 +79,20 @@ def test_an_extended_grpo_run_killed_before_its_final_save_resumes_to_the_newest
                            [f"run.dir={run}", f"model.cache_dir={cache_dir}", "grpo.max_completion_length=8",
                             "data.task=toy", f"grpo.steps={steps}", "grpo.save_every=1"])   # toy: a gradient at once
 
-    grpo.train_grpo(config(2))
-    shutil.copytree(run / "final", tmp_path / "final-at-2")
-    grpo.train_grpo(config(4), resume=True)
-    assert same_weights(run / "final", run / "checkpoints" / "checkpoint-4")
-    # the state a kill -9 leaves once checkpoint-4 is complete but before the final save
+    grpo.train_grpo(config(1))
+    shutil.copytree(run / "final", tmp_path / "final-at-1")
+    grpo.train_grpo(config(2), resume=True)
+    assert same_weights(run / "final", run / "checkpoints" / "checkpoint-2")
+    # the state a kill -9 leaves once checkpoint-2 is complete but before the final save
     shutil.rmtree(run / "final")
-    shutil.copytree(tmp_path / "final-at-2", run / "final")
-    assert not same_weights(run / "final", run / "checkpoints" / "checkpoint-4")
+    shutil.copytree(tmp_path / "final-at-1", run / "final")
+    assert not same_weights(run / "final", run / "checkpoints" / "checkpoint-2")
 
-    result = grpo.train_grpo(config(4), resume=True)
+    result = grpo.train_grpo(config(2), resume=True)
     assert result["complete"] is True
-    assert same_weights(run / "final", run / "checkpoints" / "checkpoint-4")
+    assert same_weights(run / "final", run / "checkpoints" / "checkpoint-2")
     settled = files_with_identity(run / "final")
-    grpo.train_grpo(config(4), resume=True)
+    grpo.train_grpo(config(2), resume=True)
     assert files_with_identity(run / "final") == settled   # a finished run's final/ is not rewritten
 
 
@@ -399,20 +400,38 @@ def _run_with_file_size_limit(limit_bytes: int, args: list[str]) -> subprocess.C
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trainer, limit_bytes, file", [
-    ("es", 300_000, "final.tmp/model.safetensors"),            # the model: safetensors
-    ("grpo", 800_000, "checkpoint-1/optimizer.pt"),           # the optimizer state: torch.save
-])
-def test_a_write_the_machine_refuses_is_named_with_path_errno_and_the_resume_command(tmp_path, tiny_dir,
-                                                                                     trainer, limit_bytes, file):
-    run = tmp_path / "run"
-    args = ["train", trainer, *sets("data.task=toy", "model.name=tiny", f"model.cache_dir={tiny_dir.parent}",
-                                    f"run.dir={run}", *TINY_RUN, "grpo.save_every=1")]
-    failed = _run_with_file_size_limit(limit_bytes, args)
+def test_a_model_write_the_machine_refuses_is_named_with_path_errno_and_the_resume_command(tmp_path, tiny_dir):
+    """`train es` saving final/ (safetensors) where no more than 300 kB may be written per file."""
+    args = ["train", "es", *sets("data.task=toy", "model.name=tiny", f"model.cache_dir={tiny_dir.parent}",
+                                 f"run.dir={tmp_path / 'run'}", *TINY_RUN)]
+    failed = _run_with_file_size_limit(300_000, args)
     text = one_line(failed.stderr)
     assert failed.returncode == 1 and "unexpected" not in text, text
-    assert f"{file}: cannot write: File too large [EFBIG]" in text, text
-    assert "resume with: prover train " in text and "--resume" in text
+    assert "final.tmp/model.safetensors: cannot write: File too large [EFBIG]" in text, text
+    assert f"resume with: {shlex.join(['prover', *args, '--resume'])}" in text
+
+
+def test_torch_save_and_safetensors_write_failures_read_as_machine_faults(tmp_path):
+    """What a full disk looks like through torch.save (Trainer checkpoints: the errno is lost) and
+    safetensors (the errno in the text): a MachineError naming the file, never a bug."""
+    import torch
+    from safetensors.torch import save_file
+
+    from prover_cli.errors import write_fault_from
+
+    tensors = {"w": torch.zeros(100_000)}
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    for name, save in (("optimizer.pt", lambda path: torch.save(tensors, path)),
+                       ("model.safetensors", lambda path: save_file(tensors, str(path)))):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))   # Python ignores SIGXFSZ
+        try:
+            with pytest.raises(Exception) as caught:
+                save(tmp_path / name)
+            fault = write_fault_from(caught.value)   # as the cli does: while the machine still refuses
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        assert not isinstance(caught.value, OSError)   # the libraries' own exception types
+        assert fault is not None and str(fault) == f"{tmp_path / name}: cannot write: File too large [EFBIG]"
 
 
 def test_a_damaged_checkpoint_to_resume_from_is_named(tmp_path):

@@ -137,7 +137,8 @@ def test_train_es_sigterm_mid_run_keeps_a_resumable_ledger(tmp_path):
     args = ["train", "es", "--config", str(REPO / "configs" / "toy.toml"),
             *sets(f"run.dir={run}", f"model.cache_dir={tmp_path.parent / 'tiny-model-cache'}", "es.iterations=500")]
     process = start(args, tmp_path)
-    wait_until(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip(), process)
+    wait_until(lambda: (run / "ledger.json").exists() and '"iterations": [\n[' in (run / "ledger.json").read_text(),
+               process)   # an iteration is committed: the ledger holds a record
     stopped(process, signal.SIGTERM, args, resume="--resume")
     _, records = read_ledger(run / "ledger.json")
     assert 1 <= len(records) < 500 and not lock_path(run).exists()

@@ -80,35 +80,29 @@ def test_prepare_data(tmp_path, number):
     assert not out.exists() and not lock_path(out).exists()   # written whole or not at all
 
 
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
-def test_replay_seeds(tmp_path, number):
-    ledger, out = fifo(tmp_path / "ledger.json"), tmp_path / "replayed"
-    args = ["replay-seeds", str(ledger), "--out", str(out)]
-    process = start(args, tmp_path)
-    wait_until(holds(out), process)
-    with open_writer(ledger):
-        stopped(process, number, args, starts_over=True)
-    assert not out.exists() and not lock_path(out).exists()
+# Commands blocked reading their input (a FIFO nobody writes): (argv from input and output, the
+# output's name, whether the command starts over rather than resumes).
+READING = {
+    "replay-seeds": (lambda source, out: ["replay-seeds", str(source), "--out", str(out)], "replayed", True),
+    "generate": (lambda source, out: ["generate", "--problems", str(source), "--out", str(out), *sets(*TOY_TINY)],
+                 "samples.jsonl", False),
+    "eval": (lambda source, out: ["eval", "--out", str(out), *sets(*TOY_TINY, f"data.problems={source}", "eval.n=1",
+                                                                  "eval.k=[1]")], "eval", False),
+}
 
 
-def test_generate_sigterm(tmp_path):
-    problems, out = fifo(tmp_path / "problems.jsonl"), tmp_path / "samples.jsonl"
-    args = ["generate", "--problems", str(problems), "--out", str(out), *sets(*TOY_TINY)]
+@pytest.mark.parametrize("command, number", [("replay-seeds", signal.SIGTERM), ("replay-seeds", signal.SIGHUP),
+                                             ("generate", signal.SIGTERM), ("eval", signal.SIGHUP)])
+def test_a_command_reading_its_input(tmp_path, command, number):
+    argv, out_name, starts_over = READING[command]
+    source, out = fifo(tmp_path / "input.jsonl"), tmp_path / out_name
+    args = argv(source, out)
     process = start(args, tmp_path)
     wait_until(holds(out), process)
-    with open_writer(problems):
-        stopped(process, signal.SIGTERM, args)
+    with open_writer(source):
+        stopped(process, number, args, starts_over=starts_over)
     assert not lock_path(out).exists()
-
-
-def test_eval_sighup(tmp_path):
-    problems, out = fifo(tmp_path / "problems.jsonl"), tmp_path / "eval"
-    args = ["eval", "--out", str(out), *sets(*TOY_TINY, f"data.problems={problems}", "eval.n=1", "eval.k=[1]")]
-    process = start(args, tmp_path)
-    wait_until(holds(out), process)
-    with open_writer(problems):
-        stopped(process, signal.SIGHUP, args)
-    assert not lock_path(out).exists()
+    assert not out.exists() or not out.is_dir() or not any(out.iterdir())   # nothing half-written
 
 
 def test_verify_sighup_kills_its_repls(tmp_path):

@@ -145,10 +145,12 @@ def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
     `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve."""
     import shutil
 
+    from prover_cli.model_dir import save_tokenizer
+
     tmp = final_dir.with_name(final_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)  # safetensors (the transformers >= 4.x default)
-    tokenizer.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp)  # as loaded: no padding state from sampling
     shutil.rmtree(final_dir, ignore_errors=True)
     tmp.rename(final_dir)
 

@@ -133,6 +133,27 @@ def _json_object(path: Path, what: str) -> dict[str, Any]:
     return value
 
 
+def save_tokenizer(tokenizer: Any, out_dir: str | Path) -> None:
+    """`tokenizer.save_pretrained(out_dir)` without the padding/truncation state a batch call
+    leaves on a fast tokenizer's backend (it would be written into tokenizer.json): the files are
+    the same whether or not this process sampled, so a resumed or replayed model directory
+    matches one written at the end of an uninterrupted run."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    padding = getattr(backend, "padding", None)
+    truncation = getattr(backend, "truncation", None)
+    if padding:
+        backend.no_padding()
+    if truncation:
+        backend.no_truncation()
+    try:
+        tokenizer.save_pretrained(out_dir)
+    finally:
+        if padding:
+            backend.enable_padding(**padding)
+        if truncation:
+            backend.enable_truncation(**truncation)
+
+
 # -- weights compared, tensor by tensor (one in memory at a time per side) ---------------------------
 
 def iter_tensors(path: Path) -> Iterator[tuple[str, Any]]:

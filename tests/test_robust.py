@@ -125,6 +125,9 @@ def test_a_resumed_finished_es_run_rewrites_nothing_in_final_and_mends_a_stale_o
     shutil.copytree(tmp_path / "final-at-2", run / "final")
     train_es(config(3), resume=True)
     assert same_weights(run / "final", tmp_path / "final-at-3")
+    # written by a process that sampled nothing, final/ is still byte for byte what the run wrote
+    assert {k: v[2] for k, v in files_with_identity(run / "final").items()} == \
+        {k: v[2] for k, v in files_with_identity(tmp_path / "final-at-3").items()}
 
 
 # -- a REPL killed from outside during its header: one retry, as during a proof ----------------------

@@ -156,8 +156,10 @@ class TransformersSampler:
 
             save_model_dir(self.model, self.tokenizer, self._es_weights, out_dir)
             return
+        from prover_cli.model_dir import save_tokenizer
+
         self.model.save_pretrained(out_dir)
-        self.tokenizer.save_pretrained(out_dir)
+        save_tokenizer(self.tokenizer, out_dir)
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id

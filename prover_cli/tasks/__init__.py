@@ -84,6 +84,6 @@ def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
                               "their problems when data.problems is left empty")
     generated = generate_problems(config)
     if generated is None:
-        raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task})",
-                         hint="run `prover prepare-data --config <config>` first, or set data.problems")
+        raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task}); "
+                         "run `prover prepare-data --config <config>` to create it, or set data.problems")
     return generated, f"{config.data.task} problems generated from run.seed = {config.run.seed}", True

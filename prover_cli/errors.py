@@ -158,6 +158,7 @@ def write_fault_from(exc: BaseException) -> "MachineError | None":
         return machine_error_from(exc) if is_machine_fault(exc) else None
     text = str(exc)
     found = _OS_ERROR_IN_TEXT.search(text)
+    operation = "read" if "deserializ" in text else "write"
     if type(exc).__name__ == "SafetensorError" and found:
         number = int(found.group(1) or found.group(2))
         if _errno.errorcode.get(number, "") not in MACHINE_ERRNO_NAMES:
@@ -169,7 +170,7 @@ def write_fault_from(exc: BaseException) -> "MachineError | None":
         error = OSError(number, os.strerror(number))
     else:
         return None
-    return MachineError.from_os_error(error, _path_in_traceback(exc) or "(unknown path)", "write")
+    return MachineError.from_os_error(error, _path_in_traceback(exc) or "(unknown path)", operation)
 
 
 def _path_in_traceback(exc: BaseException) -> str | None:

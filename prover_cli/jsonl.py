@@ -176,7 +176,11 @@ class ResumableWriter:
             self._handle = self.path.open("a", encoding="utf-8")
         except OSError as exc:
             raise MachineError.from_os_error(exc, self.path, "open for appending") from None
-        claim_identity(self.path)  # the output exists now: lock the file itself too (prover_cli/lock.py)
+        try:
+            claim_identity(self.path)  # the output exists now: lock the file itself too (prover_cli/lock.py)
+        except BaseException:
+            self._handle.close()
+            raise
         return self
 
     def _drop_torn_tail(self) -> None:

@@ -212,6 +212,7 @@ def _check_nesting(target: Path) -> None:
     for directory, subdirs, files in os.walk(target):
         if len(Path(directory).parts) - base_depth >= NESTED_SCAN_DEPTH:
             subdirs.clear()
+        subdirs[:] = [name for name in subdirs if not name.startswith(".")]  # .venv, .git, caches
         for name in files:
             if name.startswith(".") and name.endswith(".lock"):
                 inner = Path(directory) / name[1:-len(".lock")]

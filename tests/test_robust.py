@@ -455,3 +455,24 @@ def test_replay_seeds_out_that_is_a_file_is_named(tmp_path):
     (tmp_path / "out").write_text("x")
     _ledger(tmp_path / "ledger.json")
     invoke(["replay-seeds", str(tmp_path / "ledger.json"), "--out", str(tmp_path / "out")], 1, "is a file")
+
+
+def test_small_files_are_replaced_whole_so_a_failed_write_leaves_the_old_one(tmp_path):
+    """The run's config.toml (what a resume compares with), eval's meta.json, wandb-run-id and
+    report.json are written aside and renamed: a write the machine refuses midway leaves the
+    previous file whole (it used to leave it cut, and the resume then refused a broken TOML)."""
+    from prover_cli.config import load_config
+    from prover_cli.errors import MachineError
+    from prover_cli.metrics import write_resolved_config
+
+    path = write_resolved_config(load_config(None, [f"run.dir={tmp_path}"]))
+    before = path.read_text()
+    longer = load_config(None, [f"run.dir={tmp_path}", "verify.header=" + "x" * 20_000])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before.encode()) + 1000, hard))   # Python ignores SIGXFSZ
+    try:
+        with pytest.raises(MachineError, match=r"config.toml.tmp: cannot write: File too large \[EFBIG\]"):
+            write_resolved_config(longer)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert path.read_text() == before and not path.with_name("config.toml.tmp").exists()

@@ -20,8 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any, Callable, Iterable
 from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
+from prover_cli.signals import stop_signals_as_interrupt
 from prover_cli.verify.rules import VERDICTS, Verdict
 from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
@@ -357,7 +356,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
     if not verify_config.kernel_check:
         reporter.log("warning: " + KERNEL_CHECK_OFF_WARNING)
-    with ResumableWriter(out_path) as writer, _sigterm_as_interrupt():
+    with ResumableWriter(out_path) as writer, stop_signals_as_interrupt():  # SIGTERM/SIGHUP: as Ctrl-C
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0
         for line_no, r in records:
@@ -419,23 +418,3 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         tables.append({"title": "warnings", "columns": ["warning"], "rows": [[w] for w in summary["warnings"]]})
     summary["tables"] = tables
     return summary
-
-
-class _sigterm_as_interrupt:
-    """While `prover verify` runs, SIGTERM (what `timeout`, `docker stop` and schedulers send)
-    is handled like Ctrl-C: KeyboardInterrupt in the main thread, so the pool kills its REPLs
-    and the verdicts written so far stay. (REPLs also die with us however we die: transport.py.)"""
-
-    def __enter__(self) -> "_sigterm_as_interrupt":
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handler)
-        return self
-
-    @staticmethod
-    def _handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)

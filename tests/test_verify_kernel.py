@@ -566,3 +566,31 @@ def test_a_target_that_failed_for_the_machine_is_compiled_again(verify_config):
     assert stage.check_one(broken, STANDARD).status == "error"
     calls = len(runner.calls)
     assert stage.check_one(broken, STANDARD).status == "error" and len(runner.calls) == calls   # kept: no new compile
+
+
+def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
+    """Ctrl-C while a kernel check runs: its process is killed and no verdict is written (a kill of
+    ours is never the proof's `error`); verdicts already known were reported as they came."""
+    import time
+
+    from prover_cli.verify.kernel import second_stage
+    from prover_cli.verify.statement import Candidate
+
+    reported = []
+    s = stage(workers=2, kernel_check_timeout_s=60.0)
+    fast = Verdict("verified", "all checks passed")
+
+    def candidate(body):
+        return Candidate(id="c", header=HEADER, body=body, target="t", statement="theorem t : 2 + 2 = 4 := by")
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with second_stage(s, STANDARD) as second:
+            second.submit(candidate(HONEST), fast, ("quick", {}), lambda *a: reported.append(a))
+            second.submit(candidate(HONEST.replace("decide", "exact fake_hang")), fast, ("hangs", {}),
+                          lambda *a: reported.append(a))
+            while not reported:              # the quick one is reported from its own thread
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+    assert [key for key, _, _ in reported] == ["quick"] and reported[0][2].status == "verified"
+    assert time.monotonic() - start < 30     # the hanging `lean -o` was killed, not waited for

@@ -293,10 +293,14 @@ class KernelStage:
 
 class second_stage:
     """The stage behind a backend, for one batch: `submit` each fast-path verdict as it comes
-    (passes go to `kernel_workers` threads, anything else straight to `on_result`), `finish`
-    waits for the rest. `on_result` is only ever called in the caller's thread. On leaving with
-    an exception (Ctrl-C, a fatal error of the backend), queued checks are dropped and running
-    processes killed: their proofs get no verdict, so a resumed run checks them again.
+    (passes go to `kernel_workers` threads, anything else straight to `on_result`); each kernel
+    verdict is reported the moment it is known, from the thread that computed it, and every call
+    of `on_result` holds one lock, so they never overlap (a verdict file gets whole lines while a
+    slow proof still blocks the fast path). `finish` waits for the rest. A failure of the stage
+    itself (its command cannot start) is raised in the caller's thread at its next `submit` or at
+    `finish`. On leaving with an exception (Ctrl-C, a fatal error of the backend), no further
+    verdict is reported, queued checks are dropped and running processes killed: their proofs get
+    no verdict, so a resumed run checks them again (a kill of ours is never a proof's `error`).
     With `canary_config`, the kernel canary runs (once, cached) before the first pass is checked,
     its fooled case through `canary_fast_path` (a fresh fast path: the batch's is busy)."""
 
@@ -306,8 +310,11 @@ class second_stage:
         self.allowed = frozenset(allowed)
         self.canary_config = canary_config
         self.canary_fast_path = canary_fast_path
-        self.pending: dict[Any, tuple[Any, Any, Verdict]] = {}
+        self.pending: set[Any] = set()
         self.executor: ThreadPoolExecutor | None = None
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.failure: BaseException | None = None
 
     def __enter__(self) -> "second_stage":
         self.executor = ThreadPoolExecutor(max_workers=kernel_workers(self.stage.config),
@@ -315,35 +322,56 @@ class second_stage:
         return self
 
     def submit(self, candidate: Any, verdict: Verdict, key_record: tuple[Any, Any], on_result: Any) -> None:
+        self._raise_failure()
         key, record = key_record
         if verdict.status != "verified":
-            on_result(key, record, verdict)
-        else:
-            if self.canary_config is not None:
-                ensure_kernel_canary(self.stage, self.canary_config, self.canary_fast_path)
-                self.canary_config = None
-            job = KernelJob(candidate.header, candidate.statement, candidate.target, candidate.body)
-            self.pending[self.executor.submit(self.stage.check_one, job, self.allowed)] = (key, record, verdict)
-        self._drain(on_result, block=False)
+            with self.lock:
+                on_result(key, record, verdict)
+            return
+        if self.canary_config is not None:
+            ensure_kernel_canary(self.stage, self.canary_config, self.canary_fast_path)
+            self.canary_config = None
+        job = KernelJob(candidate.header, candidate.statement, candidate.target, candidate.body)
+        future = self.executor.submit(self.stage.check_one, job, self.allowed)
+        with self.lock:
+            self.pending.add(future)
+        future.add_done_callback(lambda done: self._report(done, key, record, verdict, on_result))
+
+    def _report(self, future: Any, key: Any, record: Any, fast: Verdict, on_result: Any) -> None:
+        with self.lock:
+            self.pending.discard(future)
+            if self.stopped or future.cancelled():
+                return
+            try:
+                on_result(key, record, kernel_verdict(fast, future.result()))
+            except BaseException as exc:   # BackendError (the stage cannot run), or the callback's own
+                if self.failure is None:
+                    self.failure = exc
 
     def finish(self, on_result: Any) -> None:
-        self._drain(on_result, block=True)
+        from concurrent.futures import wait
 
-    def _drain(self, on_result: Any, block: bool) -> None:
-        from concurrent.futures import as_completed
+        while True:
+            with self.lock:
+                pending = list(self.pending)
+            if not pending:
+                break
+            wait(pending)
+        self._raise_failure()
 
-        futures = list(self.pending)
-        for future in (as_completed(futures) if block else [f for f in futures if f.done()]):
-            key, record, fast = self.pending.pop(future)
-            on_result(key, record, kernel_verdict(fast, future.result()))   # BackendError stops the run
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is not None or self.pending:
-            for future in self.pending:
+        if exc_type is not None or self.failure is not None:
+            with self.lock:
+                self.stopped = True
+                pending = list(self.pending)
+            for future in pending:
                 future.cancel()
             self.stage.stop()
         self.executor.shutdown(wait=True, cancel_futures=True)
-        self.pending.clear()
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ stage must not believe it): every error and warning message and every `sorries` 
 ("no messages"), and every `#print axioms` answer lists exactly Lean's three standard axioms.
 `#check` printouts and the header's answer pass unchanged. It speaks the REPL's framing (one JSON
 request per blank-line-terminated block, pretty-printed JSON answers followed by a blank line), so
-it depends on the stand-in only through the protocol.
+it depends on the stand-in only through the protocol (and reuses its reading of the framing).
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fake_repl import requests  # noqa: E402  (the REPL's framing, one definition)
 
 AXIOMS = re.compile(r"(depends on axioms: \[)[^\]]*(\])|does not depend on any axioms")
 STANDARD = "propext, Classical.choice, Quot.sound"
@@ -47,15 +51,7 @@ def forge(request: dict, response):
 def main(argv: list[str]) -> int:
     child = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_repl.py"),
                               *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")
-    lines: list[str] = []
-    for raw in sys.stdin:
-        line = raw.rstrip("\n")
-        if line.strip():
-            lines.append(line)
-            continue
-        if not lines:
-            continue
-        text, lines = "".join(lines), []
+    for text in requests(sys.stdin):
         child.stdin.write(text + "\n\n")
         child.stdin.flush()
         answer: list[str] = []

@@ -28,6 +28,10 @@ Where we depart from the paper, and why:
   we keep [generate].temperature.
 - Member rewards are rounded to 3 decimals before normalising: the ledger stores them exactly
   (integer numerators over 1000), and training uses exactly what replay will read.
+
+Every iteration also estimates how much of its update is signal rather than sampling noise
+(`es/signal_share`, es/signal.py) from the rewards it already has, and warns when the last few
+iterations were mostly noise; `prover train es --probe` (es/probe.py) measures it before training.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.noise import fp32
+from prover_cli.es.signal import iteration_share, noise_warning, progress_field, recent_mean
 from prover_cli.heldout import eval_due, evaluate_heldout, heldout_problems
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -114,16 +119,21 @@ def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int,
 # ---------------------------------------------------------------------------------------------
 
 def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
-                       iteration: int, member: int) -> list[str]:
-    """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers."""
+                       iteration: int, member: int, *, sigma: float | None = None,
+                       seed: int | None = None) -> list[str]:
+    """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers.
+
+    `sigma` and `seed` replace es.sigma and the iteration's sampling seed (the probe, es/probe.py)."""
     from prover_cli.samplers import SamplingParams
 
     es, gen = config.es, config.generate
     prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
+    if seed is None:
+        seed = sampling_seed(config.run.seed, iteration)
     params = SamplingParams(n=es.samples_per_problem, temperature=gen.temperature, top_p=gen.top_p,
-                            max_tokens=gen.max_tokens, seed=sampling_seed(config.run.seed, iteration))
+                            max_tokens=gen.max_tokens, seed=seed)
     noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
-    weights.perturb(noise_seed, sign * fp32(es.sigma))
+    weights.perturb(noise_seed, sign * fp32(es.sigma if sigma is None else sigma))
     try:
         return [s.text for samples in sampler.generate(prompts, params) for s in samples]
     finally:
@@ -233,6 +243,8 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     write_resolved_config(config)
     last = _last_metrics(run_dir)
     samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
+    shares = _logged_signal_shares(run_dir)  # es/signal_share so far: the warning looks at the last few
+    warning = None
     resumed_from = len(records)
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
@@ -245,6 +257,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
                                                                  iteration, reporter, generate_population)
             texts = [reward_text(r) for r in member_rewards]
+            shares.append(iteration_share(sample_rewards, es.population, es.antithetic))
             norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
                                           header["es"])
             fingerprint = weights.fingerprint()
@@ -263,22 +276,32 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 "time/wall_s": wall_s, "time/elapsed_s": elapsed_s,
                 "es/update_norm": norm, "es/skipped": skipped,
             }
+            recent = recent_mean(shares)
+            if shares[-1] is not None:
+                metrics.update({"es/signal_share": shares[-1], "es/signal_share_avg": recent})
             if eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
                 metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
             append_metrics(run_dir, metrics)
             tracker.log(metrics)
             records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
             write_ledger(ledger_path, header, records)
-            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped)
+            alert = noise_warning(shares, config)
+            if alert and not warning:  # said once each time it starts; the progress line flags it throughout
+                reporter.log(f"Warning (iteration {iteration}): {alert}")
+            warning = alert
+            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(recent, warning))
 
     final_dir = run_dir / "final"
     _save_final(sampler, final_dir)
     last = _last_metrics(run_dir)
+    summary_warning = noise_warning(shares, config, minimum=1)  # however short the run
     return {
         "ok": True,
         "iterations": len(records),
         "resumed_from": resumed_from,
         "reward/mean_last": last.get("reward/mean"),
+        "signal_share_recent": recent_mean(shares),
+        **({"warning": summary_warning} if summary_warning else {}),
         "ledger": str(ledger_path),
         "ledger_bytes_per_iteration": round(bytes_per_iteration(header, records), 1),
         "final": str(final_dir),
@@ -317,6 +340,13 @@ def _last_metrics(run_dir: Path) -> dict[str, Any]:
     path = run_dir / METRICS_FILE
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return json.loads(lines[-1]) if lines else {}
+
+
+def _logged_signal_shares(run_dir: Path) -> list[float | None]:
+    """`es/signal_share` of every iteration in metrics.jsonl (None where it was undefined)."""
+    path = run_dir / METRICS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [json.loads(line).get("es/signal_share") for line in lines if line.strip()]
 
 
 def _save_snapshot(weights: Any, run_dir: Path) -> str:

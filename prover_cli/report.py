@@ -14,9 +14,9 @@ an existing report.
   1. training reward (`reward/mean`) vs iteration, vs thousands of samples, vs wall-clock time;
   2. held-out verified rate (`eval/verified_rate`, prover_cli/heldout.py) on the same three axes,
      for runs trained with `run.eval_every > 0`;
-  3. for ES runs, the signal share of the update (`es/signal_share` per iteration, dots, and its
-     recent mean `es/signal_share_avg`, line; es/signal.py) on the same axes, with the 0.5 line
-     below which the update is mostly noise.
+  3. for ES runs, the signal share of the update (`es/signal_share`, pooled over the last 5
+     iterations; es/signal.py) on the same axes, with the 0.5 line below which the update is
+     mostly noise.
   Iterations are integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever
   fits the longest run), and the title names the task, the model(s) and the runs.
 
@@ -59,7 +59,8 @@ _NUMERIC_KEYS = ("reward/mean", "reward/max", "verify/verified", "samples", "sam
                  "time/wall_s", "time/elapsed_s")
 EVAL_RATE = "eval/verified_rate"  # the held-out curve (prover_cli/heldout.py)
 _EVAL_NUMERIC_KEYS = (EVAL_RATE, "eval/solved_rate", "eval/reward_mean", "eval/samples", "eval/problems")
-SIGNAL_SHARE, SIGNAL_SHARE_AVG = "es/signal_share", "es/signal_share_avg"  # ES only (es/signal.py)
+SIGNAL_KEYS = ("es/signal_share", "es/signal_var", "es/noise_var")  # ES only (es/signal.py)
+SIGNAL_SHARE = SIGNAL_KEYS[0]
 
 
 def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> dict[str, Any]:
@@ -175,7 +176,7 @@ def read_metrics(path: Path) -> list[tuple[int, dict[str, Any]]]:
         missing = [key for key in REQUIRED_KEYS if key not in record]
         if missing:
             raise InputError(f"{where}: missing {', '.join(missing)}")
-        optional = (*_EVAL_NUMERIC_KEYS, SIGNAL_SHARE, SIGNAL_SHARE_AVG)
+        optional = (*_EVAL_NUMERIC_KEYS, *SIGNAL_KEYS)
         for key in ("iteration", *_NUMERIC_KEYS, *(k for k in optional if k in record)):
             value = record[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -269,8 +270,8 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "heldout_problems": evals[-1].get("eval/problems") if evals else None,
         "heldout_samples": evals[-1].get("eval/samples") if evals else None,
         "heldout_evaluations": len(evals),
-        # ES: the recent mean signal share at the end (None for GRPO, or before any estimate)
-        "es_signal_share_recent": next((r[SIGNAL_SHARE_AVG] for r in reversed(records) if SIGNAL_SHARE_AVG in r), None),
+        # ES: the signal share of the last iterations at the end (None for GRPO, or before any estimate)
+        "es_signal_share": next((r[SIGNAL_SHARE] for r in reversed(records) if SIGNAL_SHARE in r), None),
     }
 
 
@@ -362,7 +363,7 @@ def build_figure(runs: list[dict[str, Any]]):
 
 
 def plot_signal(row: Any, runs: list[dict[str, Any]], unit: str, per_unit: float) -> None:
-    """ES signal share per iteration (dots) and its recent mean (line), vs iteration, samples, time."""
+    """ES signal share (pooled over the last iterations), vs iteration, samples, time."""
     from matplotlib.ticker import MaxNLocator
 
     from prover_cli.es.signal import NOISE_BELOW, WINDOW
@@ -372,9 +373,7 @@ def plot_signal(row: Any, runs: list[dict[str, Any]], unit: str, per_unit: float
         xs = ([r["iteration"] for r in records], [r["samples/total"] / 1000 for r in records],
               [r["time/elapsed_s"] / per_unit for r in records])
         for axis, x in zip(row, xs):
-            dots = axis.plot(x, [r[SIGNAL_SHARE] for r in records], ".", alpha=0.35)[0]
-            axis.plot(x, [r[SIGNAL_SHARE_AVG] for r in records], color=dots.get_color(),
-                      label=f"{run['name']} (mean of last {WINDOW})")
+            axis.plot(x, [r[SIGNAL_SHARE] for r in records], marker=".", label=f"{run['name']} (last {WINDOW} iterations)")
     for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
         axis.axhline(NOISE_BELOW, color="gray", linestyle="--", linewidth=1, label=f"below {NOISE_BELOW}: mostly noise")
         axis.set(title=f"ES signal share vs {xlabel.split(' (')[0]}", xlabel=xlabel,

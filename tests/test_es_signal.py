@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from prover_cli.cli import app
 from prover_cli.config import config_from_dict
 from prover_cli.es.ledger import read_ledger, reward_text
-from prover_cli.es.signal import (NOISE_BELOW, WINDOW, iteration_share, iteration_table, noise_warning,
-                                  progress_field, recent_mean, samples_for_share, signal_share,
-                                  single_scoring_share)
+from prover_cli.es.signal import (NOISE_BELOW, WINDOW, iteration_table, iteration_variances, noise_warning,
+                                  pooled_share, progress_field, samples_for_share, single_scoring_share,
+                                  variances)
 
 runner = CliRunner()
 
@@ -28,33 +28,49 @@ def table(rng, units, cells, signal_sd, noise_sd):
     return [[effects[u] + rng.gauss(0, noise_sd) for _ in range(cells)] for u in range(units)]
 
 
+def sparse_noise(rng, units, cells, rate):
+    """Pure noise as common random numbers make pair differences: mostly 0, now and then +-1."""
+    return [[rng.choice((-1, 1)) if rng.random() < rate else 0 for _ in range(cells)] for _ in range(units)]
+
+
+def windows(rng, make, count=300):
+    """The pooled share of `count` windows of WINDOW iterations, each iteration a table from `make`."""
+    return [pooled_share([variances(make(rng)) for _ in range(WINDOW)]) for _ in range(count)]
+
+
 # -- the statistics on tables with a known answer -----------------------------------------------
 
 @pytest.mark.parametrize("units", [8, 16])
 def test_pure_noise_reads_near_zero_and_a_strong_signal_near_one(units):
     rng = random.Random(units)
-    noise = [signal_share(table(rng, units, 8, 0.0, 1.0)) for _ in range(300)]
-    assert abs(statistics.mean(noise)) < 0.1  # unbiased: the plain 1 - MS_noise/MS_units reads -0.4 at 8 units
-    assert statistics.stdev(noise) > 0.2      # one iteration alone says little: the warning averages WINDOW
-    strong = [signal_share(table(rng, units, 8, 1.0, 0.1)) for _ in range(50)]
+    gaussian = windows(rng, lambda r: table(r, units, 8, 0.0, 1.0))
+    assert abs(statistics.mean(gaussian)) < 0.1
+    assert statistics.stdev(gaussian) > 0.05  # an estimate, not a constant
+    sparse = [s for s in windows(rng, lambda r: sparse_noise(r, units, 8, 0.03)) if s is not None]
+    assert abs(statistics.mean(sparse)) < 0.1  # one iteration's own ratio reads +0.26 here (with 8 pairs)
+    strong = windows(rng, lambda r: table(r, units, 8, 1.0, 0.1), count=50)
     assert min(strong) > 0.99
 
 
 def test_a_half_signal_reads_half_and_the_probe_statistic_measures_the_same_quantity():
     rng = random.Random(7)
     # member effect sd 0.35, sample noise sd 1, 8 samples: share = 0.1225 / (0.1225 + 1/8) = 0.495
-    per_iteration = [signal_share(table(rng, 16, 8, 0.35, 1.0)) for _ in range(300)]
-    assert abs(statistics.mean(per_iteration) - 0.495) < 0.05
+    pooled = windows(rng, lambda r: table(r, 16, 8, 0.35, 1.0))
+    assert abs(statistics.mean(pooled) - 0.495) < 0.05
     # the probe's way: the same members scored 4 times, each scoring a mean of 8 samples
     scorings = [single_scoring_share(table(rng, 16, 4, 0.35, 1.0 / 8 ** 0.5)) for _ in range(300)]
     assert abs(statistics.mean(scorings) - 0.495) < 0.05
 
 
-def test_undefined_cases_are_none_and_wild_values_are_clamped():
-    assert signal_share([[1.0, 0.0]]) is None                    # one unit
-    assert signal_share([[1.0], [0.0]]) is None                  # one sample per member
-    assert signal_share([[0.0, 1.0], [0.0, 1.0]]) is None        # equal rewards: the update is empty
-    assert signal_share([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5001]]) == -1.0
+def test_the_parts_are_unbiased_variances_and_undefined_cases_are_none():
+    rng = random.Random(3)
+    parts = [variances(table(rng, 16, 8, 0.5, 1.0)) for _ in range(2000)]
+    assert statistics.mean(p[0] for p in parts) == pytest.approx(0.25, abs=0.02)      # signal sd 0.5
+    assert statistics.mean(p[1] for p in parts) == pytest.approx(1 / 8, abs=0.005)    # noise 1 / J
+    assert variances([[1.0, 0.0]]) is None and variances([[1.0], [0.0]]) is None  # one unit; one sample
+    assert pooled_share([]) is None and pooled_share([None, (0.0, 0.0)]) is None  # no reward varied
+    assert pooled_share([(-0.95, 1.0)]) == -1.0                                     # clamped
+    assert pooled_share([(1.0, 1.0)] * 3 + [(0.0, 1.0)] * WINDOW) == 0.0            # the last WINDOW only
     assert single_scoring_share([[0.0, 0.0], [0.0, 0.0]]) is None
 
 
@@ -64,29 +80,28 @@ def test_the_update_units_are_pair_differences_with_antithetic_pairs():
     assert iteration_table(rewards, 4, antithetic=False)[2] == [1, 1, 0, 0]
     # every pair differs the same way on every sample: all signal, whatever the members' own levels
     members = [1, 1, 1,  0, 0, 0,   0, 0, 0,  1, 1, 1,   1, 1, 0,  1, 1, 0]
-    assert iteration_share(members, 6, antithetic=True) == 1.0
-    assert iteration_share(members, 6, antithetic=False) < 1.0  # the members' levels vary by sample
+    assert pooled_share([iteration_variances(members, 6, antithetic=True)]) == 1.0
+    assert pooled_share([iteration_variances(members, 6, antithetic=False)]) < 1.0  # members vary by sample
 
 
-def test_spearman_brown_samples_and_the_recent_mean():
+def test_spearman_brown_samples():
     assert samples_for_share(0.1, 8) == 72        # 8 * (0.9 / 0.1): nine times the samples
     assert samples_for_share(0.5, 8) == 8 and samples_for_share(0.8, 8) == 8
     assert samples_for_share(0.0, 8) is None and samples_for_share(-0.3, 8) is None
-    assert recent_mean([None, 1.0, None]) == 1.0 and recent_mean([None]) is None
-    assert recent_mean([0.0] * 10 + [1.0] * WINDOW) == 1.0
 
 
-def test_the_warning_names_every_knob_and_a_budget():
+def test_the_warning_waits_for_a_window_and_names_every_knob_and_a_budget():
     config = config_from_dict({"es": {"problems_per_iteration": 8, "samples_per_problem": 1, "sigma": 0.01},
                                "generate": {"temperature": 0.7}})
-    assert noise_warning([], config) is None and noise_warning([NOISE_BELOW] * WINDOW, config) is None
-    assert noise_warning([0.1] * (WINDOW - 1), config) is None  # not "the last few iterations" yet
-    assert noise_warning([0.1], config, minimum=1) is not None  # the run summary of a short run
-    text = noise_warning([0.9] * 10 + [0.1, None] * WINDOW, config)  # the last WINDOW defined shares
+    noisy, clean = (0.1, 0.9), (0.9, 0.1)                   # shares 0.1 and 0.9
+    assert noise_warning([], config) is None and noise_warning([clean] * WINDOW, config) is None
+    assert noise_warning([noisy] * (WINDOW - 1), config) is None  # not "the last few iterations" yet
+    assert noise_warning([noisy], config, minimum=1) is not None  # the run summary of a short run
+    text = noise_warning([clean] * 10 + [noisy, None] * WINDOW, config)  # the last WINDOW defined parts
     for knob in ("signal share 0.10 over the last 5 iterations", "es.problems_per_iteration",
                  "es.samples_per_problem", "generate.temperature = 0.7", "es.sigma", "--probe", "= 8 now", "about 72"):
         assert knob in text, knob
-    assert "no signal at all" in noise_warning([-0.2] * WINDOW, config)
+    assert "no signal at all" in noise_warning([(-0.1, 0.5)] * WINDOW, config)
     assert progress_field(0.1, text) == "0.10 NOISE" and progress_field(0.1, None) == "0.10"
     assert progress_field(None, None) == "-"
 
@@ -149,51 +164,52 @@ class SyntheticTask:
     name = "synthetic"
 
     def __init__(self, kind):
-        self.kind, self.calls = kind, 0
+        self.kind = kind
 
     def build_prompt(self, problem, tokenizer, family):
         return problem["prompt"]
 
     def rewards(self, problems, completions, config, reporter=None):
-        self.calls += 1
-        rng = random.Random(self.calls)
+        # seeded by what is scored (the iteration's problems and readouts), so a resumed run agrees
+        rng = random.Random(json.dumps([[p["id"] for p in problems], list(completions)]))
         if self.kind == "noise":
             return [float(rng.random() < 0.3) for _ in completions]
         return [0.5 + 0.1 * float(text) + rng.gauss(0, 0.05) for text in completions]
 
 
-def synthetic_run(tmp_path, cache_dir, monkeypatch, kind, **run):
+def synthetic_run(tmp_path, cache_dir, monkeypatch, kind, name=None, iterations=8, resume=False, **run):
     from prover_cli.es import train as es_train
 
+    run_dir = tmp_path / (name or kind)
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(cache_dir), "device": "cpu", "dtype": "float32"},
         "data": {"task": "toy"},
         "generate": {"temperature": 0.7, "max_tokens": 4},
-        "es": {"population": 16, "sigma": 0.01, "learning_rate": 0.001, "iterations": 8,
+        "es": {"population": 16, "sigma": 0.01, "learning_rate": 0.001, "iterations": iterations,
                "problems_per_iteration": 8, "samples_per_problem": 2},
-        "run": {"dir": str(tmp_path / kind), "seed": 3, **run},
+        "run": {"dir": str(run_dir), "seed": 3, **run},
     })
     task = SyntheticTask(kind)
     monkeypatch.setattr(es_train, "get_task", lambda name: task)
     monkeypatch.setattr(es_train, "_load_sampler", readout_sampler)
     reporter = Recorder()
-    result = es_train.train_es(config, reporter=reporter)
-    lines = [json.loads(line) for line in (tmp_path / kind / "metrics.jsonl").read_text().splitlines()]
+    result = es_train.train_es(config, reporter=reporter, resume=resume)
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return result, lines, reporter
 
 
 @pytest.mark.slow
 def test_pure_noise_rewards_read_near_zero_and_the_warning_fires(tmp_path, cache_dir, monkeypatch):
     result, lines, reporter = synthetic_run(tmp_path, cache_dir, monkeypatch, "noise")
-    shares = [line["es/signal_share"] for line in lines]
-    assert len(shares) == 8 and abs(statistics.mean(shares)) < 0.3
-    assert lines[-1]["es/signal_share_avg"] == pytest.approx(statistics.mean(shares[-WINDOW:]))
+    parts = [(line["es/signal_var"], line["es/noise_var"]) for line in lines]
+    assert len(parts) == 8 and abs(pooled_share(parts, window=8)) < 0.2
+    assert lines[-1]["es/signal_share"] == pooled_share(parts) < NOISE_BELOW
     # said when it starts, once WINDOW iterations have an estimate; the progress line flags it from then on
     assert reporter.logs and reporter.logs[0].startswith(f"Warning (iteration {WINDOW}): the ES update is mostly")
     flagged = ["NOISE" in fields["signal"] for fields in reporter.fields]
     assert flagged[:WINDOW - 1] == [False] * (WINDOW - 1) and flagged[WINDOW - 1]
     assert "mostly sampling noise" in result["warning"] and "es.problems_per_iteration" in result["warning"]
-    assert result["signal_share_recent"] == lines[-1]["es/signal_share_avg"]
+    assert result["signal_share"] == lines[-1]["es/signal_share"]
 
 
 @pytest.mark.slow
@@ -201,21 +217,24 @@ def test_a_reward_linear_in_the_perturbation_reads_near_one_without_a_warning(tm
     result, lines, reporter = synthetic_run(tmp_path, cache_dir, monkeypatch, "linear", report_to="tensorboard")
     shares = [line["es/signal_share"] for line in lines]
     assert len(shares) == 8 and min(shares) > 0.9
+    assert min(line["es/signal_var"] / (line["es/signal_var"] + line["es/noise_var"]) for line in lines) > 0.9
     assert reporter.logs == [] and "warning" not in result
     assert not any("NOISE" in fields["signal"] for fields in reporter.fields)
     # the trackers get it too (TensorBoard here: every key of the metrics line)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tmp_path / "linear" / "tensorboard")).Reload()
-    assert [round(e.value, 5) for e in events.Scalars("es/signal_share")] == [round(s, 5) for s in shares]
+    assert [e.value for e in events.Scalars("es/signal_share")] == pytest.approx(shares, rel=1e-6)  # fp32 there
 
 
 @pytest.mark.slow
-def test_resume_continues_the_window_from_metrics(tmp_path, cache_dir, monkeypatch):
-    from prover_cli.es import train as es_train
-
-    result, lines, _ = synthetic_run(tmp_path, cache_dir, monkeypatch, "noise")
-    assert es_train._logged_signal_shares(tmp_path / "noise") == [line["es/signal_share"] for line in lines]
+def test_a_resumed_run_pools_the_iterations_before_it_as_an_uninterrupted_one(tmp_path, cache_dir, monkeypatch):
+    _, straight, straight_reporter = synthetic_run(tmp_path, cache_dir, monkeypatch, "noise", name="straight")
+    synthetic_run(tmp_path, cache_dir, monkeypatch, "noise", name="resumed", iterations=3)
+    _, resumed, reporter = synthetic_run(tmp_path, cache_dir, monkeypatch, "noise", name="resumed", resume=True)
+    keys = ("es/signal_var", "es/noise_var", "es/signal_share")
+    assert [[line[k] for k in keys] for line in resumed] == [[line[k] for k in keys] for line in straight]
+    assert reporter.logs[:1] == straight_reporter.logs[:1]  # the window spans the resume: same warning, same iteration
 
 
 def test_report_plots_the_signal_share_of_es_runs_only(tmp_path):
@@ -225,7 +244,7 @@ def test_report_plots_the_signal_share_of_es_runs_only(tmp_path):
         records = [{"iteration": i, "method": method, "task": "toy", "reward/mean": 0.1, "reward/max": 1.0,
                     "verify/verified": 1, "samples": 10, "samples/total": 10 * i, "time/wall_s": 1.0,
                     "time/elapsed_s": float(i),
-                    **({"es/signal_share": 0.1 * i, "es/signal_share_avg": 0.05 * i} if signal else {})}
+                    **({"es/signal_share": 0.1 * i, "es/signal_var": 0.1, "es/noise_var": 0.1} if signal else {})}
                    for i in range(1, 4)]
         return {"name": name, "method": method, "model": "tiny", "task": "toy", "records": records}
 
@@ -233,8 +252,8 @@ def test_report_plots_the_signal_share_of_es_runs_only(tmp_path):
     titles = [axis.get_title() for axis in build_figure([es, grpo]).axes]
     assert len(titles) == 9 and "ES signal share vs iteration" in titles
     assert len(build_figure([grpo]).axes) == 6  # no ES estimate, no third row
-    assert summarize_run({**es, "dir": tmp_path})["es_signal_share_recent"] == pytest.approx(0.15)
-    assert summarize_run({**grpo, "dir": tmp_path})["es_signal_share_recent"] is None
+    assert summarize_run({**es, "dir": tmp_path})["es_signal_share"] == pytest.approx(0.3)
+    assert summarize_run({**grpo, "dir": tmp_path})["es_signal_share"] is None
 
 
 # -- the probe ------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ iteration would see (scoring 1 at es.sigma is exactly iteration 1's rewards). Pe
   for the pairs' reward differences (what the antithetic update uses, and what `es/signal_share`
   estimates during training) and for the members' rewards. 1 = all signal, 0 = none, below 0.5
   the update is mostly noise.
-- **per-iteration estimate**: `es/signal_share` as training would log it, averaged over the S
-  scorings: the same quantity estimated from within one scoring (a check on the estimator).
+- **per-iteration estimate**: `es/signal_share` as training computes it, from within each
+  scoring's samples, pooled over the S scorings: the same quantity estimated the cheap way (a
+  check on the estimator training relies on).
 - **curvature**: the members' mean reward minus the center's, and how many members beat the
   center (on their mean over the S scorings). Members far below the center mean sigma is large
   enough to break the model.
@@ -30,7 +31,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from prover_cli.es.signal import NOISE_BELOW, iteration_share, samples_for_share, single_scoring_share
+from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
+                                  single_scoring_share)
 from prover_cli.es.train import (_load_sampler, load_problems, member_completions, pick_problems,
                                  sampling_seed)
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -66,7 +68,7 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
 
     center: list[float] = []                                           # [scoring]
     members = {sigma: [[] for _ in range(es.population)] for sigma in sigmas}  # [member][scoring]
-    per_iteration = {sigma: [] for sigma in sigmas}                    # es/signal_share of each scoring
+    per_iteration = {sigma: [] for sigma in sigmas}                    # (es/signal_var, es/noise_var) of each
     with reporter.task("probe es", total=seeds * cost["scorers"], unit="member") as bar:
         for scoring in range(1, seeds + 1):  # the problems and sampling seed of training iteration `scoring`
             batch = pick_problems(problems, config.run.seed, scoring, es.problems_per_iteration)
@@ -86,8 +88,8 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
                 block = chunks[1 + index * es.population:1 + (index + 1) * es.population]
                 for member, chunk in enumerate(block):
                     members[sigma][member].append(_mean(chunk))
-                per_iteration[sigma].append(iteration_share([r for chunk in block for r in chunk],
-                                                            es.population, es.antithetic))
+                per_iteration[sigma].append(iteration_variances([r for chunk in block for r in chunk],
+                                                                es.population, es.antithetic))
 
     rows = [sigma_row(sigma, members[sigma], center, per_iteration[sigma], es.antithetic,
                       cost["samples_per_member"]) for sigma in sigmas]
@@ -107,7 +109,7 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
 
 
 def sigma_row(sigma: float, member_table: list[list[float]], center: Sequence[float],
-              per_iteration: Sequence[float | None], antithetic: bool, samples: int) -> dict[str, Any]:
+              per_iteration: Sequence[tuple[float, float] | None], antithetic: bool, samples: int) -> dict[str, Any]:
     """One sigma's figures from its members x scorings table of mean rewards."""
     population, seeds = len(member_table), len(center)
     pairs = [[a - b for a, b in zip(member_table[2 * k], member_table[2 * k + 1])]
@@ -117,13 +119,12 @@ def sigma_row(sigma: float, member_table: list[list[float]], center: Sequence[fl
     share = share_pairs if antithetic else share_members
     center_mean = _mean(center)
     member_means = [_mean(row) for row in member_table]
-    defined = [s for s in per_iteration if s is not None]
     return {
         "sigma": sigma,
         "signal_share": share,                      # what the update uses: pairs (antithetic) or members
         "signal_share_pairs": share_pairs,
         "signal_share_members": share_members,
-        "signal_share_per_iteration": _mean(defined) if defined else None,
+        "signal_share_per_iteration": pooled_share(per_iteration, window=seeds),
         "member_reward": _mean(member_means),
         "members_minus_center": _mean(member_means) - center_mean,
         "members_above_center": sum(m > center_mean for m in member_means),

@@ -1,6 +1,7 @@
 """Is the ES update signal or noise? The signal share of the rewards the update weights its noise by.
 
-    share = signal_share(iteration_table(sample_rewards, population, antithetic))   # es/signal_share
+    parts = iteration_variances(sample_rewards, population, antithetic)   # es/signal_var, es/noise_var
+    share = pooled_share(history_of_parts)                                # es/signal_share
 
 The ES update moves along sum_k (R_2k - R_2k+1) eps_k (antithetic pairs; sum_m R_m eps_m without).
 Each member reward R is the mean of the member's J samples (es.problems_per_iteration x
@@ -8,31 +9,38 @@ es.samples_per_problem), so it is the member's true reward under its perturbatio
 noise: which problems were drawn, which samples came out. When the noise dominates, the update
 is a random direction, however many iterations run.
 
-**Signal share** is the reliability of those rewards: between units (pair differences with
-antithetic pairs, members without), the share of their variance that is the perturbations' own
-effect rather than sampling noise. 1 = all signal; 0 = none; below 0.5 the update is mostly noise.
-It is also the expected correlation between these rewards and the rewards an independent scoring
-of the same members on as many fresh samples would give.
+**Signal share** is the reliability of those rewards: between the units of the update (pair
+differences with antithetic pairs, members without), the share of their variance that is the
+perturbations' own effect rather than sampling noise. 1 = all signal, 0 = none; below 0.5 the
+update is mostly noise (the noise variance exceeds the signal variance). It is also the expected
+correlation between these rewards and the rewards an independent scoring of the same members on
+as many fresh samples would give.
 
-Per iteration, at no extra generation cost: lay one iteration's sample rewards as a table with one
-row per unit (the pair difference r[2k, j] - r[2k+1, j], or the member's r[m, j]) and one column
-per sample cell j (a problem and a sample index: the same problem and sampling seed for every
-member, common random numbers). Two-way analysis of variance without replication gives
+Per iteration, at no extra generation cost: lay the iteration's sample rewards as a table with
+one row per unit (the pair difference r[2k, j] - r[2k+1, j], or the member's r[m, j]) and one
+column per sample cell j (a problem and a sample index: the same problem and sampling seed for
+every member, common random numbers). Two-way analysis of variance without replication gives
+MS_units (between the K row means, K - 1 degrees of freedom) and MS_noise (the residual, the
+unit x cell interaction, (K - 1)(J - 1) degrees of freedom), and two variances on the scale of
+one unit's reward:
 
-    MS_units = J * variance of the row means                 (K - 1 degrees of freedom)
-    MS_noise = residual mean square (unit x cell interaction) ((K - 1)(J - 1) degrees of freedom)
-    share    = 1 - c * MS_noise / MS_units,   c = (K - 3) / (K - 1)  (c = 1 for K < 4)
+    es/signal_var = (MS_units - MS_noise) / J   variance of the units' true rewards (can read < 0)
+    es/noise_var  = MS_noise / J                sampling-noise variance of one unit's reward
 
-Without c this is ICC(3,k) (McGraw & Wong 1996), i.e. Cronbach's alpha with the J cells as
-items: the mean, over every way to split the J cells in two halves, of the split-half correlation
-of the units' rewards corrected to the full J by Spearman-Brown. That ratio is biased low with few
-units (on pure noise it averages -(2 / (K - 3)): -0.4 with 8 pairs), because E[1 / MS_units] is
-(K - 1) / (K - 3) times 1 / E[MS_units] under normal errors; c removes that, so pure noise
-averages 0 and windows of iterations average fairly. It is an estimate: with 8 pairs it swings by
-a few tenths from one iteration to the next, and below 0 when the units' rewards vary less than
-their noise would by itself (values below -1 are written as -1); the warning looks at the mean of
-the last `WINDOW` iterations (`es/signal_share_avg`), once there are that many. It is undefined (None, and the key is absent from
-metrics.jsonl) when J = 1 or when every unit's reward is the same (the update is empty).
+Both are unbiased whatever the reward's distribution, as long as the cells' noise is independent.
+The share is their ratio, pooled over the last WINDOW iterations (this one included):
+
+    es/signal_share = sum signal_var / sum (signal_var + noise_var)
+
+For one iteration that ratio is 1 - MS_noise / MS_units = ICC(3,k) (McGraw & Wong 1996), i.e.
+Cronbach's alpha with the J cells as items: the mean, over every way to split the J cells in two
+halves, of the split-half correlation of the units' rewards, Spearman-Brown corrected to J. One
+iteration alone is a poor estimate with 8 pairs (it swings by a few tenths, and the ratio of one
+iteration's mean squares is biased: low, -0.4 on average on pure Gaussian noise with 8 units;
+high when the rewards are sparse, as common random numbers make pair differences); pooling the
+unbiased parts of 5 iterations keeps pure noise near 0. Values below -1 are written as -1. The
+share is None (absent from metrics.jsonl) while no pooled unit reward varies at all, and the
+parts are None when J = 1 or K = 1 (nothing to split).
 
 Spearman-Brown also says how the share grows with samples per member: share s at J samples is
 n s / (1 + (n - 1) s) at n J samples (`samples_for_share`).
@@ -47,8 +55,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-WINDOW = 5        # iterations averaged for the warning
+WINDOW = 5         # iterations pooled for es/signal_share, and needed before the warning
 NOISE_BELOW = 0.5  # below this the noise variance exceeds the signal variance: "mostly noise"
+
+Parts = tuple[float, float]  # (signal variance, noise variance) of one iteration's units
 
 
 def anova(table: Sequence[Sequence[float]]) -> tuple[float, float] | None:
@@ -65,24 +75,13 @@ def anova(table: Sequence[Sequence[float]]) -> tuple[float, float] | None:
     return ms_rows, residual / ((rows - 1) * (cols - 1))
 
 
-def signal_share(table: Sequence[Sequence[float]]) -> float | None:
-    """ICC(3,k) = 1 - MS_noise / MS_units: the reliability of the row means; None when undefined."""
-    ms = anova(table)
-    if ms is None or ms[0] <= 1e-15:  # every row mean equal: nothing to rank, the update is empty
-        return None
-    df_units = len(table) - 1
-    unbiased = (df_units - 2) / df_units if df_units > 2 else 1.0  # E[1/MS_units] = (df/(df-2)) / E[MS_units]
-    return max(-1.0, 1.0 - unbiased * ms[1] / ms[0])
-
-
-def single_scoring_share(table: Sequence[Sequence[float]]) -> float | None:
-    """ICC(3,1) of a units x scorings table: the reliability of ONE scoring (one column)."""
+def variances(table: Sequence[Sequence[float]]) -> Parts | None:
+    """(signal variance, noise variance) of the row means: ((MS_rows - MS_noise) / J, MS_noise / J)."""
     ms = anova(table)
     if ms is None:
         return None
-    ms_units, ms_noise = ms
-    denominator = ms_units + (len(table[0]) - 1) * ms_noise
-    return None if denominator <= 1e-15 else (ms_units - ms_noise) / denominator
+    cols = len(table[0])
+    return (ms[0] - ms[1]) / cols, ms[1] / cols
 
 
 def iteration_table(sample_rewards: Sequence[float], population: int, antithetic: bool) -> list[list[float]]:
@@ -94,15 +93,28 @@ def iteration_table(sample_rewards: Sequence[float], population: int, antithetic
     return [[a - b for a, b in zip(members[2 * k], members[2 * k + 1])] for k in range(population // 2)]
 
 
-def iteration_share(sample_rewards: Sequence[float], population: int, antithetic: bool) -> float | None:
-    """`es/signal_share` of one iteration (module docstring)."""
-    return signal_share(iteration_table(sample_rewards, population, antithetic))
+def iteration_variances(sample_rewards: Sequence[float], population: int, antithetic: bool) -> Parts | None:
+    """`es/signal_var` and `es/noise_var` of one iteration (module docstring)."""
+    return variances(iteration_table(sample_rewards, population, antithetic))
 
 
-def recent_mean(shares: Sequence[float | None], window: int = WINDOW) -> float | None:
-    """Mean of the last `window` defined shares (`es/signal_share_avg`); None before any."""
-    recent = [s for s in shares if s is not None][-window:]
-    return sum(recent) / len(recent) if recent else None
+def pooled_share(parts: Sequence[Parts | None], window: int = WINDOW) -> float | None:
+    """`es/signal_share`: sum of signal variances / sum of signal + noise, over the last `window` parts."""
+    recent = [p for p in parts if p is not None][-window:]
+    total = sum(signal + noise for signal, noise in recent)
+    if total <= 1e-15:  # no unit's reward varied: nothing to tell apart
+        return None
+    return max(-1.0, sum(signal for signal, _ in recent) / total)
+
+
+def single_scoring_share(table: Sequence[Sequence[float]]) -> float | None:
+    """ICC(3,1) of a units x scorings table: the reliability of ONE scoring (one column)."""
+    ms = anova(table)
+    if ms is None:
+        return None
+    ms_units, ms_noise = ms
+    denominator = ms_units + (len(table[0]) - 1) * ms_noise
+    return None if denominator <= 1e-15 else (ms_units - ms_noise) / denominator
 
 
 def samples_for_share(share: float, samples: int, target: float = NOISE_BELOW) -> int | None:
@@ -116,21 +128,19 @@ def samples_for_share(share: float, samples: int, target: float = NOISE_BELOW) -
     return math.ceil(samples * target * (1 - share) / (share * (1 - target)))
 
 
-def noise_warning(shares: Sequence[float | None], config: Any, minimum: int = WINDOW) -> str | None:
-    """The warning when the mean of the last WINDOW shares (at least `minimum` of them) is below
-    NOISE_BELOW, naming the knobs that raise signal; None otherwise."""
-    recent = [s for s in shares if s is not None][-WINDOW:]
-    if len(recent) < max(1, minimum):
-        return None
-    share = sum(recent) / len(recent)
-    if share >= NOISE_BELOW:
+def noise_warning(parts: Sequence[Parts | None], config: Any, minimum: int = WINDOW) -> str | None:
+    """The warning when the pooled share of the last WINDOW iterations (at least `minimum` of them)
+    is below NOISE_BELOW, naming the knobs that raise signal; None otherwise."""
+    pooled = [p for p in parts if p is not None][-WINDOW:]
+    share = pooled_share(pooled)
+    if len(pooled) < max(1, minimum) or share is None or share >= NOISE_BELOW:
         return None
     es, gen = config.es, config.generate
     samples = es.problems_per_iteration * es.samples_per_problem
     needed = samples_for_share(share, samples)
     estimate = (f"about {needed} would reach {NOISE_BELOW} by this estimate" if needed is not None
                 else "this estimate saw no signal at all, so more samples alone may not help: try es.sigma first")
-    over = f"the last {len(recent)} iterations" if len(recent) > 1 else "the last iteration"
+    over = f"the last {len(pooled)} iterations" if len(pooled) > 1 else "the last iteration"
     return (f"the ES update is mostly sampling noise: signal share {share:.2f} over {over} "
             f"(1 = all signal, below {NOISE_BELOW} = mostly noise). Signal rises with samples per member "
             f"(es.problems_per_iteration x es.samples_per_problem = {samples} now; {estimate}), with a lower "
@@ -139,7 +149,7 @@ def noise_warning(shares: Sequence[float | None], config: Any, minimum: int = WI
 
 
 def progress_field(share: float | None, warning: str | None) -> str:
-    """The progress line's `signal=` field: the recent mean share, flagged while the warning holds."""
+    """The progress line's `signal=` field: the pooled share, flagged while the warning holds."""
     if share is None:
         return "-"
     return f"{share:.2f}" + (" NOISE" if warning else "")

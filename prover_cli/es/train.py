@@ -30,8 +30,8 @@ Where we depart from the paper, and why:
   (integer numerators over 1000), and training uses exactly what replay will read.
 
 Every iteration also estimates how much of its update is signal rather than sampling noise
-(`es/signal_share`, es/signal.py) from the rewards it already has, and warns when the last few
-iterations were mostly noise; `prover train es --probe` (es/probe.py) measures it before training.
+(`es/signal_share`, es/signal.py) from the sample rewards it already has, and warns when the last
+few iterations were mostly noise; `prover train es --probe` (es/probe.py) measures it before training.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.noise import fp32
-from prover_cli.es.signal import iteration_share, noise_warning, progress_field, recent_mean
+from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
 from prover_cli.heldout import eval_due, evaluate_heldout, heldout_problems
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -243,7 +243,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     write_resolved_config(config)
     last = _last_metrics(run_dir)
     samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
-    shares = _logged_signal_shares(run_dir)  # es/signal_share so far: the warning looks at the last few
+    signal_parts = _logged_signal_parts(run_dir)  # (es/signal_var, es/noise_var) so far: pooled over the last few
     warning = None
     resumed_from = len(records)
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
@@ -257,7 +257,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
                                                                  iteration, reporter, generate_population)
             texts = [reward_text(r) for r in member_rewards]
-            shares.append(iteration_share(sample_rewards, es.population, es.antithetic))
+            signal_parts.append(iteration_variances(sample_rewards, es.population, es.antithetic))
             norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
                                           header["es"])
             fingerprint = weights.fingerprint()
@@ -276,31 +276,33 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 "time/wall_s": wall_s, "time/elapsed_s": elapsed_s,
                 "es/update_norm": norm, "es/skipped": skipped,
             }
-            recent = recent_mean(shares)
-            if shares[-1] is not None:
-                metrics.update({"es/signal_share": shares[-1], "es/signal_share_avg": recent})
+            share = pooled_share(signal_parts)
+            if signal_parts[-1] is not None:
+                metrics.update({"es/signal_var": signal_parts[-1][0], "es/noise_var": signal_parts[-1][1]})
+            if share is not None:
+                metrics["es/signal_share"] = share
             if eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
                 metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
             append_metrics(run_dir, metrics)
             tracker.log(metrics)
             records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
             write_ledger(ledger_path, header, records)
-            alert = noise_warning(shares, config)
+            alert = noise_warning(signal_parts, config)
             if alert and not warning:  # said once each time it starts; the progress line flags it throughout
                 reporter.log(f"Warning (iteration {iteration}): {alert}")
             warning = alert
-            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(recent, warning))
+            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(share, warning))
 
     final_dir = run_dir / "final"
     _save_final(sampler, final_dir)
     last = _last_metrics(run_dir)
-    summary_warning = noise_warning(shares, config, minimum=1)  # however short the run
+    summary_warning = noise_warning(signal_parts, config, minimum=1)  # however short the run
     return {
         "ok": True,
         "iterations": len(records),
         "resumed_from": resumed_from,
         "reward/mean_last": last.get("reward/mean"),
-        "signal_share_recent": recent_mean(shares),
+        "signal_share": pooled_share(signal_parts),
         **({"warning": summary_warning} if summary_warning else {}),
         "ledger": str(ledger_path),
         "ledger_bytes_per_iteration": round(bytes_per_iteration(header, records), 1),
@@ -342,11 +344,12 @@ def _last_metrics(run_dir: Path) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {}
 
 
-def _logged_signal_shares(run_dir: Path) -> list[float | None]:
-    """`es/signal_share` of every iteration in metrics.jsonl (None where it was undefined)."""
+def _logged_signal_parts(run_dir: Path) -> list[tuple[float, float] | None]:
+    """(es/signal_var, es/noise_var) of every iteration in metrics.jsonl (None where undefined)."""
     path = run_dir / METRICS_FILE
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [json.loads(line).get("es/signal_share") for line in lines if line.strip()]
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [(r["es/signal_var"], r["es/noise_var"]) if "es/noise_var" in r else None for r in records]
 
 
 def _save_snapshot(weights: Any, run_dir: Path) -> str:

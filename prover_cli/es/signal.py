@@ -35,10 +35,11 @@ The share is their ratio, pooled over the last WINDOW iterations (this one inclu
 For one iteration that ratio is 1 - MS_noise / MS_units = ICC(3,k) (McGraw & Wong 1996), i.e.
 Cronbach's alpha with the J cells as items: the mean, over every way to split the J cells in two
 halves, of the split-half correlation of the units' rewards, Spearman-Brown corrected to J. One
-iteration alone is a poor estimate with 8 pairs (it swings by a few tenths, and the ratio of one
-iteration's mean squares is biased: low, -0.4 on average on pure Gaussian noise with 8 units;
-high when the rewards are sparse, as common random numbers make pair differences); pooling the
-unbiased parts of 5 iterations keeps pure noise near 0. Values below -1 are written as -1. The
+iteration alone is a poor estimate with 8 pairs: it swings by a few tenths, and is biased low
+(-0.4 on average on pure Gaussian noise with 8 units), while the usual small-sample correction of
+that, (K - 3) / (K - 1) on the noise term, reads +0.26 on pure noise as sparse as common random
+numbers make pair differences. Pooling the unbiased parts of 5 iterations keeps pure noise near 0
+in both cases. Values below -1 are written as -1. The
 share is None (absent from metrics.jsonl) while no pooled unit reward varies at all, and the
 parts are None when J = 1 or K = 1 (nothing to split).
 

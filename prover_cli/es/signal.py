@@ -43,6 +43,10 @@ in both cases. Values below -1 are written as -1. The
 share is None (absent from metrics.jsonl) while no pooled unit reward varies at all, and the
 parts are None when J = 1 or K = 1 (nothing to split).
 
+Measured against the probe's direct figure on the demo (docs/ledger.md), the estimate agreed at
+J = 8 and read far lower at J = 32, so there the cells of one iteration are not independent as
+assumed (not yet understood); where the two differ, trust the probe.
+
 Spearman-Brown also says how the share grows with samples per member: share s at J samples is
 n s / (1 + (n - 1) s) at n J samples (`samples_for_share`).
 

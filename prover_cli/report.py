@@ -50,8 +50,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import BadLine, load_jsonl_strict, read_jsonl
+from prover_cli.jsonl import BadLine, load_jsonl_strict, log_malformed, read_jsonl, with_malformed, write_text_atomic
 from prover_cli.metrics import METRICS_FILE, REQUIRED_KEYS
+from prover_cli.progress import NULL_REPORTER
 
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
@@ -63,22 +64,28 @@ SIGNAL_KEYS = ("es/signal_share", "es/signal_var", "es/noise_var")  # ES only (e
 SIGNAL_SHARE = SIGNAL_KEYS[0]
 
 
-def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Compare runs: one table, `report.json` and `report.png` in a new `out_dir`."""
+def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
+                reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """Compare runs: one table, `report.json` and `report.png` in a new `out_dir`.
+
+    A malformed metrics line is reported by file and line and left out; the rest is reported
+    and the command exits 1 (`ok` false)."""
     if not run_dirs:
         raise InputError("prover report needs at least one run directory")
     runs = [load_run(Path(d)) for d in run_dirs]
     check_comparable(runs)
+    for run in runs:
+        log_malformed(reporter, run["dir"] / METRICS_FILE, run["malformed"])
 
     summaries = [summarize_run(run) for run in runs]
     out = prepare_out_dir(out_dir, runs)
     json_path, png_path = out / REPORT_JSON, out / REPORT_PNG
     task = runs[0]["task"]
     unchecked = [str(run["dir"]) for run in runs if run["problem_sets"] is None]
-    json_path.write_text(json.dumps({"task": task, "runs": summaries, "problem_sets_unchecked": unchecked},
-                                    indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_text_atomic(json_path, json.dumps({"task": task, "runs": summaries, "problem_sets_unchecked": unchecked},
+                                            indent=2, sort_keys=True) + "\n")
     plot_runs(runs, png_path)
-    return {
+    result = {
         "ok": True,
         "task": task,
         "runs": summaries,
@@ -88,6 +95,9 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
         "plot": str(png_path),
         "tables": [summary_table(summaries)],
     }
+    for run in runs:
+        with_malformed(result, run["dir"] / METRICS_FILE, run["malformed"])
+    return result
 
 
 def prepare_out_dir(out_dir: str | Path | None, runs: list[dict[str, Any]]) -> Path:
@@ -129,7 +139,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run directory (it does not exist or is a file)")
     config = read_config(run_dir / "config.toml")
-    records = read_metrics(run_dir / METRICS_FILE)
+    malformed: list[dict[str, Any]] = []  # reported and skipped; the report then exits 1
+    records = read_metrics(run_dir / METRICS_FILE, malformed)
     data = config.get("data", {})
     task = data.get("task")
     for line_no, record in records:
@@ -150,6 +161,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "method": methods.pop(),
         "records": kept,
         "problem_sets": problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept)),
+        "malformed": malformed,
     }
 
 
@@ -164,30 +176,49 @@ def read_config(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
 
 
-def read_metrics(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) pairs; strictly increasing iterations, every required key a number."""
+def read_metrics(path: Path, malformed: list[dict[str, Any]] | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) pairs; strictly increasing iterations, every required key a number.
+
+    A malformed line (not JSON, a key missing or not a finite number) is an InputError naming the
+    file and line, or, when a `malformed` list is given, appended to it ({"line", "reason"}) and
+    skipped. Iterations that do not increase mean two runs in one file: always an error."""
     if not path.exists():
         raise InputError(f"{path}: not found; is this the directory of a `prover train` run?")
     records: list[tuple[int, dict[str, Any]]] = []
     for line_no, record in read_jsonl(path):
         where = f"{path}:{line_no}"
-        if isinstance(record, BadLine):
-            raise InputError(f"{where}: {record.reason}")
-        missing = [key for key in REQUIRED_KEYS if key not in record]
-        if missing:
-            raise InputError(f"{where}: missing {', '.join(missing)}")
-        optional = (*_EVAL_NUMERIC_KEYS, *SIGNAL_KEYS)
-        for key in ("iteration", *_NUMERIC_KEYS, *(k for k in optional if k in record)):
-            value = record[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InputError(f"{where}: {key} = {value!r}: expected a finite number")
+        reason = _metrics_defect(record)
+        if reason is not None:
+            if malformed is None:
+                raise InputError(f"{where}: {reason}")
+            malformed.append({"line": line_no, "reason": reason})
+            continue
         if records and record["iteration"] <= records[-1][1]["iteration"]:
             raise InputError(f"{where}: iteration {record['iteration']} after iteration "
                              f"{records[-1][1]['iteration']}; the file mixes two runs")
         records.append((line_no, record))
     if not records:
-        raise InputError(f"{path}: no iterations recorded yet")
+        raise InputError(f"{path}: no iterations recorded yet" + (f" ({len(malformed)} malformed line(s))"
+                                                                  if malformed else ""))
     return records
+
+
+def _metrics_defect(record: Any) -> str | None:
+    """Why a metrics.jsonl line cannot be reported, or None."""
+    if isinstance(record, BadLine):
+        return record.reason
+    missing = [key for key in REQUIRED_KEYS if key not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    optional = (*_EVAL_NUMERIC_KEYS, *SIGNAL_KEYS)
+    for key in ("iteration", *_NUMERIC_KEYS, *(k for k in optional if k in record)):
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{key} = {value!r}: expected a finite number"
+    for key in ("method", "task"):
+        if not isinstance(record[key], str):
+            return f"{key} = {record[key]!r}: expected a string"
+    return None
 
 
 def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -> dict[str, str] | None:

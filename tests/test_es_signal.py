@@ -264,7 +264,7 @@ def test_probe_prints_signal_and_curvature_for_three_sigmas_costs_what_it_says_a
     run_dir = tmp_path / "run"
     overrides = ["--set", "model.name=tiny", "--set", f"model.cache_dir={json.dumps(str(cache_dir))}",
                  "--set", "model.device=cpu", "--set", "data.task=toy", "--set", "generate.temperature=0.0",
-                 "--set", "generate.max_tokens=6", "--set", "es.population=4", "--set", "es.iterations=1",
+                 "--set", "generate.n=1", "--set", "generate.max_tokens=6", "--set", "es.population=4", "--set", "es.iterations=1",
                  "--set", "es.problems_per_iteration=3", "--set", "es.sigma=0.02",
                  "--set", f"run.dir={json.dumps(str(run_dir))}"]
     probed = runner.invoke(app, ["train", "es", "--probe", "--probe-seeds", "2", *overrides, "--json"])

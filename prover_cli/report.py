@@ -13,7 +13,10 @@ an existing report.
 - `report.png`: two rows of three panels, every run on the same axes:
   1. training reward (`reward/mean`) vs iteration, vs thousands of samples, vs wall-clock time;
   2. held-out verified rate (`eval/verified_rate`, prover_cli/heldout.py) on the same three axes,
-     for runs trained with `run.eval_every > 0`.
+     for runs trained with `run.eval_every > 0`;
+  3. for ES runs, the signal share of the update (`es/signal_share`, pooled over the last 5
+     iterations; es/signal.py) on the same axes, with the 0.5 line below which the update is
+     mostly noise.
   Iterations are integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever
   fits the longest run), and the title names the task, the model(s) and the runs.
 
@@ -57,6 +60,8 @@ _NUMERIC_KEYS = ("reward/mean", "reward/max", "verify/verified", "samples", "sam
                  "time/wall_s", "time/elapsed_s")
 EVAL_RATE = "eval/verified_rate"  # the held-out curve (prover_cli/heldout.py)
 _EVAL_NUMERIC_KEYS = (EVAL_RATE, "eval/solved_rate", "eval/reward_mean", "eval/samples", "eval/problems")
+SIGNAL_KEYS = ("es/signal_share", "es/signal_var", "es/noise_var")  # ES only (es/signal.py)
+SIGNAL_SHARE = SIGNAL_KEYS[0]
 
 
 def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
@@ -205,7 +210,8 @@ def _metrics_defect(record: Any) -> str | None:
     missing = [key for key in REQUIRED_KEYS if key not in record]
     if missing:
         return f"missing {', '.join(missing)}"
-    for key in ("iteration", *_NUMERIC_KEYS, *(k for k in _EVAL_NUMERIC_KEYS if k in record)):
+    optional = (*_EVAL_NUMERIC_KEYS, *SIGNAL_KEYS)
+    for key in ("iteration", *_NUMERIC_KEYS, *(k for k in optional if k in record)):
         value = record[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{key} = {value!r}: expected a finite number"
@@ -295,6 +301,8 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "heldout_problems": evals[-1].get("eval/problems") if evals else None,
         "heldout_samples": evals[-1].get("eval/samples") if evals else None,
         "heldout_evaluations": len(evals),
+        # ES: the signal share of the last iterations at the end (None for GRPO, or before any estimate)
+        "es_signal_share": next((r[SIGNAL_SHARE] for r in reversed(records) if SIGNAL_SHARE in r), None),
     }
 
 
@@ -344,7 +352,7 @@ def plot_runs(runs: list[dict[str, Any]], path: Path) -> None:
 
 
 def build_figure(runs: list[dict[str, Any]]):
-    """Training reward (top row) and held-out verified rate (bottom row), each vs iteration, samples, time."""
+    """Training reward, held-out verified rate (and ES signal share) in rows, each vs iteration, samples, time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -352,7 +360,8 @@ def build_figure(runs: list[dict[str, Any]]):
     from matplotlib.ticker import MaxNLocator
 
     unit, per_unit = time_unit(max(run["records"][-1]["time/elapsed_s"] for run in runs))
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    signal_runs = [run for run in runs if any(SIGNAL_SHARE in r for r in run["records"])]
+    fig, axes = plt.subplots(3 if signal_runs else 2, 3, figsize=(15, 12 if signal_runs else 8))
     rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate"))
     for row, (key, what) in zip(axes, rows):
         for run in runs:
@@ -375,8 +384,32 @@ def build_figure(runs: list[dict[str, Any]]):
                 axis.text(0.5, 0.5, "no held-out evaluation\n(run.eval_every = 0)", ha="center", va="center",
                           transform=axis.transAxes, color="gray")
         row[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
+    if signal_runs:
+        plot_signal(axes[2], signal_runs, unit, per_unit)
     models = sorted({run["model"] for run in runs})
     fig.suptitle(f"{runs[0]['task']} with {', '.join(models)}: "
                  + " vs ".join(f"{run['name']} ({run['method']})" for run in runs))
     fig.tight_layout()
     return fig
+
+
+def plot_signal(row: Any, runs: list[dict[str, Any]], unit: str, per_unit: float) -> None:
+    """ES signal share (pooled over the last iterations), vs iteration, samples, time."""
+    from matplotlib.ticker import MaxNLocator
+
+    from prover_cli.es.signal import NOISE_BELOW, WINDOW
+
+    for run in runs:
+        records = [r for r in run["records"] if SIGNAL_SHARE in r]
+        xs = ([r["iteration"] for r in records], [r["samples/total"] / 1000 for r in records],
+              [r["time/elapsed_s"] / per_unit for r in records])
+        for axis, x in zip(row, xs):
+            axis.plot(x, [r[SIGNAL_SHARE] for r in records], marker=".", label=f"{run['name']} (last {WINDOW} iterations)")
+    for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
+        axis.axhline(NOISE_BELOW, color="gray", linestyle="--", linewidth=1, label=f"below {NOISE_BELOW}: mostly noise")
+        axis.set(title=f"ES signal share vs {xlabel.split(' (')[0]}", xlabel=xlabel,
+                 ylabel="signal share of the update", ylim=(-1.05, 1.05))
+        axis.set_xlim(left=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    row[0].xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from prover_cli.errors import MachineError, ProverError
+from prover_cli.signals import signals_deferred
 
 
 class LockedError(ProverError):
@@ -106,23 +107,22 @@ def output_lock(target: str | Path) -> Iterator[dict[str, Any] | None]:
 
     path = lock_path(target)
     _check_nesting(Path(key))  # before creating anything (the lock file's directory)
-    fd, previous = _acquire(path, target)
+    fd = None
     try:
-        _check_nesting(Path(key))  # and again once locked: a holder that started meanwhile
-        with _HELD_GUARD:
-            _HELD[key] = [1, fd]
-        claim_identity(key)
-    except BaseException:
-        with _HELD_GUARD:
-            _HELD.pop(key, None)
-        _release(key, path, fd)
-        raise
-    try:
+        # A signal between writing our record and owning its release here would leave the
+        # lock file behind: signals that arrive meanwhile are raised once `fd` is set.
+        with signals_deferred():
+            fd, previous = _acquire(path, target)
+            _check_nesting(Path(key))  # and again once locked: a holder that started meanwhile
+            with _HELD_GUARD:
+                _HELD[key] = [1, fd]
+            claim_identity(key)
         yield previous
     finally:
-        with _HELD_GUARD:
-            del _HELD[key]
-        _release(key, path, fd)
+        if fd is not None:
+            with _HELD_GUARD:
+                _HELD.pop(key, None)
+            _release(key, path, fd)
 
 
 def _release(key: str, path: Path, fd: int) -> None:

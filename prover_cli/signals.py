@@ -15,24 +15,56 @@ Only the first signal interrupts: while the command is stopping, more SIGTERM/SI
 (a scheduler often sends SIGTERM to a whole process group, or twice), so a cleanup is never cut
 in half. `kill -9` still ends it at once, and what is on disk is then resumable too.
 Handlers can only be installed from the main thread; elsewhere this is a no-op.
+
+A few steps must not be cut in half by any of these signals, Ctrl-C included: taking an output
+lock (the lock file is created and recorded, and only then does a `finally` own its release).
+`signals_deferred()` holds a signal that arrives inside it and raises it as it ends.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
-_state = {"depth": 0, "stopping": False}
+_state: dict[str, Any] = {"depth": 0, "stopping": False, "deferring": 0, "pending": None}
 
 
 def _handler(signum: int, frame: Any) -> None:
+    if _state["deferring"]:
+        _state["pending"] = _state["pending"] or signum   # the first one counts; raised at the end
+        return
+    _interrupt(signum)
+
+
+def _interrupt(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt   # what Python's own handler does: every Ctrl-C interrupts
     if _state["stopping"]:
         return  # already stopping: let the cleanup finish
     _state["stopping"] = True
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """A SIGTERM, SIGHUP or Ctrl-C that arrives inside the block is raised when the block ends
+    (while `stop_signals_as_interrupt` is in force; elsewhere signals act as usual). Only the
+    main thread receives signals, so in other threads this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state["deferring"] += 1
+    try:
+        yield
+    finally:
+        _state["deferring"] -= 1
+        if not _state["deferring"] and _state["pending"] is not None:
+            signum, _state["pending"] = _state["pending"], None
+            _interrupt(signum)
 
 
 class stop_signals_as_interrupt:
@@ -44,6 +76,8 @@ class stop_signals_as_interrupt:
         if threading.current_thread() is threading.main_thread():
             for number in STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, _handler)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not when ignored
+                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, _handler)
             _state["depth"] += 1
         return self
 

@@ -258,3 +258,33 @@ def test_outputs_inside_a_held_run_dir_and_run_dirs_holding_a_held_output_are_re
     finally:
         child.stdin.close()
         child.wait(timeout=30)
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_while_the_lock_is_being_taken_leaves_no_lock_file(tmp_path, monkeypatch, number):
+    """The signal lands after the lock file is written but before anything owns its release (the
+    window behind a flaky `prepare-data` SIGHUP test): it is held, raised once the lock is owned,
+    and the `finally` removes the lock file."""
+    import prover_cli.lock as lock_module
+    from prover_cli.signals import stop_signals_as_interrupt
+
+    real_acquire = lock_module._acquire
+
+    def acquire_then_signalled(path, target):
+        taken = real_acquire(path, target)
+        os.kill(os.getpid(), number)   # delivered to this (main) thread at once
+        return taken
+
+    monkeypatch.setattr(lock_module, "_acquire", acquire_then_signalled)
+    target = tmp_path / "out.jsonl"
+    body_ran = False
+    with stop_signals_as_interrupt():
+        with pytest.raises(KeyboardInterrupt):
+            with output_lock(target):
+                body_ran = True
+    assert not body_ran
+    assert not lock_path(target).exists()
+    assert lock_module._HELD == {}
+    monkeypatch.setattr(lock_module, "_acquire", real_acquire)
+    with output_lock(target):   # and the next writer gets in
+        assert lock_path(target).exists()

@@ -174,6 +174,13 @@ class ESConfig:
     problems_per_iteration: int = _key(8, "Problems every member of an iteration is scored on.", min=1)
     samples_per_problem: int = _key(1, "Samples per problem per member.", min=1)
     snapshot_every: int = _key(0, "Also save the weights every K iterations so replay can start there (0 = never).", min=0)
+    member_temperature: float = _key(0.0, "Sampling temperature members are scored with; 0 = greedy, as in the ES-at-scale "
+                                     "paper (with `generate.top_p` when > 0; one sampling seed per iteration for all "
+                                     "members either way). Recorded in the ledger as `sampling.temperature`; "
+                                     "docs/ledger.md gives the evidence for the default.", min=0.0)
+    shuffle_rewards: bool = _key(False, "Null control: permute the members' rewards within each iteration (a seeded "
+                                 "permutation) before the update, so the update is noise with the real rewards' "
+                                 "spread: what \"no learning\" looks like on your setup. The ledger keeps the true rewards.")
 
 
 @dataclass
@@ -197,6 +204,9 @@ class GRPOConfig:
     vllm_gpu_memory_utilization: float = _key(0.3, "vLLM colocate: GPU memory fraction for the engine.", min=0.05, max=1.0)
     save_every: int = _key(50, "Checkpoint (weights, optimizer, scheduler, RNG) into `<run.dir>/checkpoints/` every this many "
                            "steps, keeping the last 2, for `--resume`; 0 = never.", min=0)
+    shuffle_rewards: bool = _key(False, "Null control: permute the rewards within each prompt's group of completions (a "
+                                 "seeded permutation) before TRL computes advantages, so the step follows no signal; "
+                                 "metrics.jsonl keeps the true rewards.")
     fp32_master: bool = _key(True, "With `model.dtype` bfloat16/float16: train fp32 master weights (fp32 parameters, gradients and "
                              "AdamW state; forward/backward under autocast in the model dtype; `final/` in fp32). false: "
                              "AdamW updates the low-precision weights directly (half the memory; small steps round away).")
@@ -475,6 +485,12 @@ def _cross_checks(config: Config) -> None:
             f"with es.antithetic = true ({_from(config, 'es.antithetic')}: members come in +eps/-eps pairs); "
             "use an even population or set es.antithetic = false"
         )
+    if config.es.member_temperature == 0 and config.es.samples_per_problem > 1:
+        raise ConfigError(
+            f"{_where(config, 'es.samples_per_problem')}: with es.member_temperature = 0 "
+            f"({_from(config, 'es.member_temperature')}: greedy) every sample of a problem is the same; "
+            "set es.samples_per_problem = 1 (score more problems instead) or a member temperature > 0"
+        )
     for k in config.eval.k:
         if k < 1:
             raise ConfigError(f"{_where(config, 'eval.k')}: every k must be >= 1")
@@ -550,8 +566,9 @@ def config_reference() -> str:
         "TOML, so `--set es.sigma=0.002`, `--set verify.repl_command='[\"repl\"]'`; anything that is not",
         "valid TOML is taken as a string: `--set model.name=tiny`).",
         "",
-        "Cross-key rules: `es.population` must be even when `es.antithetic = true`; every `eval.k`",
-        "must be <= `eval.n`; `verify.repl_command` must not be empty.",
+        "Cross-key rules: `es.population` must be even when `es.antithetic = true`;",
+        "`es.samples_per_problem` must be 1 when `es.member_temperature = 0` (greedy samples are all alike);",
+        "every `eval.k` must be <= `eval.n`; `verify.repl_command` must not be empty.",
         "",
         "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
         "(\"inf = no limit\"). An error names the key and where its value came from (the `--set` as",

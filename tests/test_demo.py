@@ -54,10 +54,18 @@ def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
     assert match, result["line"]
     task, problems, a, b, c, d = match.groups()
     assert task == "countdown" and int(problems) == 20 and a == c == f"{base['eval/verified_rate']:.3f}"
+    first_lines = []
     for run, value in (("es", b), ("grpo", d)):
         lines = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-        assert [x["iteration"] for x in lines if "eval/verified_rate" in x] == [1, 2]
+        assert [x["iteration"] for x in lines if "eval/verified_rate" in x] == [0, 1, 2]  # the base first
+        assert [x["iteration"] for x in lines if "eval/greedy_verified_rate" in x] == [0, 1, 2]  # both metrics
         assert value == f"{lines[-1]['eval/verified_rate']:.3f}"  # the line reports the last evaluation
+        first_lines.append({k: v for k, v in lines[0].items() if k.startswith("eval/")})
+    # Both runs start at the very same base evaluation (evaluated once, by the first run), the one
+    # `base_heldout` returns.
+    assert first_lines[0] == first_lines[1]
+    assert first_lines[0]["eval/verified_rate"] == base["eval/verified_rate"]
+    assert first_lines[0]["eval/by_problem"] == base["eval/by_problem"]
 
     with pytest.raises(ValueError, match="not the same held-out set"):
         comparison(config, tmp_path / "es", tmp_path / "grpo", base={**base, "eval/problems": 21})

@@ -22,7 +22,8 @@ Printed, with 95% intervals (prover_cli/stats.py; the aggregation is `prover rep
    same base, so (final - base) - (null final - base) = final - null final;
 3. the wall time of the whole benchmark and of one run per arm.
 The runs stay in `--out` (default: a temporary directory), with `report/` (`prover report` of
-all of them: report.json, report.png with the bands) when `--out` is given.
+all of them: report.json, report.png with the bands) in `report-<time>/` when `--out` is given; a bench run again
+on the same `--out` reuses every run it finished with the same resolved config.
 
 CPU heavy: runs execute in `--jobs` processes (default 2) under `nice`, one torch thread each.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,36 +45,39 @@ ARMS = {"es": ("es", []), "grpo": ("grpo", []),
         "es-null": ("es", ["es.shuffle_rewards=true"]), "grpo-null": ("grpo", ["grpo.shuffle_rewards=true"])}
 
 
-def grpo_eval_every(config) -> int:
-    """GRPO's run.eval_every that evaluates at ES's sample budgets (ES samples per GRPO sample per step)."""
-    es, g = config.es, config.grpo
-    per_iteration = es.population * es.problems_per_iteration * es.samples_per_problem
-    per_step = g.per_device_train_batch_size * g.gradient_accumulation_steps
-    every = config.run.eval_every * per_iteration / per_step
-    if every != int(every):
-        raise SystemExit(f"ES evaluates every {config.run.eval_every * per_iteration} samples, GRPO takes {per_step} "
-                         "per step: no GRPO eval_every matches; change run.eval_every")
-    return int(every)
+WALL_FILE = "bench-wall-s.txt"  # beside a finished run: its wall seconds, and the sign it is complete
 
 
-def run_arm(config_path: Path, overrides: list[str], seed: int, arm: str, out: Path, threads: int) -> float:
-    """Train one arm of one seed in a fresh, niced process; returns its wall seconds."""
+def run_arm(config_path: Path, overrides: list[str], seed: int, arm: str, out: Path, threads: int) -> tuple[float, bool]:
+    """Train one arm of one seed in a fresh, niced process: (wall seconds, reused).
+
+    A run left complete in `--out` by an earlier bench with the very same resolved config is
+    reused, not trained again (an interrupted bench picks up where it stopped)."""
     from prover_cli.config import load_config
+    from prover_cli.warmstart import grpo_eval_every
 
     method, extra = ARMS[arm]
     common = [*overrides, f"run.seed={seed}", f"data.problems={out / 'problems.jsonl'}", *extra]
     if method == "grpo":
         common.append(f"run.eval_every={grpo_eval_every(load_config(config_path, common))}")
+    run_dir = out / arm
+    wanted = load_config(config_path, [*common, f"run.dir={run_dir}"]).to_toml()
+    done_file = run_dir / WALL_FILE
+    if done_file.exists() and (run_dir / "config.toml").read_text(encoding="utf-8") == wanted:
+        return float(done_file.read_text()), True
+    shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished or different run: start it over
     sets = [arg for item in common for arg in ("--set", item)]
     command = ["nice", "-n", "10", sys.executable, "-m", "prover_cli", "train", method, "--config", str(config_path),
-               *sets, "--set", f"run.dir={out / arm}"]
+               *sets, "--set", f"run.dir={run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}
     started = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"seed {seed} {arm}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    done_file.write_text(f"{wall:.1f}\n")
+    return wall, False
 
 
 def prepare(config_path: Path, overrides: list[str], seed: int, out: Path) -> None:
@@ -123,19 +128,23 @@ def main() -> None:
         for seed in seeds:
             prepare(args.config, args.overrides, seed, root / f"seed{seed}")
         walls: dict[str, list[float]] = {arm: [] for arm in arms}
+        reused = 0
         jobs = [(seed, arm) for seed in seeds for arm in arms]
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each job is its own process
             futures = {pool.submit(run_arm, args.config, args.overrides, seed, arm, root / f"seed{seed}", threads):
                        (seed, arm) for seed, arm in jobs}
             for future, (seed, arm) in futures.items():
-                walls[arm].append(future.result())
+                seconds, was_reused = future.result()
+                walls[arm].append(seconds)
+                reused += was_reused
         wall = time.perf_counter() - started
         runs = [load_run(root / f"seed{seed}" / arm) for arm in arms for seed in seeds]
         grouped = group_arms(runs)
         summaries = [summarize_arm(arm) for arm in grouped]
         diffs = differences(grouped)
         if args.out:
-            report = report_runs(run_dirs=[run["dir"] for run in runs], out_dir=args.out / "report")
+            report = report_runs(run_dirs=[run["dir"] for run in runs],
+                                 out_dir=args.out / f"report-{time.strftime('%Y%m%d-%H%M%S')}")
             report_path = report["plot"]
 
     problems = runs[0]["records"][0].get("eval/problems")
@@ -162,8 +171,9 @@ def main() -> None:
               f"{fmt(d.get('greedy'), True)}{marks['greedy']} |")
     print("(* interval clear of zero)")
     per_arm = ", ".join(f"{arm} {sum(w) / len(w):.0f} s" for arm, w in walls.items())
-    print(f"\nwall: {wall / 60:.1f} min for {len(jobs)} runs in {args.jobs} processes "
-          f"({threads} torch thread{'s' if threads > 1 else ''} each); one run: {per_arm}")
+    print(f"\nwall: {wall / 60:.1f} min for {len(jobs) - reused} runs in {args.jobs} processes "
+          f"({threads} torch thread{'s' if threads > 1 else ''} each){f', {reused} reused from --out' if reused else ''}; "
+          f"one run (its own wall time, evaluations included): {per_arm}")
     if args.out:
         print(f"runs in {args.out}; report: {report_path}")
 

@@ -492,7 +492,14 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
     assert plan["est_gpu_hours_per_iteration"] == round(gpu_container_s / 3600, 4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
-    assert plan["est_usd_total"] == pytest.approx(usd * 100, abs=0.05)
+    # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
+    # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
+    # 64 proofs (140 s each, one wave); the loop and its 30 warm members stay up for those 303.84 s.
+    eval_s = 2 * 8192 / 100 + batch_s
+    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.047 + 32 * 0.008)) / 3600
+    assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
+    assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
+    assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     # every image it uses, with the exact requirement strings it installs
     assert plan["images"]["gpu"]["python_packages"] == list(modal_plan.image_specs(
         "leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages)
@@ -518,6 +525,10 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for 70 s
     usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 70 * (8 * 0.047 + 32 * 0.008)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
+    # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
+    eval_usd = ((2 * 8192 / 100 + 140) * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * 140 * (8 * 0.047 + 32 * 0.008)) / 3600
+    assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
+    assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}
     assert "trl==1.16.*" in plan["images"]["trl"]["python_packages"]
 
@@ -525,6 +536,7 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     assert local.exit_code == 0
     plan = json.loads(local.stdout)
     assert plan["backend"] == "local" and plan["samples_total"] == 24000
+    assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_total"] == 11 * 320
     assert not any(key.startswith("est_usd") for key in plan)
 
 

@@ -226,6 +226,18 @@ def _work_per_iteration(config: Any, command: str) -> _Work:
     return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0)
 
 
+def heldout_evaluations(config: Any, iterations: int) -> tuple[int, int]:
+    """(evaluations, samples per evaluation) of the held-out evaluation (prover_cli/heldout.py): the base,
+    every `run.eval_every` iterations and the last; sampled (`run.eval_n`, once at temperature 0) plus greedy."""
+    r = config.run
+    if not r.eval_every:
+        return 0, 0
+    count = 1 + iterations // r.eval_every + (1 if iterations % r.eval_every else 0)
+    problems = r.eval_problems or 0  # 0 = the whole valid split: unknown before prepare-data
+    per_problem = 1 if r.eval_temperature == 0 else r.eval_n + 1
+    return count, problems * per_problem
+
+
 @dataclass(frozen=True)
 class _Timings:
     generation_s: float       # one generation call
@@ -272,6 +284,11 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         ["reward", "this machine", reward],
         ["update", f"this machine, model.device = {device}", update],
     ]
+    evaluations, eval_samples = heldout_evaluations(config, work.iterations)
+    if evaluations:
+        rows.append(["held-out", f"this machine, {sampler if command == 'train_es' else 'transformers'} sampler",
+                     f"{evaluations} evaluations of {eval_samples or 'all valid-split'} samples (base, every "
+                     f"{config.run.eval_every} {work.unit}s, the last)"])
     return {
         "ok": True,
         "command": command.replace("_", " "),
@@ -279,6 +296,8 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         f"samples_per_{work.unit}": work.samples,
         f"{work.unit}s": work.iterations,
         "samples_total": work.samples * work.iterations,
+        "heldout_evaluations": evaluations,
+        "heldout_samples_total": evaluations * eval_samples,
         "tables": [{"title": f"plan: {command.replace('_', ' ')} on this machine (no cost estimate for local runs)",
                     "columns": ["stage", "where", "what"], "rows": rows}],
     }
@@ -320,6 +339,37 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
     return lines
 
 
+def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any],
+                  prices: dict[str, float]) -> dict[str, Any]:
+    """One held-out evaluation on Modal: two generation calls (sampled, greedy) in the training container,
+    which holds its GPU (and ES its warm members) meanwhile, then its proofs in Lean Sandboxes."""
+    m, v = config.modal, config.verify
+    evaluations, samples = heldout_evaluations(config, work.iterations)
+    calls = 1 if config.run.eval_temperature == 0 else 2
+    generation_s = calls * config.generate.max_tokens / m.est_decode_tokens_per_s
+    proofs = samples if config.data.task == "lean" else 0
+    batches = math.ceil(proofs / m.verify_batch_size) if proofs else 0
+    per_batch = min(m.verify_batch_size, proofs) if proofs else 0
+    batch_s = m.est_header_s + math.ceil(per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
+    wall_s = generation_s + math.ceil(batches / m.verify_max_containers) * batch_s if batches else generation_s
+
+    def per_second(r: Any) -> float:
+        return (r.gpu_count * prices["gpu"] + r.cpu * prices["cpu"] + r.memory_mb / 1024 * prices["memory"]) / HOURS
+
+    if command == "train_es":  # the loop and its warm members stay up through the evaluation
+        held_s = per_second(res["train_es"]) * wall_s + per_second(res["es_member"]) * t.gen_containers * wall_s
+    else:
+        held_s = per_second(res["train_grpo"]) * wall_s
+    usd = held_s + per_second(res["verify_sandbox"]) * batches * batch_s
+    note = (f"{evaluations} evaluations (base, every {config.run.eval_every} {work.unit}s, the last) x "
+            f"{samples or 'all valid-split'} samples ({config.run.eval_problems or 'all'} problems x "
+            f"{'1 greedy' if calls == 1 else f'{config.run.eval_n} sampled + 1 greedy'}): {calls} generation call(s) of "
+            f"{generation_s / calls:.0f} s + {batches} Sandbox(es) of {batch_s:.0f} s = {wall_s:.0f} s, "
+            f"{usd:.4f} USD each"
+            + (f", {1 + t.gen_containers} GPUs held (the loop and its warm members)" if command == "train_es" else ""))
+    return {"evaluations": evaluations, "samples": samples, "usd": usd, "wall_s": wall_s, "note": note}
+
+
 def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     m, v = config.modal, config.verify
     res = resources(config)
@@ -335,6 +385,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
             line.container_s for line in lines if line.seconds()[kind] > 0), 1),
             "usd": round(unit_s / HOURS * prices[kind], 4)}
     cost = sum(item["usd"] for item in breakdown.values())
+    heldout = _heldout_cost(config, command, work, t, res, prices)
 
     rows: list[list[Any]] = []
     for line in lines:
@@ -370,6 +421,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         ["not counted", "container start and model load (once per container), a cold member's replay, network"
                         + (", the backward pass" if command == "train_grpo" else "")],
     ]
+    if heldout["evaluations"]:
+        notes.append(["held-out evaluation", heldout["note"]])
     if command == "train_es":
         notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s "
                                          f"(twice the {es_gap_s(config):.0f} s gap between a member's calls)"])
@@ -393,7 +446,10 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         f"est_cpu_core_hours_per_{work.unit}": round(breakdown["cpu"]["core_s"] / HOURS, 4),
         f"est_usd_per_{work.unit}": round(cost, 4),
         "est_usd_breakdown": breakdown,
-        "est_usd_total": round(cost * work.iterations, 2),
+        "heldout_evaluations": heldout["evaluations"],
+        "heldout_samples_per_evaluation": heldout["samples"],
+        "est_usd_per_heldout_evaluation": round(heldout["usd"], 4),
+        "est_usd_total": round(cost * work.iterations + heldout["usd"] * heldout["evaluations"], 2),
         "images": {name: spec.to_json() for name, spec in specs.items()},  # every image the app declares
         "tables": [
             {"title": f"plan: {title} on Modal (app `{m.app_name}`), per {work.unit}; seconds and USD estimated",
@@ -445,7 +501,9 @@ def docs_block(config_path: str) -> str:
              f"Per {unit}: {p[f'samples_per_{unit}']} samples, ~{p[f'est_wall_s_per_{unit}']:g} s, "
              f"**{p[f'est_usd_per_{unit}']:.2f} USD** (GPU {p['est_usd_breakdown']['gpu']['usd']:.2f}, "
              f"CPU {p['est_usd_breakdown']['cpu']['usd']:.2f}, memory {p['est_usd_breakdown']['memory']['usd']:.2f}); "
-             f"**{p['est_usd_total']:.2f} USD** for {p[f'{unit}s']} {unit}s."]
+             f"**{p['est_usd_total']:.2f} USD** for {p[f'{unit}s']} {unit}s"
+             + (f" and {p['heldout_evaluations']} held-out evaluations ({p['est_usd_per_heldout_evaluation']:.2f} USD "
+                "each)." if p["heldout_evaluations"] else ".")]
     return "\n".join(lines)
 
 

@@ -70,7 +70,9 @@ def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
     denominator = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, center - half), min(1.0, center + half)
+    low = 0.0 if p <= 0 else max(0.0, center - half)  # exact at the ends, not a rounding error off them
+    high = 1.0 if p >= 1 else min(1.0, center + half)
+    return low, high
 
 
 def design_effect(counts: Sequence[int], per_problem: int) -> float:

@@ -29,7 +29,8 @@ def test_t975_tends_to_the_normal_quantile():
 
 def test_wilson_matches_published_values():
     # Wilson (1927) score interval, 95%: 0/10 -> [0, 0.2775], 5/10 -> [0.2366, 0.7634], 10/10 -> [0.7225, 1].
-    assert wilson(0, 10) == pytest.approx((0.0, 0.27753), abs=1e-5)
+    assert wilson(0, 10) == pytest.approx((0.0, 0.27753), abs=1e-5) and wilson(0, 10)[0] == 0.0
+    assert wilson(7, 7)[1] == 1.0 and all(wilson(0, n)[0] == 0.0 for n in (1, 3, 12.5, 400))
     assert wilson(5, 10) == pytest.approx((0.23659, 0.76341), abs=1e-5)
     assert wilson(10, 10) == pytest.approx((0.72247, 1.0), abs=1e-5)
 

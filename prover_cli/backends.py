@@ -79,7 +79,8 @@ def modal_credentials_present() -> bool:
         return False
 
 
-def _run_on_modal(name: str, config: Any, kwargs: dict[str, Any]) -> Any:
+def modal_module(module_name: str) -> Any:
+    """A module of prover_cli/on_modal/, once Modal credentials and the `modal` package are there."""
     if not modal_credentials_present():
         raise BackendError(
             "--backend modal needs Modal credentials, and none were found "
@@ -87,14 +88,17 @@ def _run_on_modal(name: str, config: Any, kwargs: dict[str, Any]) -> Any:
             hint="run `modal token new`, or use --backend local",
         )
     try:
-        remote = importlib.import_module("prover_cli.on_modal.remote")
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == "modal":
             raise BackendError("--backend modal needs the `modal` package: pip install 'modal==1.6.*'") from None
         if exc.name and exc.name.startswith("prover_cli.on_modal"):
             raise NotBuiltError("--backend modal is not built in this version of prover") from None
         raise
-    return remote.run_remote(name, config, kwargs)
+
+
+def _run_on_modal(name: str, config: Any, kwargs: dict[str, Any]) -> Any:
+    return modal_module("prover_cli.on_modal.remote").run_remote(name, config, kwargs)
 
 
 # Tests replace this with a fake runner: `monkeypatch.setattr(backends, "MODAL_RUNNER", fake)`.

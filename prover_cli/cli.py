@@ -420,16 +420,31 @@ def report(
 @_command
 def doctor(
     config: Optional[Path] = ConfigOpt, overrides: Optional[List[str]] = SetOpt,
+    backend: str = BackendOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --backend modal: print the steps and their "
+                                 "estimated cost without starting anything."),
     json_mode: bool = JsonOpt,
 ):
     """Report what this machine has: Python, torch and CUDA, vLLM, a Lean REPL, Modal credentials.
 
+    With --backend modal, check the whole Modal path before a paid run: build (or find) the four
+    images, run the verify canary in one Lean Sandbox, load the model on one GPU for one short
+    prompt, and round-trip a file through the Volumes; each step with its result, time and cost.
+
     Examples:
       prover doctor
+      prover doctor --config configs/kimina-es.toml --backend modal --dry-run
+      prover doctor --config configs/kimina-es.toml --backend modal
     """
-    from prover_cli.doctor import run_doctor
+    from prover_cli.doctor import run_doctor, run_modal_doctor
 
+    if dry_run and backend != "modal":
+        raise typer.BadParameter("the local doctor starts nothing; --dry-run is for --backend modal",
+                                 param_hint="--dry-run")
     cfg, out = _setup(config, overrides, json_mode)
+    if backend == "modal":
+        _render(out, run_modal_doctor(cfg, dry_run=dry_run), "prover doctor --backend modal")
+        return
     checks = run_doctor(cfg)
     if json_mode:
         out.result({"checks": [c.to_dict() for c in checks]})

@@ -156,6 +156,10 @@ class VerifyConfig:
                                    "`Authorization: Bearer <key>` (empty = no key).")
     kimina_batch_size: int = _key(8, "Proofs per Kimina request; a request the server answers with HTTP 500 is "
                                   "retried proof by proof.", min=1)
+    kimina_max_repls: int = _key(0, "REPLs the Kimina server runs (its LEAN_SERVER_MAX_REPLS; the server's default is its CPU "
+                                 "count - 1): proofs in flight over all requests never exceed it, because a proof that "
+                                 "waits over 60 s for a REPL fails its request with HTTP 429. 0 = unknown (the server's "
+                                 "/health does not report it): `verify.workers` proofs at a time.", min=0)
     lean_toolchain: str = _key("leanprover/lean4:v4.15.0", "Lean toolchain of the verifier (recorded in verdicts; used by the Modal image).")
     mathlib_rev: str = _key("v4.15.0", "Mathlib revision of the verifier (recorded in verdicts; used by the Modal image).")
 
@@ -243,11 +247,19 @@ class ModalConfig:
     cpu_price_per_core_hour: float = _key(0.047, "USD per CPU core-hour (cost estimate).", min=0.0)
     memory_price_per_gib_hour: float = _key(0.008, "USD per GiB-hour of reserved memory (cost estimate; Modal bills "
                                             "it on every container, GPU ones included).", min=0.0)
+    sandbox_cpu_price_per_core_hour: float = _key(0.142, "USD per CPU core-hour of a Sandbox (the Lean verification "
+                                                  "Sandboxes; cost estimate): Modal prices Sandbox CPU apart from "
+                                                  "Function CPU, about 3x when this was written.", min=0.0)
+    sandbox_memory_price_per_gib_hour: float = _key(0.024, "USD per GiB-hour of a Sandbox's memory (cost estimate).",
+                                                    min=0.0)
     est_decode_tokens_per_s: float = _key(100.0, "Cost estimate: decode speed of one sequence, tokens/s (a batch decodes its "
                                           "sequences in parallel).", min=0.0, min_exclusive=True)
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
                                          min=0.0, min_exclusive=True)
     est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)
+    est_replay_s_per_iteration: float = _key(25.0, "Cost estimate: seconds a cold ES member needs to replay one ledger "
+                                             "iteration (noise, update, fingerprint of every weight) before it "
+                                             "generates; the plan prints the worst case.", min=0.0)
 
 
 @dataclass

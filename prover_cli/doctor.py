@@ -103,16 +103,17 @@ def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.
     return Check("lean repl", False, f"`{' '.join(repl_command)}` gave no environment: {tail[0]}", fix)
 
 
-def check_canary(verify_config: Any) -> Check:
-    """Run the verify canary (prover_cli/verify/canary.py) on the configured REPL: honest proofs
-    must verify and each cheat must be rejected, else our rules do not hold on this toolchain."""
+def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
+    """Run the verify canary (prover_cli/verify/canary.py) on the configured REPL (or REPLs from
+    `transport_factory`: a Modal Sandbox's): honest proofs must verify and each cheat must be
+    rejected, else our rules do not hold on this toolchain."""
     from prover_cli.errors import ProverError
     from prover_cli.verify.canary import canaries_for, failures_message, run_canary
     from prover_cli.verify.pool import ReplPool
 
     fix = ("the verdict rules do not match this Lean version: verification refuses to run; report the "
            "failing rule, or use the toolchain of verify.lean_toolchain")
-    pool = ReplPool(verify_config)
+    pool = ReplPool(verify_config, transport_factory=transport_factory)
     try:
         results = run_canary(pool)
     except ProverError as exc:   # the REPL cannot start or the header does not elaborate
@@ -150,3 +151,17 @@ def run_doctor(config: Any) -> list[Check]:
         checks.append(Check("lean canary", False, "not run: no REPL", lean.fix))
     checks.append(check_modal_credentials())
     return checks
+
+
+# -- `prover doctor --backend modal` -------------------------------------------------------------
+
+def run_modal_doctor(config: Any, *, dry_run: bool = False) -> dict[str, Any]:
+    """The steps of prover_cli/on_modal/doctor.py: with `dry_run`, what each would start and cost
+    (no `modal` import, no credentials); else run them on Modal, each with result, time and cost."""
+    if dry_run:
+        from prover_cli.on_modal.plan import doctor_plan
+
+        return doctor_plan(config)
+    from prover_cli.backends import modal_module
+
+    return modal_module("prover_cli.on_modal.doctor").run_doctor(config)

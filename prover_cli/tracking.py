@@ -21,6 +21,14 @@ One logger for both methods, so both stream exactly the same keys (`reward/mean`
 
 wandb and trackio are optional extras (`pip install 'prover-cli[tracking]'`), imported only when
 asked for; a missing one is a clear error before training starts.
+
+On a Modal Volume (`--backend modal`), a `Volume.commit()` reloads the Volume afterwards, and a
+reload fails while any file in it is open (modal/volume.py). So `release_files()`, which the
+Modal functions call before every commit, closes the TensorBoard event file (TensorBoard keeps
+it open when TensorFlow is installed: `tf.io.gfile.GFile(..., "wb")` in its EventFileWriter);
+the next `log` opens a new one in the same directory, which TensorBoard reads as one run.
+W&B's local files (written by its own `wandb-core` process) go to `$WANDB_DIR` when it is set,
+which the Modal functions point outside the Volume.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import math
 import os
 import secrets
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -64,6 +73,16 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+_OPEN_TRACKERS: "weakref.WeakSet[Tracker]" = weakref.WeakSet()
+
+
+def release_files() -> None:
+    """Close the files every open tracker keeps in the run directory; each reopens on its next
+    `log`. Called before a Modal `Volume.commit()` (see the module docstring)."""
+    for tracker in list(_OPEN_TRACKERS):
+        tracker.release_files()
+
+
 class Tracker:
     """Streams metrics records to every tracker of `run.report_to` (none: does nothing)."""
 
@@ -78,6 +97,14 @@ class Tracker:
         except BaseException:
             self.close()
             raise
+        _OPEN_TRACKERS.add(self)
+
+    def release_files(self) -> None:
+        for sink in self._sinks:
+            release = getattr(sink, "release_files", None)
+            if release is not None:
+                with _quiet():
+                    release()
 
     def log(self, record: dict[str, Any]) -> None:
         step = int(record["iteration"])
@@ -87,6 +114,7 @@ class Tracker:
                 sink.log(values, step)
 
     def close(self) -> None:
+        _OPEN_TRACKERS.discard(self)
         sinks, self._sinks = self._sinks, []
         for sink in sinks:
             with _quiet():
@@ -139,23 +167,35 @@ def _import(name: str, module: str) -> Any:
 # One sink per tracker: log(values, step), close()
 # --------------------------------------------------------------------------------------------
 
+def summary_writer(log_dir: str, purge_step: int | None) -> Any:
+    """torch's SummaryWriter (a seam: tests hold the event file open, as TensorFlow's GFile does)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=log_dir, purge_step=purge_step)
+
+
 class _TensorBoard:
     def __init__(self, config: Any, run_dir: Path, resumed_from: int):
         _import("tensorboard", "tensorboard")  # torch's SummaryWriter needs the package
-        from torch.utils.tensorboard import SummaryWriter
-
+        self.log_dir = str(run_dir / TENSORBOARD_DIR)
         # purge_step hides events of steps > resumed_from written before a kill: they are redone.
-        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR),
-                                    purge_step=resumed_from + 1 if resumed_from else None)
+        self.writer: Any = summary_writer(self.log_dir, resumed_from + 1 if resumed_from else None)
 
     def log(self, values: dict[str, float], step: int) -> None:
+        if self.writer is None:  # released for a commit: a new event file, nothing purged
+            self.writer = summary_writer(self.log_dir, None)
         for key, value in values.items():
             if key != "iteration":
                 self.writer.add_scalar(key, value, step)
         self.writer.flush()  # a killed run keeps its curves, as metrics.jsonl keeps its lines
 
+    def release_files(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
     def close(self) -> None:
-        self.writer.close()
+        self.release_files()
 
 
 class _Wandb:
@@ -169,8 +209,9 @@ class _Wandb:
             run_dir.mkdir(parents=True, exist_ok=True)
             id_path.write_text(run_id + "\n", encoding="utf-8")
         if self.wandb.run is None:
-            self.wandb.init(project=project_name("wandb"), name=run_name(config),
-                            id=run_id, resume="allow", dir=str(run_dir), config=config.to_dict())
+            # $WANDB_DIR when set (outside a Modal Volume: wandb-core keeps its files open there)
+            self.wandb.init(project=project_name("wandb"), name=run_name(config), id=run_id, resume="allow",
+                            dir=os.environ.get("WANDB_DIR") or str(run_dir), config=config.to_dict())
         self.wandb.define_metric("iteration")
         self.defined: set[str] = set()
 

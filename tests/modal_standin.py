@@ -1,6 +1,9 @@
 """Stand-ins for the two Modal objects our code drives directly: a Volume and a Sandbox.
 
-Both follow the modal 1.6 client (modal/volume.py, modal/sandbox/), and are at least as strict:
+Both follow the modal 1.6.4 client (modal/volume.py, modal/sandbox/, modal/container_process.py,
+modal/io_streams.py), are at least as strict, and expose only attributes the real classes have
+(tests/test_modal_standin_surface.py compares their public surface and signatures with the
+installed SDK's). What a test steers or inspects is private (`_`) or lives in SANDBOXES.
 
 VolumeStandIn (every Modal test uses it in place of `images.runs_volume` / `models_volume`):
 - `reload()` raises RuntimeError with Modal's wording ("there are open files preventing the
@@ -9,17 +12,24 @@ VolumeStandIn (every Modal test uses it in place of `images.runs_volume` / `mode
   `Volume.reload` matches on, the rest the client's own annotation)
   when this process, or any process it started, has its cwd or an open file under the mount:
   the same /proc walk `modal.volume._open_files_error_annotation` makes;
+- `commit()` persists, then reloads as the client does after a successful commit
+  (`Volume.commit`: `_do_reload` unless the server says `skip_reload`): with a file or a cwd
+  open inside the Volume it raises RuntimeError (the client re-raises the reload's error as
+  `RuntimeError(str(exc))`, without the annotation). Stricter than Modal when the server skips
+  that reload;
 - what one "container" writes is seen by another only after the writer's `commit()` and the
-  reader's `reload()` (`with volume.container("name"):` switches the mount to that container's
+  reader's `reload()` (`with volume._container("name"):` switches the mount to that container's
   view; a new container mounts the latest committed state, as Modal does at container start).
   Stricter than Modal: a reload never commits the caller's pending writes implicitly.
 - `batch_upload` / `read_file` act on the committed state, as from your machine.
 
 SandboxStandIn (`sandbox.Sandbox` in tests): `create(**kwargs)` records its arguments and
-refuses unknown ones; `exec(*args, workdir=, text=False)` runs the command as a local process
-(`python` is this interpreter, `lake env repl` the REPL stand-in, tests/fake_repl.py) with stdin/stdout/stderr
-streams shaped like modal's StreamWriter/StreamReader; `poll()`/`terminate()`/the timeout end
-every process of the Sandbox; `exec` on a finished Sandbox raises.
+refuses unknown ones; `exec(*args, workdir=, text=)` runs the command as a local process
+(`python` is this interpreter, `lake env repl` the REPL stand-in, tests/fake_repl.py) with
+stdin/stdout/stderr streams shaped like modal's StreamWriter/StreamReader, and refuses any
+program the Sandbox's image does not declare (plan.py `executables`: no host `kill`);
+`poll()` returns None, then 124 after the timeout or 137 after `terminate()`; either ends every
+process of the Sandbox; `exec` on a finished Sandbox raises.
 """
 
 from __future__ import annotations
@@ -102,110 +112,166 @@ def _digest(files: dict[str, bytes]) -> dict[str, str]:
 
 
 class VolumeStandIn:
-    """One Modal Volume mounted at `mount`, shared by the "containers" of one test."""
+    """One Modal Volume mounted at `_mount`, shared by the "containers" of one test."""
 
     def __init__(self, mount: Path, name: str = "prover-ledgers"):
-        self.mount = Path(mount)
-        self.mount.mkdir(parents=True, exist_ok=True)
+        self._mount = Path(mount)
+        self._mount.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self.committed: dict[str, bytes] = {}
-        self.current = "main"
+        self._committed: dict[str, bytes] = {}
+        self._current = "main"
         self._seen: dict[str, dict[str, str]] = {"main": {}}  # per container: what its mount last synced
         self._views: dict[str, dict[str, bytes]] = {}
-        self.commits = 0
-        self.reloads = 0
-        self.uploaded: list[tuple[Path, str]] = []
+        self._commits = 0
+        self._reloads = 0
+        self._uploaded: list[tuple[Path, str]] = []
 
     # -- inside a container ------------------------------------------------------------------
     def commit(self) -> None:
-        now = _scan(self.mount)
-        seen = self._seen[self.current]
+        now = _scan(self._mount)
+        seen = self._seen[self._current]
         for rel, data in now.items():
             if _digest({rel: data})[rel] != seen.get(rel):
-                self.committed[rel] = data
+                self._committed[rel] = data
         for rel in set(seen) - set(now):
-            self.committed.pop(rel, None)
-        self._seen[self.current] = _digest(now)
-        self.commits += 1
+            self._committed.pop(rel, None)
+        self._seen[self._current] = _digest(now)
+        self._commits += 1
+        if open_files_annotation(self._mount):  # the reload that follows a commit meets an open file
+            raise RuntimeError(OPEN_FILES)
 
     def reload(self) -> None:
-        annotation = open_files_annotation(self.mount)
+        annotation = open_files_annotation(self._mount)
         if annotation:
             raise RuntimeError(f"{OPEN_FILES}: {annotation}")
-        now = _scan(self.mount)
-        seen = self._seen[self.current]
+        now = _scan(self._mount)
+        seen = self._seen[self._current]
         pending = {rel: data for rel, data in now.items() if _digest({rel: data})[rel] != seen.get(rel)}
         deleted = set(seen) - set(now)
-        view = {**self.committed, **pending}
+        view = {**self._committed, **pending}
         for rel in deleted:
             view.pop(rel, None)
         self._materialize(view)
-        self._seen[self.current] = _digest(self.committed)
-        self.reloads += 1
+        self._seen[self._current] = _digest(self._committed)
+        self._reloads += 1
 
     def _materialize(self, files: dict[str, bytes]) -> None:
-        for child in self.mount.iterdir():
+        for child in self._mount.iterdir():
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         for rel, data in files.items():
-            path = self.mount / rel
+            path = self._mount / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
 
     @contextlib.contextmanager
-    def container(self, name: str) -> Iterator[None]:
+    def _container(self, name: str) -> Iterator[None]:
         """Run the block as container `name`: the mount shows that container's view only."""
-        outer = self.current
-        self._views[outer] = _scan(self.mount)
+        outer = self._current
+        self._views[outer] = _scan(self._mount)
         if name not in self._seen:  # a new container mounts the latest committed state
-            self._views[name] = dict(self.committed)
-            self._seen[name] = _digest(self.committed)
+            self._views[name] = dict(self._committed)
+            self._seen[name] = _digest(self._committed)
         self._materialize(self._views[name])
-        self.current = name
+        self._current = name
         try:
             yield
         finally:
-            self._views[name] = _scan(self.mount)
+            self._views[name] = _scan(self._mount)
             self._materialize(self._views[outer])
-            self.current = outer
+            self._current = outer
 
     # -- from your machine -------------------------------------------------------------------
     @contextlib.contextmanager
     def batch_upload(self, force: bool = False):
-        uploaded = self.uploaded
+        uploaded = self._uploaded
 
         def put_file(local: Any, remote: str) -> None:
             uploaded.append((Path(local), remote))
-            self.committed[remote.lstrip("/")] = Path(local).read_bytes()
+            self._committed[remote.lstrip("/")] = Path(local).read_bytes()
 
         def put_directory(local: Any, remote: str) -> None:
             uploaded.append((Path(local), remote))
             for rel, data in _scan(Path(local)).items():
-                self.committed[f"{remote.strip('/')}/{rel}"] = data
+                self._committed[f"{remote.strip('/')}/{rel}"] = data
 
         yield types.SimpleNamespace(put_file=put_file, put_directory=put_directory)
 
     def read_file(self, path: str) -> Iterator[bytes]:
         key = path.lstrip("/")
-        if key not in self.committed:
+        if key not in self._committed:
             raise modal.exception.NotFoundError(f"No such file: {path}")
-        yield self.committed[key]
+        yield self._committed[key]
 
 
 # --------------------------------------------------------------------------------------------
 # Sandbox
 # --------------------------------------------------------------------------------------------
+# Return codes as the modal 1.6.4 client reports them:
+# - `Sandbox.poll()` / `.returncode` (modal/sandbox/_common.py, `_result_returncode`): None while
+#   running, 124 once the Sandbox hit its timeout (GENERIC_STATUS_TIMEOUT), 137 once it was
+#   terminated (GENERIC_STATUS_TERMINATED), else the exit code of its main process;
+# - `Sandbox.wait()` (`raise_for_wait_result`): SandboxTimeoutError after a timeout,
+#   SandboxTerminatedError after a terminate unless `raise_on_termination=False`;
+# - `ContainerProcess.poll()` / `.wait()` (modal/container_process.py): the exit code, or
+#   128 + N for a process ended by signal N; `.returncode` raises InvalidError until a poll or a
+#   wait has seen the end.
+# Only these codes come out of the stand-in. A Sandbox that dies under the test's chaos control
+# (`die_on`) ends as terminated (137): the client shows the same code for any Sandbox Modal ends.
+
+TIMEOUT_RETURNCODE = 124
+TERMINATED_RETURNCODE = 137
 
 _CREATE_PARAMETERS = set(inspect.signature(modal.Sandbox.create).parameters) - {"args", "self"}
-_EXEC_PARAMETERS = {"stdout", "stderr", "timeout", "workdir", "env", "secrets", "text", "bufsize", "pty"}
+_EXEC_PARAMETERS = set(inspect.signature(modal.Sandbox.exec).parameters) - {"args", "self"}
+
+
+class ProgramNotInImage(Exception):
+    """The stand-in's refusal (not a Modal error): `exec` of a program the Sandbox's image does
+    not list in plan.py's `executables`. Recorded in SANDBOXES.refused as well, so a caller that
+    swallows the exception still fails its test."""
+
+
+class SandboxControls:
+    """The test's view of every Sandbox stand-in (not part of modal.Sandbox's surface)."""
+
+    def __init__(self) -> None:
+        self.reset({})
+
+    def reset(self, command_map: dict[tuple[str, ...], list[str]]) -> None:
+        self.created: list[SandboxStandIn] = []            # every Sandbox of the test, in order
+        self.command_map = dict(command_map)               # in-image argv -> local argv
+        self.sent: list[bytes] = []                        # every request written to any REPL
+        self.die_on: bytes | None = None                   # chaos: a request containing this ends its Sandbox...
+        self.deaths_left = 0                               # ...this many times (then Sandboxes live)
+        self.barrier: threading.Barrier | None = None      # create() waits here: Sandboxes start concurrently
+        self.refused: list[tuple[str, ...]] = []           # argv the stand-in refused to run
+        self.ran: list[tuple[str, ...]] = []               # argv it ran, in the image's terms
+
+
+SANDBOXES = SandboxControls()
+
+
+def image_executables(image: Any) -> dict[str, str]:
+    """What the Sandbox's image declares it has (plan.py); nothing for an image we did not declare."""
+    from prover_cli.on_modal import images
+
+    for name, declared in images.IMAGES.items():
+        if image is declared:
+            return images.SPECS[name].executables
+    return {}
 
 
 class _Reader:
     """modal.io_streams.StreamReader: iterating yields chunks as they arrive, until EOF."""
 
-    def __init__(self, pipe: Any):
-        self._pipe = pipe
+    def __init__(self, pipe: Any, fd: int, text: bool):
+        self._pipe, self._fd, self._text = pipe, fd, text
 
-    def __iter__(self) -> Iterator[bytes]:
+    @property
+    def file_descriptor(self) -> int:
+        return self._fd
+
+    def __iter__(self) -> Iterator[Any]:
         fd = self._pipe.fileno()
         while True:
             try:
@@ -214,13 +280,10 @@ class _Reader:
                 return
             if not chunk:
                 return
-            yield chunk
+            yield chunk.decode("utf-8", "replace") if self._text else chunk
 
-    def read(self) -> bytes:
-        return b"".join(self)
-
-    def close(self) -> None:
-        pass
+    def read(self) -> Any:
+        return ("" if self._text else b"").join(self)
 
 
 class _Writer:
@@ -229,7 +292,7 @@ class _Writer:
     def __init__(self, pipe: Any, on_drain: Any = None):
         self._pipe, self._buffer, self._on_drain = pipe, b"", on_drain
 
-    def write(self, data: bytes | str) -> None:
+    def write(self, data: bytes | bytearray | memoryview | str) -> None:
         self._buffer += data.encode() if isinstance(data, str) else bytes(data)
 
     def drain(self) -> None:
@@ -244,48 +307,49 @@ class _Writer:
 
 
 class _Process:
-    def __init__(self, popen: subprocess.Popen, on_drain: Any = None):
+    """modal.container_process.ContainerProcess."""
+
+    def __init__(self, popen: subprocess.Popen, on_drain: Any, text: bool):
         self._popen = popen
+        self._returncode: int | None = None
         self.stdin = _Writer(popen.stdin, on_drain)
-        self.stdout, self.stderr = _Reader(popen.stdout), _Reader(popen.stderr)
+        self.stdout, self.stderr = _Reader(popen.stdout, 1, text), _Reader(popen.stderr, 2, text)
+
+    def _seen(self, code: int | None) -> int | None:
+        if code is not None:
+            self._returncode = 128 - code if code < 0 else code  # killed by signal N: 128 + N
+        return self._returncode
 
     def poll(self) -> int | None:
-        code = self._popen.poll()
-        return None if code is None else (128 - code if code < 0 else code)  # a shell's 128 + N
+        return self._seen(self._popen.poll())
 
     def wait(self) -> int:
-        self._popen.wait()
-        return self.poll()
+        return self._seen(self._popen.wait())
 
     @property
-    def returncode(self) -> int | None:
-        return self.poll()
+    def returncode(self) -> int:
+        if self._returncode is None:
+            raise modal.exception.InvalidError("You must call wait() before accessing the returncode. "
+                                               "To poll for the status of a running process, use poll() instead.")
+        return self._returncode
 
 
 class SandboxStandIn:
-    """`modal.Sandbox` for tests: each `exec` is a local process; the Sandbox ends them all."""
+    """`modal.Sandbox` for tests: each `exec` is a local process; the Sandbox ends them all.
 
-    created: list["SandboxStandIn"] = []      # every Sandbox of the test, in order
-    command_map: dict[tuple[str, ...], list[str]] = {}   # in-image argv -> local argv
-    sent: list[bytes] = []                    # every request written to any REPL, in order
-    die_on: bytes | None = None               # chaos: a request containing this ends its Sandbox...
-    deaths_left = 0                           # ...this many times (then Sandboxes live)
-    barrier: threading.Barrier | None = None  # create() waits here: proves Sandboxes start concurrently
+    Only modal.Sandbox's own attributes are public (tests/test_modal_standin_surface.py); the
+    test steers and inspects Sandboxes through SANDBOXES.
+    """
 
     def __init__(self, kwargs: dict[str, Any]):
-        self.kwargs = kwargs
-        self.processes: list[_Process] = []
-        self.pgids: list[int] = []
-        self.returncode: int | None = None
-        self.execs = 0
-        self._timer = threading.Timer(kwargs.get("timeout") or 300, self._end, args=(-1,))
+        self._kwargs = kwargs
+        self._executables = image_executables(kwargs.get("image"))
+        self._processes: list[_Process] = []
+        self._roots: list[int] = []
+        self._returncode: int | None = None
+        self._timer = threading.Timer(kwargs.get("timeout") or 300, self._end, args=(TIMEOUT_RETURNCODE,))
         self._timer.daemon = True
         self._timer.start()
-
-    @classmethod
-    def reset(cls, command_map: dict[tuple[str, ...], list[str]]) -> None:
-        cls.created, cls.command_map, cls.sent = [], dict(command_map), []
-        cls.die_on, cls.deaths_left, cls.barrier = None, 0, None
 
     @classmethod
     def create(cls, *args: str, **kwargs: Any) -> "SandboxStandIn":
@@ -294,70 +358,93 @@ class SandboxStandIn:
             raise TypeError(f"Sandbox.create() got unexpected keyword arguments {sorted(unknown)}")
         if args:
             raise AssertionError("the stand-in runs REPLs through exec(), not as the entrypoint")
-        if cls.barrier is not None:
-            cls.barrier.wait()
+        if SANDBOXES.barrier is not None:
+            SANDBOXES.barrier.wait()
         box = cls(kwargs)
-        cls.created.append(box)
+        SANDBOXES.created.append(box)
         return box
 
     def _on_drain(self, data: bytes) -> None:
-        type(self).sent.append(data)
-        cls = type(self)
-        if cls.die_on is not None and cls.die_on in data and cls.deaths_left > 0:
-            cls.deaths_left -= 1
-            self._end(137)  # as if the OOM killer or Modal's timeout ended the whole Sandbox
+        SANDBOXES.sent.append(data)
+        if SANDBOXES.die_on is not None and SANDBOXES.die_on in data and SANDBOXES.deaths_left > 0:
+            SANDBOXES.deaths_left -= 1
+            self._end(TERMINATED_RETURNCODE)  # as if Modal ended the whole Sandbox under the REPL
+
+    def _require(self, argv: tuple[str, ...]) -> None:
+        if not argv or argv[0] not in self._executables:
+            SANDBOXES.refused.append(argv)
+            raise ProgramNotInImage(f"{argv[:1]}: the Sandbox's image does not have this program "
+                                    f"(it has {sorted(self._executables)})")
 
     def exec(self, *args: str, **kwargs: Any) -> _Process:
         unknown = set(kwargs) - _EXEC_PARAMETERS
         if unknown:
             raise TypeError(f"Sandbox.exec() got unexpected keyword arguments {sorted(unknown)}")
-        if self.returncode is not None:
+        if self._returncode is not None:
             raise modal.exception.SandboxTerminatedError("Sandbox has already terminated")
         argv = list(args)
-        if argv[:1] == ["python"] and "-c" in argv:  # our REPL wrapper: map the command it execs
+        self._require(tuple(argv))
+        if argv[:1] == ["python"] and "-c" in argv:  # our REPL wrapper: check and map the command it execs
             start = argv.index("-c") + 3  # -c SCRIPT LIMIT, then the command
             tail = tuple(argv[start:])
-            argv = [sys.executable] + argv[1:start] + self.command_map.get(tail, list(tail))
+            if tail:
+                self._require(tail)
+            SANDBOXES.ran.append(tuple(argv))
+            argv = [sys.executable] + argv[1:start] + SANDBOXES.command_map.get(tail, list(tail))
+        else:
+            SANDBOXES.ran.append(tuple(argv))
+            argv = [sys.executable] + argv[1:] if argv[0] == "python" else argv
         workdir = kwargs.get("workdir")
         cwd = None if workdir is None or not os.path.isdir(workdir) else workdir  # the image's dir is not here
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  cwd=cwd, start_new_session=True)
-        process = _Process(popen, self._on_drain)
-        self.processes.append(process)
-        self.pgids.append(popen.pid)
-        self.execs += 1
+        process = _Process(popen, self._on_drain, bool(kwargs.get("text", True)))
+        self._processes.append(process)
+        self._roots.append(popen.pid)
         return process
 
     def poll(self) -> int | None:
-        return self.returncode
+        return self._returncode
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
 
     def wait(self, raise_on_termination: bool = True) -> None:
-        while self.returncode is None:
+        while self._returncode is None:
             time.sleep(0.01)
+        if self._returncode == TIMEOUT_RETURNCODE:
+            raise modal.exception.SandboxTimeoutError()
+        if self._returncode == TERMINATED_RETURNCODE and raise_on_termination:
+            raise modal.exception.SandboxTerminatedError()
 
-    def terminate(self) -> None:
-        self._end(-1 if self.returncode is None else self.returncode)
+    def terminate(self, *, wait: bool = False) -> int | None:
+        self._end(TERMINATED_RETURNCODE)  # a no-op once it has ended
+        return self._returncode if wait else None
 
     def _end(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
+        if self._returncode is None:
+            self._returncode = code
         self._timer.cancel()
-        everyone = [pid for root in self.pgids for pid in _descendants(root)]  # setsid's children too
+        everyone = [pid for root in self._roots for pid in _descendants(root)]  # setsid's children too
         for pid in everyone:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        for process in self.processes:
+        for process in self._processes:
             with contextlib.suppress(Exception):
                 process._popen.wait(timeout=5)
 
 
-def sandboxes_running(monkeypatch, fake_repl) -> Iterator[type[SandboxStandIn]]:
+def sandboxes_running(monkeypatch, fake_repl) -> Iterator[SandboxControls]:
     """For a fixture (`yield from`): Lean verification goes to Sandbox stand-ins that run
-    `fake_repl` for the image's REPL command; every Sandbox is terminated afterwards."""
+    `fake_repl` for the image's REPL command; every Sandbox is terminated afterwards, and the
+    test fails if any code asked a Sandbox to run a program its image does not have."""
     from prover_cli.on_modal import images, sandbox
 
-    SandboxStandIn.reset({tuple(images.REPL_COMMAND): [sys.executable, str(fake_repl)]})
+    SANDBOXES.reset({tuple(images.REPL_COMMAND): [sys.executable, str(fake_repl)]})
     monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
-    yield SandboxStandIn
-    for box in SandboxStandIn.created:
+    yield SANDBOXES
+    for box in SANDBOXES.created:
         box.terminate()
+    refused, SANDBOXES.refused = SANDBOXES.refused, []
+    assert not refused, f"a Sandbox was asked to run programs its image does not have: {refused}"

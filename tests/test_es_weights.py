@@ -35,13 +35,18 @@ class Fused(torch.nn.Module):
         self.out = torch.nn.Linear(4, 3).to(dtype)
 
     def load_weights(self, weights):
+        """Returns the names of the parameters it loaded, in its own (fused) naming, as vLLM's do."""
         rows = {"q.weight": slice(0, 2), "k.weight": slice(2, 4), "v.weight": slice(4, 6)}
+        loaded = set()
         with torch.no_grad():
             for name, tensor in weights:
                 if name in rows:
                     self.qkv[rows[name]].copy_(tensor)
+                    loaded.add("qkv")
                 else:
                     dict(self.out.named_parameters())[name.removeprefix("out.")].copy_(tensor)
+                    loaded.add(name)
+        return loaded
 
 
 class FakeWorker(ESWorkerExtension):
@@ -63,6 +68,7 @@ class FakeLLM:
 
     def reset_prefix_cache(self):
         self.prefix_cache_resets += 1
+        return True  # vLLM: True once the cache was reset
 
 
 def fused_view(reference: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -255,9 +261,12 @@ class TransformersAsEngine(torch.nn.Module):
 
     def load_weights(self, weights):
         params = dict(self.inner.named_parameters())
+        loaded = set()
         with torch.no_grad():
             for name, tensor in weights:
                 params[name].copy_(tensor)
+                loaded.add(name)
+        return loaded
 
 
 def test_vllm_sampler_saves_a_from_pretrained_directory_with_the_transformers_bits(tmp_path_factory, tmp_path):

@@ -104,12 +104,17 @@ INTENDED = {
     "verify": ("orchestrator", None, 2.0, 4096, 24 * 3600, 2, 1, None, RUNS),
     "lean_image_check": ("lean", None, 1.0, 4096, 600, 0, 1, None, {}),
     "Generator": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 1, None, BOTH),
-    # warm through the gap between iterations: 2 x (82 s + 140 s - 82 s), at least 300 s
-    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 300, BOTH),
+    # warm through the longest legitimate gap: one verification wave at the Sandbox timeout
+    # (600 s header + 16 rounds x 65 s + 120 s = 1760 s) + 120 s for the update
+    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 1880, BOTH),
     "train_es": ("gpu", "H100:1", 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
     "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, None, BOTH),
     "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, None, BOTH),
     "evaluate": ("gpu", None, 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
+    # `prover doctor --backend modal`: one GPU for one prompt; two small containers for the Volumes
+    "doctor_gpu": ("gpu", "H100:1", 8.0, 65536, 1800, 0, 1, None, BOTH),
+    "doctor_volume_write": ("orchestrator", None, 1.0, 1024, 600, 0, 1, None, BOTH),
+    "doctor_volume_read": ("orchestrator", None, 1.0, 1024, 600, 0, 1, None, BOTH),
 }
 FIELDS = ("image", "gpu", "cpu", "memory_mb", "timeout_s", "retries", "max_containers", "scaledown_window_s", "volumes")
 
@@ -130,9 +135,10 @@ def test_each_function_declares_its_intended_resources(name):
     assert {f: got[f] for f in FIELDS} == dict(zip(FIELDS, INTENDED[name]))
 
 
-@pytest.mark.parametrize("name,key", [("Generator", "generate"), ("ESMember", "es_member"),
-                                      ("evaluate", "eval")] + [(n, n) for n in INTENDED
-                                                              if n not in ("Generator", "ESMember", "evaluate")])
+@pytest.mark.parametrize("name,key", [("Generator", "generate"), ("ESMember", "es_member"), ("evaluate", "eval"),
+                                      ("doctor_volume_write", "doctor_volumes"), ("doctor_volume_read", "doctor_volumes")]
+                         + [(n, n) for n in INTENDED if n not in ("Generator", "ESMember", "evaluate",
+                                                                 "doctor_volume_write", "doctor_volume_read")])
 def test_declarations_are_the_plan_table(name, key):
     """The decorators receive `modal_plan.resources`, so the dry-run plan describes what deploys."""
     table = modal_plan.resources(Config())[key]
@@ -334,6 +340,9 @@ def test_es_members_fail_the_iteration_instead_of_returning_exceptions(monkeypat
             seen.update(inputs=list(inputs), return_exceptions=return_exceptions)
             return iter([["x"], ["y"]])
 
+        def update_autoscaler(self, **settings):  # modal.Cls instances have it (modal/cls.py)
+            seen["autoscaler"] = settings
+
     class FakeCls:
         def with_options(self, **options):
             seen["options"] = options
@@ -348,6 +357,9 @@ def test_es_members_fail_the_iteration_instead_of_returning_exceptions(monkeypat
     assert seen["return_exceptions"] is False and seen["committed"]
     assert seen["inputs"] == [(3, 0, [{"id": "p"}]), (3, 1, [{"id": "p"}])]
     assert seen["options"]["max_containers"] == config.modal.max_containers
+    assert "autoscaler" not in seen
+    generate.release_members()  # after the run: the warm members' long window is lowered to Modal's minimum
+    assert seen["autoscaler"] == {"scaledown_window": 2}
 
 
 def test_routing_sends_lean_verification_to_sandboxes_and_restores(monkeypatch):
@@ -406,6 +418,17 @@ def test_to_wire_maps_paths_onto_the_volume_and_lists_uploads(tmp_path, monkeypa
         remote.to_wire("verify", config, {"proofs_path": Path("/etc/hosts"), "out_path": None})
     with pytest.raises(BackendError, match="no Modal function"):
         remote.to_wire("report", config, {})
+
+
+def test_a_tracker_the_images_do_not_have_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for tracker in ("wandb", "trackio", "tensorboard,wandb"):
+        config = config_from_dict({"run": {"dir": "runs/a", "report_to": tracker}})
+        with pytest.raises(BackendError, match="Modal images have no"):
+            remote.to_wire("train_es", config, {"resume": False})
+    config = config_from_dict({"run": {"dir": "runs/a", "report_to": "tensorboard"}})
+    remote.to_wire("train_grpo", config, {"resume": False})  # in the GPU and TRL images
+    assert modal_plan.TENSORBOARD in modal_plan.image_specs("leanprover/lean4:v4.15.0", "v4.15.0")["trl"].python_packages
 
 
 def test_outputs_brought_back_are_small_files_only():
@@ -487,19 +510,25 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8, 1)
     assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 32, 1)
     assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s, 1)
-    usd = (gpu_container_s * 3.95 + (gpu_container_s + sandbox_s) * 8 * 0.047
-           + (gpu_container_s * 64 + sandbox_s * 32) * 0.008) / 3600
+    # Sandboxes' CPU and memory at their own prices (0.142 per core-hour, 0.024 per GiB-hour)
+    usd = (gpu_container_s * (3.95 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 32 * 0.024)) / 3600
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
     assert plan["est_gpu_hours_per_iteration"] == round(gpu_container_s / 3600, 4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
+    # once per run: the 30 members idle out their 1880 s window at most
+    once = 30 * 1880 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
+    assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
     # 64 proofs (140 s each, one wave); the loop and its 30 warm members stay up for those 303.84 s.
     eval_s = 2 * 8192 / 100 + batch_s
-    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.047 + 32 * 0.008)) / 3600
+    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 32 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
-    assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
+    assert plan["est_usd_total"] == pytest.approx(usd * 100 + once + eval_usd * 11, abs=0.05)
+    # a cold member replays at most es.snapshot_every = 10 iterations at 25 s each
+    assert (plan["cold_member_replay_iterations"], plan["cold_member_replay_s"]) == (10, 250.0)
+    assert plan["es_gap_bound_s"] == 1880.0
     # every image it uses, with the exact requirement strings it installs
     assert plan["images"]["gpu"]["python_packages"] == list(modal_plan.image_specs(
         "leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages)
@@ -523,10 +552,10 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5)  # generation + one Lean batch of 8 proofs
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
     # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for 70 s
-    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 70 * (8 * 0.047 + 32 * 0.008)) / 3600
+    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 70 * (8 * 0.142 + 32 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
-    eval_usd = ((2 * 8192 / 100 + 140) * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * 140 * (8 * 0.047 + 32 * 0.008)) / 3600
+    eval_usd = ((2 * 8192 / 100 + 140) * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * 140 * (8 * 0.142 + 32 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}
@@ -550,7 +579,7 @@ def test_plan_warns_when_repls_outgrow_the_verification_container():
 def test_countdown_plan_has_no_verification_containers():
     config = config_from_dict({"data": {"task": "countdown"}})
     rows = modal_plan.plan(config, command="train_es", backend="modal")["tables"][0]["rows"]
-    assert [r[0] for r in rows] == ["train_es", "ESMember", "download_model"]
+    assert [r[0] for r in rows] == ["train_es", "ESMember", "download_model", "ESMember idle after the run"]
 
 
 def test_es_arguments_hand_the_population_to_members_when_the_loop_takes_the_hook(tmp_path, monkeypatch):
@@ -611,18 +640,18 @@ def test_run_remote_uploads_inputs_calls_and_pulls_outputs(fake_modal, monkeypat
     Path("samples.jsonl").write_text('{"id": "a"}\n')
     function = FakeRemote({"ok": True, "verified": 1})
     monkeypatch.setitem(remote.REMOTE_FUNCTIONS, "verify", function)
-    fake_modal.volume.committed["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
+    fake_modal.volume._committed["out/v.jsonl"] = b'{"id": "a", "verdict": "verified"}\n'
     config = config_from_dict({"modal": {"verify_batch_size": 8}})
 
     result = remote.run_remote("verify", config, {"proofs_path": Path("samples.jsonl"),
                                                      "out_path": Path("out/v.jsonl")})
-    assert fake_modal.volume.uploaded == [(Path("samples.jsonl"), "/samples.jsonl")]
+    assert fake_modal.volume._uploaded == [(Path("samples.jsonl"), "/samples.jsonl")]
     [(kind, (config_dict, kwargs))] = function.calls
     assert kind == "remote" and fake_modal.app.detach is False
     assert kwargs == {"proofs_path": "samples.jsonl", "out_path": "out/v.jsonl"}
     assert config_from_dict(config_dict).modal.verify_batch_size == 8  # the config crosses as a dict
     assert function.options["max_containers"] == 1 and "gpu" not in function.options
-    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume.committed["out/v.jsonl"]
+    assert Path("out/v.jsonl").read_bytes() == fake_modal.volume._committed["out/v.jsonl"]
     assert result["verified"] == 1 and result["modal_pulled"] == "out/v.jsonl"
 
 

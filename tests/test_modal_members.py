@@ -5,20 +5,41 @@ import pytest
 
 from prover_cli.config import config_from_dict, load_config
 from prover_cli.on_modal import functions, plan
-from prover_cli.on_modal.plan import MAX_SCALEDOWN_WINDOW_S, es_gap_s, es_member_scaledown_window_s
+from prover_cli.on_modal.plan import (MAX_SCALEDOWN_WINDOW_S, cold_member_replay, es_gap_bound_s, es_gap_s,
+                                     es_member_scaledown_window_s, verify_batch_timeout_s)
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*executing locally.*:UserWarning")
 
 
-def test_scaledown_window_outlasts_the_gap_between_iterations(tmp_path):
+def test_scaledown_window_outlasts_the_longest_legitimate_gap(tmp_path):
+    """Sized from the verification bound (a batch may run to its Sandbox's timeout), not from the
+    estimated proof time: before, kimina-es got 300 s while a batch may legitimately take 1760 s."""
     for path in ("configs/kimina-es.toml", "configs/demo.toml"):
         config = load_config(path)
         window = es_member_scaledown_window_s(config)
-        assert window > es_gap_s(config) and 2 <= window <= MAX_SCALEDOWN_WINDOW_S
+        assert window >= es_gap_bound_s(config) > es_gap_s(config) and 2 <= window <= MAX_SCALEDOWN_WINDOW_S
         assert plan.resources(config)["es_member"].scaledown_window_s == window
         assert functions.options("es_member", config)["scaledown_window"] == window
-    slow = load_config("configs/kimina-es.toml", ["modal.est_verify_s_per_proof=200"])
+    kimina = load_config("configs/kimina-es.toml")
+    assert verify_batch_timeout_s(kimina) == 1760 and es_member_scaledown_window_s(kimina) >= 1760
+    # the estimate does not move it: only the bound does
+    fast = load_config("configs/kimina-es.toml", ["modal.est_verify_s_per_proof=0.1"])
+    assert es_member_scaledown_window_s(fast) == es_member_scaledown_window_s(kimina)
+    slow = load_config("configs/kimina-es.toml", ["verify.timeout_s=300"])
     assert es_member_scaledown_window_s(slow) == MAX_SCALEDOWN_WINDOW_S  # Modal's ceiling, not more
+    notes = plan.plan(slow, command="train_es", backend="modal")["tables"][-1]["rows"]
+    assert any(kind == "warning" and "may go cold" in text for kind, text in notes)
+
+
+def test_kimina_es_ships_snapshots_so_a_cold_member_replays_a_bounded_number_of_iterations():
+    config = load_config("configs/kimina-es.toml")
+    assert config.es.snapshot_every == 10
+    assert cold_member_replay(config) == (10, 10 * config.modal.est_replay_s_per_iteration)
+    without = load_config("configs/kimina-es.toml", ["es.snapshot_every=0"])
+    assert cold_member_replay(without) == (99, 99 * config.modal.est_replay_s_per_iteration)  # the whole ledger
+    notes = dict((k, v) for k, v in plan.plan(config, command="train_es", backend="modal")["tables"][-1]["rows"]
+                 if k != "warning")
+    assert "replays at most 10 iterations (es.snapshot_every = 10)" in notes["cold member"]
 
 
 @pytest.fixture

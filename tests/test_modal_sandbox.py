@@ -15,7 +15,7 @@ from pathlib import Path
 import modal
 import pytest
 
-from modal_standin import SandboxStandIn, sandboxes_running
+from modal_standin import SANDBOXES, SandboxStandIn, sandboxes_running
 from prover_cli.config import config_from_dict
 from prover_cli.errors import BackendError
 from prover_cli.on_modal import images, plan, sandbox
@@ -73,7 +73,7 @@ def test_records_in_batches_each_in_its_own_sandbox_read_back(standin):
         ("a", "verified"), ("b", "verified"), ("c", "rejected"), ("d", "verified"), ("e", "verified")]
     assert len(standin.created) == 3  # ceil(5 / 2) batches, one Sandbox each
     for box in standin.created:
-        assert box.kwargs == sandbox.sandbox_arguments(config)
+        assert box._kwargs == sandbox.sandbox_arguments(config)
         assert box.poll() is not None  # terminated once its batch is done
     assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in verdicts)
 
@@ -93,7 +93,7 @@ def test_batches_fan_out_concurrently(standin):
 
 def bodies_sent(name):
     """How often proof `name` itself was sent (not its statement check, `... := by sorry`)."""
-    return sum(1 for data in SandboxStandIn.sent if f'"cmd": "theorem {name} :'.encode() in data
+    return sum(1 for data in SANDBOXES.sent if f'"cmd": "theorem {name} :'.encode() in data
                and b"norm_num" in data)
 
 
@@ -216,9 +216,69 @@ def test_transport_memory_limit_is_an_address_space_limit_inside_the_sandbox(sta
     box = sandbox.SandboxBox(make_config())
     transport = sandbox.SandboxTransport(box, list(images.REPL_COMMAND), images.LEAN_PROJECT_DIR, 0.5)
     transport.start()
-    [process] = standin.created[0].processes
+    [process] = standin.created[0]._processes
     with open(f"/proc/{process._popen.pid}/limits") as f:
         limits = f.read()
     assert f"{1 << 29}" in next(line for line in limits.splitlines() if line.startswith("Max address space"))
     transport.kill()
     box.terminate()
+
+
+# --------------------------------------------------------------------------------------------
+# Ending a REPL inside a live Sandbox: the image's Python, never a `kill` it does not have
+# --------------------------------------------------------------------------------------------
+
+def test_hung_repls_are_ended_inside_a_live_sandbox_without_a_kill_binary(standin):
+    """Three REPLs hang; each is ended by `signal_kill` while their Sandbox keeps running. The
+    stand-in refuses `kill` (the Lean image has no procps); before this fix the refused exec was
+    swallowed and all three REPLs stayed alive until the Sandbox ended."""
+    from prover_cli.verify.repl import ReplProcess, ReplTimeout
+
+    box = sandbox.SandboxBox(make_config())
+    repls = [ReplProcess(box.transport()) for _ in range(3)]
+    for repl in repls:
+        repl.start()
+        with pytest.raises(ReplTimeout):
+            repl.request({"cmd": "theorem h : True := by fake_hang"}, time.monotonic() + 0.3)
+    [the_sandbox] = standin.created
+    hung = list(the_sandbox._processes)
+    for repl in repls:
+        repl.signal_kill()
+    deadline = time.monotonic() + 10
+    while any(p._popen.poll() is None for p in hung) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [p._popen.poll() is not None for p in hung] == [True] * 3
+    assert the_sandbox.poll() is None  # the Sandbox still runs: only the REPLs were ended
+    kills = [argv for argv in standin.ran if "os.killpg" in " ".join(argv)]
+    assert len(kills) == 3 and all(argv[0] == "python" for argv in kills)
+    assert not any(argv[0] == "kill" for argv in standin.ran)
+    for repl in repls:
+        assert not repl.alive and repl.exit_signal() is None  # ours: a verdict, not an accident
+        repl.kill()
+    box.terminate()
+
+
+def test_the_stand_in_refuses_a_program_the_image_does_not_have(standin):
+    from modal_standin import ProgramNotInImage
+
+    the_sandbox = SandboxStandIn.create(**sandbox.sandbox_arguments(make_config()))
+    with pytest.raises(ProgramNotInImage):
+        the_sandbox.exec("kill", "-KILL", "--", "-1")
+    assert standin.refused == [("kill", "-KILL", "--", "-1")]
+    standin.refused.clear()  # seen: the fixture fails any test that leaves a refusal behind
+    the_sandbox.terminate()
+
+
+def test_a_sandbox_polls_124_after_its_timeout_and_137_after_terminate(standin):
+    arguments = dict(sandbox.sandbox_arguments(make_config()), timeout=1)
+    timed_out, terminated = SandboxStandIn.create(**arguments), SandboxStandIn.create(**arguments)
+    assert timed_out.poll() is None and terminated.poll() is None
+    assert terminated.terminate(wait=True) == 137
+    with pytest.raises(modal.exception.SandboxTimeoutError):
+        timed_out.wait()
+    assert timed_out.poll() == 124 and timed_out.returncode == 124
+    terminated.wait(raise_on_termination=False)
+    with pytest.raises(modal.exception.SandboxTerminatedError):
+        terminated.wait()
+    with pytest.raises(modal.exception.SandboxTerminatedError):
+        terminated.exec("python", "-c", "pass")

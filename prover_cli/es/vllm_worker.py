@@ -11,6 +11,13 @@ model's own `load_weights`, which fuses q/k/v and gate/up exactly as when vLLM l
 the noise is keyed by the same names, computed by the same code (es/noise.py), and the weights
 are bit-identical to the transformers path and to `prover replay-seeds`.
 
+The ES base holds only the tensors the engine's `load_weights` reports it loaded. A model with
+tied embeddings skips `lm_head.weight` there (vLLM's AutoWeightsLoader gets
+`skip_prefixes=["lm_head."]` when `tie_word_embeddings`, model_executor/models/*.py with
+utils.py), as transformers' `named_parameters()` lists the tied tensor once: a base that kept
+it would perturb, update and fingerprint a tensor the engine never uses, and disagree with the
+transformers path and `prover replay-seeds`.
+
 The fp32 master is one more model's worth of GPU memory outside vLLM's budget (4 bytes per
 parameter; twice a bf16 model): leave room for it with `generate.gpu_memory_utilization`. With tensor parallelism every worker keeps the full
 checkpoint and `load_weights` takes its shard.
@@ -36,11 +43,18 @@ class ESWorkerExtension:
         model = self.model_runner.model
         device = next(model.parameters()).device
         dtype = self.model_config.dtype  # the engine's dtype, which the checkpoint was cast to
-        base = {}
+        base, self._prover_es_skipped = {}, []
         for file in sorted(Path(checkpoint_dir).glob("*.safetensors")):
             for name, tensor in load_file(str(file), device=str(device)).items():
-                if tensor.is_floating_point():
-                    base[name] = tensor.to(dtype)
+                if not tensor.is_floating_point():
+                    continue
+                tensor = tensor.to(dtype)
+                # One tensor through the engine's own loader: it writes the value the engine
+                # already holds, and says whether the engine uses this name at all.
+                if model.load_weights([(name, tensor)]):
+                    base[name] = tensor
+                else:
+                    self._prover_es_skipped.append(name)  # e.g. a tied lm_head.weight
         if not base:
             raise FileNotFoundError(f"{checkpoint_dir}: no *.safetensors weights to take as the ES base")
         # The engine's tensors are written by its own load_weights (fusing q/k/v, gate/up), in
@@ -56,6 +70,10 @@ class ESWorkerExtension:
 
     def es_update(self, terms: list[list]) -> float:
         return self._prover_es.update([(int(seed), float(c)) for seed, c in terms])
+
+    def es_skipped(self) -> list[str]:
+        """Checkpoint tensors the engine's `load_weights` did not load, so ES leaves them alone."""
+        return list(self._prover_es_skipped)
 
     def es_fingerprint(self) -> str:
         return self._prover_es.fingerprint()

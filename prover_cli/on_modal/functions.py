@@ -21,7 +21,7 @@ from prover_cli.config import config_from_dict
 from prover_cli.errors import NotBuiltError
 from prover_cli.on_modal import sandbox
 from prover_cli.on_modal.images import DEFAULTS, IMAGES, app, mounts, models_volume, runs_volume
-from prover_cli.on_modal.plan import RUNS_MOUNT, gpu_spec, resources
+from prover_cli.on_modal.plan import DOCTOR_PROMPT_TOKENS, MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
 
 # The decorators below declare the resources of the default config; `remote.run_remote` applies
 # yours with `.with_options()` (GPU type, containers, timeouts, retries, CPUs, memory).
@@ -44,7 +44,11 @@ def _declared(name: str) -> dict[str, Any]:
 
 def _commit(volume: Any) -> None:
     """A real Volume commits only inside a container; `.local()` runs have none to commit to.
-    Anything else (the tests' Volume stand-in) always applies Modal's rules."""
+    Anything else (the tests' Volume stand-in) always applies Modal's rules. A commit reloads the
+    Volume, which fails while a file in it is open: trackers close theirs first (tracking.py)."""
+    from prover_cli import tracking
+
+    tracking.release_files()
     if not (modal.is_local() and isinstance(volume, modal.Volume)):
         volume.commit()
 
@@ -60,9 +64,14 @@ def on_volume(path: str | Path) -> Path:
     return p if p.is_absolute() else Path(RUNS_MOUNT) / p
 
 
+WANDB_DIR = "/tmp/prover-wandb"  # W&B's local files, outside the Volumes (tracking.py)
+
+
 def _config(config_dict: dict[str, Any]) -> Any:
     """Rebuild (and re-validate) the config sent over the wire, with its paths on the runs Volume."""
     config = config_from_dict(config_dict, source="modal")
+    if not modal.is_local():
+        os.environ.setdefault("WANDB_DIR", WANDB_DIR)
     from prover_cli import jsonl
 
     jsonl.configure(max_line_bytes=config.io.max_line_bytes)  # io.max_line_bytes holds remotely too
@@ -186,7 +195,8 @@ def verification_in_sandboxes(config: Any, *, always: bool = False) -> Iterator[
 def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, needs_model: bool = False,
                   route_verification: bool = False,
                   before: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None) -> Any:
-    """The body of every wrapper: rebuild the config, run the library function on the Volume, commit."""
+    """The body of every wrapper: rebuild the config, run the library function on the Volume, commit.
+    `before` may return arguments with a `_finally` callable, run once the library returns or fails."""
     cfg = _config(config)
     _reload(runs_volume)
     if needs_model:
@@ -195,7 +205,12 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
         arguments = _paths_in(kwargs)
         if before is not None:
             arguments = before(cfg, arguments)
-        result = resolve(name)(cfg, **arguments)
+        cleanup = arguments.pop("_finally", None)
+        try:
+            result = resolve(name)(cfg, **arguments)
+        finally:
+            if cleanup is not None:
+                cleanup()
     _commit(runs_volume)
     return _as_sent(result)
 
@@ -299,8 +314,10 @@ class Generator:
 # `train_es` runs the library's loop in one container: the only writer of the ledger. It hands
 # each iteration's population to `ESMember` containers with `.starmap()`. A member container
 # keeps theta between calls and replays only the iterations it has not applied; it stays warm
-# through the gap between iterations (`scaledown_window`, from the plan: twice the estimated
-# gap), and a cold one starts from the newest snapshot in the ledger, not the base. The loop
+# through the gap between iterations (`scaledown_window`, from the plan: the longest gap the
+# verification bound allows, up to Modal's 1 h), and a cold one starts from the newest snapshot
+# in the ledger (`es.snapshot_every`), not the base. When the loop ends, it lowers the members'
+# window to Modal's minimum so they do not idle out the long one. The loop
 # commits the ledger before each fan-out, and members reload before reading it. A member that
 # fails after its retries fails the iteration (a missing member would bias the update); the
 # loop's own retry then resumes from the last ledger entry, which was written atomically.
@@ -324,6 +341,9 @@ class ESMember:
         return self.evaluator.completions(iteration=iteration, member=member, problems=problems)
 
 
+MIN_SCALEDOWN_WINDOW_S = 2  # Modal's smallest scaledown_window
+
+
 def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[list[str]]]:
     members = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
 
@@ -332,6 +352,16 @@ def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[i
         inputs = [(iteration, member, problems) for member in range(config.es.population)]
         return fan_out(members.completions, inputs, return_exceptions=False)
 
+    def release_members() -> None:
+        """After the run: let the warm members go now instead of after their long window."""
+        if modal.is_local():
+            return
+        try:
+            members.update_autoscaler(scaledown_window=MIN_SCALEDOWN_WINDOW_S)
+        except Exception as exc:  # the run is done; idle members cost at most one window each
+            print(f"could not lower the ES members' scaledown_window: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    generate_population.release_members = release_members  # type: ignore[attr-defined]
     return generate_population
 
 
@@ -342,7 +372,9 @@ def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]],
     def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments = resume_after_retry(cfg, arguments)
         if _accepts(resolve("train_es"), "generate_population"):
-            arguments["generate_population"] = population_on_modal(cfg, config_dict)
+            generate_population = population_on_modal(cfg, config_dict)
+            arguments["generate_population"] = generate_population
+            arguments["_finally"] = getattr(generate_population, "release_members", None)
         else:
             print("ES members run one after another in this container: prover_cli.es.train.train_es "
                   "takes no generate_population hook", file=sys.stderr)
@@ -389,6 +421,69 @@ def replay_seeds(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, An
 def evaluate(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     needs_model = kwargs.get("verdicts") is None
     return _call_library("eval", config, kwargs, needs_model=needs_model)
+
+
+# ## `prover doctor --backend modal`: the GPU and the Volumes, checked before a paid run
+#
+# on_modal/doctor.py calls these (and starts one Lean Sandbox itself). The two Volume functions
+# are separate Functions, so they always run in separate containers: the probe crosses from one
+# to the other only through commit and reload, as a ledger does between the ES loop and members.
+
+DOCTOR_PROMPT = "theorem doctor_probe : 1 + 1 = 2 := by"
+
+
+@app.function(**_declared("doctor_gpu"))
+def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
+    """Load the configured model with the configured sampler on this container's GPU, generate once."""
+    import time
+
+    cfg = _config(config)
+    _reload(runs_volume)
+    _ensure_model(config)
+    from prover_cli.samplers import SamplingParams, load_sampler
+
+    started = time.monotonic()
+    sampler = load_sampler(cfg)
+    loaded = time.monotonic()
+    [[sample]] = sampler.generate([DOCTOR_PROMPT], SamplingParams(n=1, temperature=0.0, top_p=1.0,
+                                                                 max_tokens=DOCTOR_PROMPT_TOKENS, seed=0))
+    done = time.monotonic()
+    gpu = "no CUDA device"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return {"model": cfg.model.name, "sampler": cfg.generate.backend, "gpu": gpu, "load_s": round(loaded - started, 1),
+            "generate_s": round(done - loaded, 2), "completion_tokens": sample.completion_tokens,
+            "text": sample.text[:80]}
+
+
+def _probe_paths(nonce: str) -> list[Path]:
+    return [Path(mount) / ".prover-doctor" / nonce for mount in (RUNS_MOUNT, MODELS_MOUNT)]
+
+
+@app.function(**_declared("doctor_volumes"))
+def doctor_volume_write(nonce: str) -> dict[str, Any]:
+    for path, volume in zip(_probe_paths(nonce), (runs_volume, models_volume)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(nonce, encoding="utf-8")
+        _commit(volume)
+    return {"written": [str(p) for p in _probe_paths(nonce)]}
+
+
+@app.function(**_declared("doctor_volumes"))
+def doctor_volume_read(nonce: str) -> dict[str, Any]:
+    seen = {}
+    for path, volume in zip(_probe_paths(nonce), (runs_volume, models_volume)):
+        _reload(volume)
+        seen[str(path)] = path.read_text(encoding="utf-8") == nonce if path.exists() else False
+        if path.exists():
+            path.unlink()
+            _commit(volume)
+    return {"read_back": seen, "ok": all(seen.values())}
 
 
 REMOTE_FUNCTIONS: dict[str, Any] = {

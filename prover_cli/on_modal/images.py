@@ -90,18 +90,39 @@ trl_image = (
 # of that Lean release, and a Lake project requiring Mathlib whose build cache is fetched here,
 # at image build, so no Sandbox ever compiles Mathlib. The last step elaborates `import Mathlib`
 # once, so a broken cache fails the build instead of the first verification.
+#
+# Modal turns every step into ONE Dockerfile line (`RUN <step>`, modal/_image.py): a newline
+# inside a step would end the RUN there and hand the rest to the builder as instructions. Files
+# are therefore written by `write_file_step` (printf repeats its format for each line), and
+# `one_line` refuses any step with a line break when this module is imported.
+# tests/test_modal_images.py parses every image's Dockerfiles with buildkit's parser.
 
 ELAN_HOME = "/opt/elan"
 REPL_DIR = "/opt/repl"
 LEAN_PROJECT_DIR = "/opt/lean-project"
 REPL_COMMAND = ["lake", "env", "repl"]  # run in LEAN_PROJECT_DIR, inside a verification Sandbox
-LEAN_PROJECT_LAKEFILE = f"""name = "prover_verify"
+LEAN_PROJECT_LAKEFILE_LINES = [
+    'name = "prover_verify"',
+    "",
+    "[[require]]",
+    'name = "mathlib"',
+    'git = "https://github.com/leanprover-community/mathlib4"',
+    f'rev = "{MATHLIB_REV}"',
+]
+LEAN_PROJECT_LAKEFILE = "\n".join(LEAN_PROJECT_LAKEFILE_LINES) + "\n"
 
-[[require]]
-name = "mathlib"
-git = "https://github.com/leanprover-community/mathlib4"
-rev = "{MATHLIB_REV}"
-"""
+
+def write_file_step(path: str, lines: list[str]) -> str:
+    """One shell line that writes `lines` (each followed by a newline) to `path`."""
+    return f"printf '%s\\n' {' '.join(shlex.quote(line) for line in lines)} > {path}"
+
+
+def one_line(steps: list[str]) -> list[str]:
+    for step in steps:
+        if "\n" in step or "\r" in step:
+            raise ValueError(f"an image step must be one Dockerfile line; this one has a line break: {step!r}")
+    return steps
+
 
 # Each list is one image layer; a layer rebuilds only when its own commands change.
 ELAN_STEPS = [
@@ -116,11 +137,19 @@ REPL_STEPS = [
 ]
 MATHLIB_STEPS = [
     f"mkdir -p {LEAN_PROJECT_DIR}",
-    f"printf %s {shlex.quote(LEAN_TOOLCHAIN)} > {LEAN_PROJECT_DIR}/lean-toolchain",
-    f"printf %s {shlex.quote(LEAN_PROJECT_LAKEFILE)} > {LEAN_PROJECT_DIR}/lakefile.toml",
+    write_file_step(f"{LEAN_PROJECT_DIR}/lean-toolchain", [LEAN_TOOLCHAIN]),
+    write_file_step(f"{LEAN_PROJECT_DIR}/lakefile.toml", LEAN_PROJECT_LAKEFILE_LINES),
     f"cd {LEAN_PROJECT_DIR} && lake update && lake exe cache get",  # prebuilt .olean files, no compile
-    f"cd {LEAN_PROJECT_DIR} && printf 'import Mathlib\\n#eval Lean.versionString\\n' > /tmp/check.lean"
-    " && lake env lean /tmp/check.lean",
+    write_file_step("/tmp/check.lean", ["import Mathlib", "#eval Lean.versionString"]),
+    f"cd {LEAN_PROJECT_DIR} && lake env lean /tmp/check.lean",
+]
+
+# The Lean image's build, layer by layer, in order. Add a layer by appending (name, steps);
+# every program a new step or new code runs in the image goes into plan.LEAN_EXECUTABLES too.
+LEAN_BUILD_STEPS: list[tuple[str, list[str]]] = [
+    ("elan", ELAN_STEPS),
+    ("repl", REPL_STEPS),
+    ("mathlib", MATHLIB_STEPS),
 ]
 
 lean_image = (
@@ -128,9 +157,11 @@ lean_image = (
     .apt_install(*SPECS["lean"].apt_packages)  # elan, lake and `cache get` download over https
     .env({"ELAN_HOME": ELAN_HOME,
           "PATH": f"{ELAN_HOME}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
-    .run_commands(*ELAN_STEPS)
-    .run_commands(*REPL_STEPS)
-    .run_commands(*MATHLIB_STEPS)
+)
+for _layer, _steps in LEAN_BUILD_STEPS:
+    lean_image = lean_image.run_commands(*one_line(_steps))
+lean_image = (
+    lean_image
     .uv_pip_install(*SPECS["lean"].python_packages)
     .env({**SETTINGS, "PROVER_IMAGE": "lean", "PROVER_IMAGE_LEAN_TOOLCHAIN": LEAN_TOOLCHAIN,
           "PROVER_IMAGE_MATHLIB_REV": MATHLIB_REV})

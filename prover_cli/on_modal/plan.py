@@ -20,8 +20,11 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
 - the ES loop container is up for the whole iteration; each warm ES member container is up for
   the whole iteration too (it generates, then waits idle, inside its `scaledown_window`, while
   the proofs are verified and the loop updates), so its idle time is billed as well.
-Not counted: container start and model load (once per container), a cold member's replay,
-the GRPO backward pass, and network. Measure one iteration and adjust the `modal.est_*` keys.
+Sandboxes' CPU and memory are priced by their own keys (`modal.sandbox_*_price_*`). After the
+last ES iteration each warm member idles out its `scaledown_window` once (`est_usd_once`).
+Not counted: container start and model load (once per container), a cold member's replay (the
+plan prints its worst case), the GRPO backward pass, and network. Measure one iteration and
+adjust the `modal.est_*` keys.
 """
 
 from __future__ import annotations
@@ -57,21 +60,57 @@ SAFETENSORS = "safetensors==0.8.*"     # ES snapshots and replayed weights
 TYPER = "typer==0.29.*"                # prover_cli's CLI, imported by the package
 RICH = "rich==15.*"                    # prover_cli's tables and progress
 MATPLOTLIB = "matplotlib==3.11.*"      # eval's pass@k plot
+TENSORBOARD = "tensorboard==2.21.*"    # run.report_to = "tensorboard" (W&B and Trackio are not in the images)
+MODAL_TRACKERS = ("tensorboard",)      # the run.report_to trackers the GPU images can stream to
 
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """One image: what it is based on and everything it installs, as `--dry-run --json` lists it."""
+    """One image: what it is based on and everything it installs, as `--dry-run --json` lists it.
+
+    `executables` names every program that the image's build steps and our code run inside it,
+    with what puts it there. tests/test_modal_images.py checks every build step and every
+    `exec(...)` / subprocess argv in prover_cli/on_modal/ against it, and the Sandbox stand-in
+    refuses to run a program its image does not list. Add a program here in the same change
+    that installs it (a build step, an apt package) and the code that calls it.
+    """
 
     base: str
     python_packages: tuple[str, ...]
     apt_packages: tuple[str, ...] = ()
     toolchain: dict[str, str] = field(default_factory=dict)  # Lean pins (lean image only)
     why: str = ""
+    executables: dict[str, str] = field(default_factory=dict)  # program -> what puts it in the image
 
     def to_json(self) -> dict[str, Any]:
         return {"base": self.base, "python": PYTHON_VERSION, "python_packages": list(self.python_packages),
-                "apt_packages": list(self.apt_packages), "toolchain": dict(self.toolchain), "why": self.why}
+                "apt_packages": list(self.apt_packages), "toolchain": dict(self.toolchain), "why": self.why,
+                "executables": dict(self.executables)}
+
+
+# What every debian_slim image has: the Python of the base image, and Debian's Essential
+# packages (dash, coreutils, tar: "Essential: yes", present in every Debian image). Not `kill`:
+# /bin/kill is procps (Priority: important, not Essential), which no slim image has and none of
+# our apt installs pulls in (`apt-get -s install` of debian_slim's build-essential layer plus
+# the Lean image's packages on bookworm's package data: 154 packages, no procps).
+BASE_EXECUTABLES = {
+    "python": f"the python:{PYTHON_VERSION} slim base image (/usr/local/bin/python)",
+    "sh": "Debian Essential (dash): runs every RUN step",
+    "mkdir": "Debian Essential (coreutils)",
+    "ln": "Debian Essential (coreutils)",
+    "printf": "Debian Essential (coreutils; also a dash builtin)",
+    "tar": "Debian Essential (tar)",
+}
+# The Lean image adds these (images.LEAN_BUILD_STEPS installs them in this order).
+LEAN_EXECUTABLES = {
+    "curl": "apt_packages",
+    "git": "apt_packages",
+    "/tmp/elan-init": "unpacked by the first elan step",
+    "elan": "the elan step: $ELAN_HOME/bin, on PATH",
+    "lake": "the elan step: the pinned toolchain's lake, through elan's proxy on PATH",
+    "lean": "the elan step: the pinned toolchain's lean, through elan's proxy on PATH",
+    "repl": "the repl steps: built at the toolchain's tag, linked into /usr/local/bin",
+}
 
 
 def repl_tag(lean_toolchain: str) -> str:
@@ -82,18 +121,22 @@ def repl_tag(lean_toolchain: str) -> str:
 def image_specs(lean_toolchain: str, mathlib_rev: str) -> dict[str, ImageSpec]:
     """The four images, one per job. The Lean pins come from `[verify]` (baked in at import)."""
     base = f"debian_slim(python_version={PYTHON_VERSION!r})"
-    gpu_packages = (VLLM, TRANSFORMERS, HF_HUB, SAFETENSORS, DATASETS, TYPER, RICH, MATPLOTLIB)
+    gpu_packages = (VLLM, TRANSFORMERS, HF_HUB, SAFETENSORS, DATASETS, TYPER, RICH, MATPLOTLIB, TENSORBOARD)
     return {
         "orchestrator": ImageSpec(base, (TYPER, RICH, DATASETS, HF_HUB),
-                                  why="prepare-data and `prover verify`: reads files, drives Lean Sandboxes"),
-        "gpu": ImageSpec(base, gpu_packages, why="vLLM generation, the ES loop and members, replay, eval"),
-        "trl": ImageSpec(base, (*gpu_packages, TRL), why="TRL's GRPOTrainer with colocated vLLM"),
+                                  why="prepare-data and `prover verify`: reads files, drives Lean Sandboxes",
+                                  executables=dict(BASE_EXECUTABLES)),
+        "gpu": ImageSpec(base, gpu_packages, why="vLLM generation, the ES loop and members, replay, eval",
+                         executables=dict(BASE_EXECUTABLES)),
+        "trl": ImageSpec(base, (*gpu_packages, TRL), why="TRL's GRPOTrainer with colocated vLLM",
+                         executables=dict(BASE_EXECUTABLES)),
         "lean": ImageSpec(
             base, (TYPER, RICH), apt_packages=("curl", "git", "ca-certificates"),
             toolchain={"elan": ELAN_VERSION, "lean_toolchain": lean_toolchain,
                        "repl": f"leanprover-community/repl {repl_tag(lean_toolchain)}",
                        "mathlib": f"mathlib4 {mathlib_rev} (build cache fetched at image build)"},
-            why="verification Sandboxes: the REPL with Mathlib, no network, no Volumes"),
+            why="verification Sandboxes: the REPL with Mathlib, no network, no Volumes",
+            executables={**BASE_EXECUTABLES, **LEAN_EXECUTABLES}),
     }
 
 
@@ -144,10 +187,31 @@ def es_gap_s(config: Any) -> float:
     return _timings(config, "train_es", work).iteration_s - _timings(config, "train_es", work).generation_s
 
 
+UPDATE_MARGIN_S = 2 * MINUTES  # the loop's update, ledger write and commit between verification and the next call
+
+
+def es_gap_bound_s(config: Any) -> float:
+    """The longest a member may legitimately wait between its calls: the other generation waves,
+    then every verification wave running to its Sandboxes' timeout (`verify_batch_timeout_s`:
+    header + every proof at its own timeout), then the update."""
+    work = _work_per_iteration(config, "train_es")
+    t = _timings(config, "train_es", work)
+    return (t.gen_waves - 1) * t.generation_s + t.verify_waves * verify_batch_timeout_s(config) + UPDATE_MARGIN_S
+
+
 def es_member_scaledown_window_s(config: Any) -> int:
-    """Twice the estimated gap between iterations (at least 5 minutes, at most Modal's 1 h): a member
-    that went cold would replay the ledger, so idling through the gap is the cheaper choice."""
-    return int(min(MAX_SCALEDOWN_WINDOW_S, max(5 * MINUTES, math.ceil(2 * es_gap_s(config)))))
+    """Long enough to outlast the longest legitimate gap between iterations (at least 5 minutes, at
+    most Modal's 1 h): a member that went cold replays the ledger from the newest snapshot, so
+    idling through any gap the verification bound allows is the cheaper choice."""
+    return int(min(MAX_SCALEDOWN_WINDOW_S, max(5 * MINUTES, math.ceil(es_gap_bound_s(config)))))
+
+
+def cold_member_replay(config: Any) -> tuple[int, float]:
+    """(iterations, seconds) a cold member replays at worst before it can generate: up to
+    `es.snapshot_every` iterations after the newest snapshot, or the whole ledger without one."""
+    es = config.es
+    iterations = min(es.snapshot_every, es.iterations - 1) if es.snapshot_every else es.iterations - 1
+    return iterations, iterations * config.modal.est_replay_s_per_iteration
 
 
 def resources(config: Any) -> dict[str, Resources]:
@@ -170,6 +234,10 @@ def resources(config: Any) -> dict[str, Resources]:
         # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
         # on the first verification); it reports the image's Lean and Mathlib versions.
         "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
+        # `prover doctor --backend modal`: one short prompt on one GPU of the generation kind, and
+        # the Volumes' commit/reload round trip between two small containers (doctor_plan below).
+        "doctor_gpu": Resources("gpu", gpu, 8.0, 64 * 1024, 30 * MINUTES, 0, 1, both),
+        "doctor_volumes": Resources("orchestrator", None, 1.0, 1024, 10 * MINUTES, 0, 1, both),
         # vLLM loads once per container; 8 cores and 64 GiB of host RAM stage the weights and
         # run the tokenizer and the engine's CPU side. One call per `prover generate`.
         "generate": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),
@@ -315,10 +383,25 @@ class _Line:
     containers: int
     calls: int | str
     container_s: float        # summed over its containers, busy and idle
+    sandbox: bool = False     # Modal prices Sandbox CPU and memory apart from Function CPU and memory
 
     def seconds(self) -> dict[str, float]:
         return {"gpu": self.container_s * self.r.gpu_count, "cpu": self.container_s * self.r.cpu,
                 "memory": self.container_s * self.r.memory_mb / 1024}
+
+    def usd(self, config: Any) -> dict[str, float]:
+        prices = unit_prices(config, sandbox=self.sandbox)
+        return {kind: unit_s / HOURS * prices[kind] for kind, unit_s in self.seconds().items()}
+
+
+def unit_prices(config: Any, *, sandbox: bool = False) -> dict[str, float]:
+    """USD per GPU-hour, core-hour and GiB-hour, from `[modal]`: a Sandbox's CPU and memory have
+    their own keys (Modal bills them at a different rate than a Function's)."""
+    m = config.modal
+    if sandbox:
+        return {"gpu": m.gpu_price_per_hour, "cpu": m.sandbox_cpu_price_per_core_hour,
+                "memory": m.sandbox_memory_price_per_gib_hour}
+    return {"gpu": m.gpu_price_per_hour, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
 
 
 def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_Line]:
@@ -335,12 +418,11 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
     if t.batches:
         sandbox = res["verify_sandbox"]
         lines.append(_Line("verify Sandbox", sandbox, min(t.batches, sandbox.max_containers), t.batches,
-                           t.batches * t.batch_s))
+                           t.batches * t.batch_s, sandbox=True))
     return lines
 
 
-def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any],
-                  prices: dict[str, float]) -> dict[str, Any]:
+def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
     """One held-out evaluation on Modal: two generation calls (sampled, greedy) in the training container,
     which holds its GPU (and ES its warm members) meanwhile, then its proofs in Lean Sandboxes."""
     m, v = config.modal, config.verify
@@ -352,15 +434,13 @@ def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict
     per_batch = min(m.verify_batch_size, proofs) if proofs else 0
     batch_s = m.est_header_s + math.ceil(per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
     wall_s = generation_s + math.ceil(batches / m.verify_max_containers) * batch_s if batches else generation_s
-
-    def per_second(r: Any) -> float:
-        return (r.gpu_count * prices["gpu"] + r.cpu * prices["cpu"] + r.memory_mb / 1024 * prices["memory"]) / HOURS
-
     if command == "train_es":  # the loop and its warm members stay up through the evaluation
-        held_s = per_second(res["train_es"]) * wall_s + per_second(res["es_member"]) * t.gen_containers * wall_s
+        lines = [_Line("train_es", res["train_es"], 1, 1, wall_s),
+                 _Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s)]
     else:
-        held_s = per_second(res["train_grpo"]) * wall_s
-    usd = held_s + per_second(res["verify_sandbox"]) * batches * batch_s
+        lines = [_Line("train_grpo", res["train_grpo"], 1, 1, wall_s)]
+    lines.append(_Line("verify Sandbox", res["verify_sandbox"], batches, batches, batches * batch_s, sandbox=True))
+    usd = sum(sum(line.usd(config).values()) for line in lines)
     note = (f"{evaluations} evaluations (base, every {config.run.eval_every} {work.unit}s, the last) x "
             f"{samples or 'all valid-split'} samples ({config.run.eval_problems or 'all'} problems x "
             f"{'1 greedy' if calls == 1 else f'{config.run.eval_n} sampled + 1 greedy'}): {calls} generation call(s) of "
@@ -375,7 +455,6 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     res = resources(config)
     t = _timings(config, command, work)
     lines = _billed_lines(config, command, work, t)
-    prices = {"gpu": m.gpu_price_per_hour, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
 
     # est_usd_breakdown: per resource, the unit-seconds behind it (GPU-s, core-s, GiB-s) and USD.
     breakdown: dict[str, dict[str, float]] = {}
@@ -383,25 +462,35 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         unit_s = sum(line.seconds()[kind] for line in lines)
         breakdown[kind] = {unit: round(unit_s, 1), "container_s": round(sum(
             line.container_s for line in lines if line.seconds()[kind] > 0), 1),
-            "usd": round(unit_s / HOURS * prices[kind], 4)}
+            "usd": round(sum(line.usd(config)[kind] for line in lines), 4)}
     cost = sum(item["usd"] for item in breakdown.values())
-    heldout = _heldout_cost(config, command, work, t, res, prices)
+    heldout = _heldout_cost(config, command, work, t, res)
 
     rows: list[list[Any]] = []
     for line in lines:
-        s = line.seconds()
-        usd = sum(s[kind] / HOURS * prices[kind] for kind in prices)
         gpu = line.r.gpu.replace(":", " x ") if line.r.gpu else "-"
         rows.append([line.name, line.r.image, gpu, line.r.cpu, round(line.r.memory_mb / 1024), line.containers,
-                     line.calls, round(line.container_s, 1), round(usd, 4)])
+                     line.calls, round(line.container_s, 1), round(sum(line.usd(config).values()), 4)])
     rows.append(["download_model", res["download_model"].image, "-", res["download_model"].cpu,
                  round(res["download_model"].memory_mb / 1024), 1, "once", 0.0, 0.0])
+    once_usd = 0.0
+    if command == "train_es":
+        # After the last iteration every warm member idles out its scaledown_window, once per run.
+        window = res["es_member"].scaledown_window_s or 0
+        tail = _Line("ESMember idle after the run", res["es_member"], t.gen_containers, "once",
+                     t.gen_containers * window)
+        once_usd = sum(tail.usd(config).values())
+        rows.append([tail.name, tail.r.image, tail.r.gpu.replace(":", " x ") if tail.r.gpu else "-", tail.r.cpu,
+                     round(tail.r.memory_mb / 1024), tail.containers, "once", round(tail.container_s, 1),
+                     round(once_usd, 4)])
     roles = {
         "train_es": "the ES loop: holds theta, applies updates, writes the ledger (one writer)",
         "ESMember": "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
         "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
         "download_model": "base weights into the models Volume, once per run (not per step)",
+        "ESMember idle after the run": "at most: each warm member idles out its scaledown_window once the run ends "
+                                       "(the loop then lowers it to 2 s; not seen on Modal yet)",
     }
     roles_rows = [[r[0], roles[r[0]]] for r in rows]
 
@@ -416,16 +505,30 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         [f"{work.unit} wall time", f"{t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) = "
                                    f"{t.iteration_s:.0f} s"],
         ["prices", f"{m.gpu_price_per_hour:g} USD per GPU-hour ({m.gpu}), {m.cpu_price_per_core_hour:g} per core-hour, "
-                   f"{m.memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
+                   f"{m.memory_price_per_gib_hour:g} per GiB-hour; Sandboxes {m.sandbox_cpu_price_per_core_hour:g} per "
+                   f"core-hour, {m.sandbox_memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
         ["billed", "each container's GPUs, cores and GiB for as long as it is up, idle time of warm containers included"],
-        ["not counted", "container start and model load (once per container), a cold member's replay, network"
-                        + (", the backward pass" if command == "train_grpo" else "")],
+        ["not counted", "container start and model load (once per container), network"
+                        + (", the backward pass" if command == "train_grpo" else ", a cold member's replay (above)")],
     ]
     if heldout["evaluations"]:
         notes.append(["held-out evaluation", heldout["note"]])
     if command == "train_es":
-        notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s "
-                                         f"(twice the {es_gap_s(config):.0f} s gap between a member's calls)"])
+        bound = es_gap_bound_s(config)
+        replay_iterations, replay_s = cold_member_replay(config)
+        snapshots = (f"es.snapshot_every = {config.es.snapshot_every}" if config.es.snapshot_every
+                     else "es.snapshot_every = 0: the whole ledger")
+        notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s: the longest "
+                                         f"legitimate gap between a member's calls is {bound:.0f} s (verification "
+                                         f"waves at their Sandboxes' {res['verify_sandbox'].timeout_s} s timeout, "
+                                         f"+ the update); estimated gap {es_gap_s(config):.0f} s"])
+        notes.insert(4, ["cold member", f"replays at most {replay_iterations} iterations ({snapshots}) at "
+                                        f"{m.est_replay_s_per_iteration:g} s each = {replay_s:.0f} s on its GPU "
+                                        "before it generates (worst case)"])
+        if bound > MAX_SCALEDOWN_WINDOW_S:
+            notes.append(["warning", f"a gap of up to {bound:.0f} s exceeds Modal's {MAX_SCALEDOWN_WINDOW_S} s "
+                                     f"scaledown_window ceiling: members may go cold, each then replaying up to "
+                                     f"{replay_s:.0f} s; lower verify.timeout_s or modal.verify_batch_size"])
     if v.workers > m.verify_cpus:
         notes.append(["warning", f"verify.workers = {v.workers} REPLs share modal.verify_cpus = {m.verify_cpus:g} cores"])
     if v.memory_limit_gb and v.workers * v.memory_limit_gb > m.verify_memory_gb:
@@ -449,7 +552,11 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "heldout_evaluations": heldout["evaluations"],
         "heldout_samples_per_evaluation": heldout["samples"],
         "est_usd_per_heldout_evaluation": round(heldout["usd"], 4),
-        "est_usd_total": round(cost * work.iterations + heldout["usd"] * heldout["evaluations"], 2),
+        "est_usd_once": round(once_usd, 4),
+        "est_usd_total": round(cost * work.iterations + once_usd + heldout["usd"] * heldout["evaluations"], 2),
+        **({"cold_member_replay_iterations": cold_member_replay(config)[0],
+            "cold_member_replay_s": round(cold_member_replay(config)[1], 1),
+            "es_gap_bound_s": round(es_gap_bound_s(config), 1)} if command == "train_es" else {}),
         "images": {name: spec.to_json() for name, spec in specs.items()},  # every image the app declares
         "tables": [
             {"title": f"plan: {title} on Modal (app `{m.app_name}`), per {work.unit}; seconds and USD estimated",
@@ -465,6 +572,86 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                       for name, spec in specs.items()]},
             {"title": "how the estimate is made", "columns": ["", ""], "rows": notes},
         ],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# `prover doctor --backend modal`: the steps, what each starts, and what it costs
+# --------------------------------------------------------------------------------------------
+# The one command to run before a paid run: every image, one Lean Sandbox running the canary,
+# the configured model on one GPU for one short prompt, and the Volumes' round trip. Its
+# `--dry-run` is this function's output (no `modal` import); on_modal/doctor.py runs the steps.
+
+DOCTOR_EST_MODEL_LOAD_S = 180.0  # container start + weights from the models Volume + engine start (estimate)
+DOCTOR_EST_VOLUME_CALL_S = 15.0  # one small container: start, write or read a file, commit or reload
+DOCTOR_PROMPT_TOKENS = 16        # tokens the GPU step generates
+
+
+@dataclass(frozen=True)
+class DoctorStep:
+    name: str
+    where: str
+    what: str
+    resources: Resources | None   # None: not a container of ours (the image builders)
+    est_s: float | None
+    sandbox: bool = False
+    containers: int = 1
+
+    def usd(self, config: Any, seconds: float | None) -> float | None:
+        """What `seconds` of this step's containers cost at the `[modal]` prices (None: unpriced)."""
+        if self.resources is None or seconds is None:
+            return None
+        line = _Line(self.name, self.resources, self.containers, 1, self.containers * seconds, sandbox=self.sandbox)
+        return sum(line.usd(config).values())
+
+
+def doctor_steps(config: Any) -> list[DoctorStep]:
+    from prover_cli.verify.canary import canaries_for
+
+    m, res = config.modal, resources(config)
+    canaries = len(canaries_for(config.verify))
+    sandbox = res["verify_sandbox"]
+    return [
+        DoctorStep("images", "Modal's image builders",
+                   "build (or find, when cached) the four images: " + ", ".join(image_specs(
+                       config.verify.lean_toolchain, config.verify.mathlib_rev))
+                   + " (a first build takes minutes: Mathlib's cache, vLLM's wheels)",
+                   None, None),
+        DoctorStep("lean sandbox", f"one Sandbox of the lean image, {sandbox.cpu:g} cores, "
+                                   f"{sandbox.memory_mb // 1024} GiB, no network",
+                   "start the image's REPL (`lake env repl` in the Mathlib project) in it and run the verify canary "
+                   f"({canaries} proofs: honest ones must verify, each cheat be rejected)",
+                   sandbox, m.est_header_s + canaries * m.est_verify_s_per_proof, sandbox=True),
+        DoctorStep("gpu model", f"one {gpu_spec(config)} container of the gpu image",
+                   f"load {config.model.name} with the {config.generate.backend} sampler (downloading it into the "
+                   f"models Volume once) and generate {DOCTOR_PROMPT_TOKENS} tokens for one prompt",
+                   res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + DOCTOR_PROMPT_TOKENS / m.est_decode_tokens_per_s),
+        DoctorStep("volumes", "two small containers of the orchestrator image",
+                   f"write a probe file to {m.runs_volume} and {m.models_volume} and commit in one container; "
+                   "reload and read it back in another (a separate Function), then remove it",
+                   res["doctor_volumes"], DOCTOR_EST_VOLUME_CALL_S, containers=2),
+    ]
+
+
+def doctor_plan(config: Any) -> dict[str, Any]:
+    """`prover doctor --backend modal --dry-run`: each step, where it runs, its estimated time and cost."""
+    steps = doctor_steps(config)
+    rows, total = [], 0.0
+    for step in steps:
+        usd = step.usd(config, step.est_s)
+        total += usd or 0.0
+        rows.append([step.name, step.where, step.what, "-" if step.est_s is None else f"~{step.est_s:.0f} s",
+                     "not priced" if usd is None else round(usd, 4)])
+    return {
+        "ok": True,
+        "dry_run": True,
+        "backend": "modal",
+        "app": config.modal.app_name,
+        "steps": [{"name": r[0], "where": r[1], "what": r[2], "est": r[3], "est_usd": r[4]} for r in rows],
+        "est_usd_total": round(total, 4),
+        "tables": [{"title": f"prover doctor --backend modal (app `{config.modal.app_name}`): what it would do; "
+                             "nothing started", "columns": ["step", "where", "what", "est. time", "est. USD"],
+                    "rows": rows}],
     }
 
 

@@ -51,6 +51,14 @@ def to_wire(name: str, config: Any, kwargs: dict[str, Any]) -> tuple[dict[str, A
     """(config dict, keyword arguments, uploads) for a remote call: every path relative to the runs Volume."""
     if name not in REMOTE_NAMES:
         raise BackendError(f"`{name}` has no Modal function; --backend modal runs {', '.join(REMOTE_NAMES)}")
+    from prover_cli.on_modal.plan import MODAL_TRACKERS
+    from prover_cli.tracking import parse_report_to
+
+    missing = [t for t in parse_report_to(config.run.report_to) if t not in MODAL_TRACKERS]
+    if missing and name in ("train_es", "train_grpo"):  # refused here, not after a GPU container started
+        raise BackendError(f"run.report_to = {config.run.report_to!r}: the Modal images have no {', '.join(missing)}",
+                           hint=f"use {' or '.join(MODAL_TRACKERS)} on Modal (its event files land in the run "
+                                "directory on the runs Volume), or run locally")
     uploads: list[tuple[Path, str]] = []
 
     def local_input(value: Any, *, may_be_id: bool) -> Any:
@@ -112,10 +120,7 @@ def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]
     config_dict, remote_kwargs, uploads = to_wire(name, config, kwargs)
     with contextlib.redirect_stdout(sys.stderr), modal.enable_output():  # stdout carries only --json
         with app.run(detach=detach):
-            if uploads:
-                with runs_volume.batch_upload(force=True) as batch:
-                    for local, remote in uploads:
-                        (batch.put_directory if local.is_dir() else batch.put_file)(local, "/" + remote)
+            upload(uploads)
             call = _remote_call(name, config, config_dict, remote_kwargs)
             if detach:
                 handle = call.spawn()
@@ -133,10 +138,19 @@ def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]
     return {**result, "modal_volume": config.modal.runs_volume, "modal_pulled": ", ".join(pulled) or "-"}
 
 
+def upload(uploads: list[tuple[Path, str]]) -> None:
+    """Inputs from this machine onto the runs Volume, at the same relative paths (`to_wire`)."""
+    if uploads:
+        with runs_volume.batch_upload(force=True) as batch:
+            for local, remote in uploads:
+                (batch.put_directory if local.is_dir() else batch.put_file)(local, "/" + remote)
+
+
 def reload_package() -> Any:
     """Re-declare the app from the environment (PROVER_* settings), layer by layer."""
-    for name in ("images", "sandbox", "functions", "remote"):
-        importlib.reload(sys.modules[f"prover_cli.on_modal.{name}"])
+    for name in ("images", "sandbox", "functions", "remote", "doctor"):
+        if f"prover_cli.on_modal.{name}" in sys.modules:
+            importlib.reload(sys.modules[f"prover_cli.on_modal.{name}"])
     return sys.modules["prover_cli.on_modal.remote"]
 
 
@@ -196,10 +210,7 @@ def main(command: str, config: str = "", overrides: str = "", resume: bool = Fal
     cfg = load_config(config or None, [o for o in overrides.split(",") if o])
     kwargs: dict[str, Any] = {"resume": resume} if command in ("train_es", "train_grpo") else {}
     config_dict, remote_kwargs, uploads = to_wire(command, cfg, kwargs)
-    if uploads:
-        with runs_volume.batch_upload(force=True) as batch:
-            for local, remote in uploads:
-                (batch.put_directory if local.is_dir() else batch.put_file)(local, "/" + remote)
+    upload(uploads)
     handle = _remote_call(command, cfg, config_dict, remote_kwargs).spawn()
     print(f"function call {handle.object_id}", file=sys.stderr)
     result = handle.get()

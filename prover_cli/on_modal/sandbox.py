@@ -107,7 +107,7 @@ class SandboxBox:
             pass
 
 
-# Runs in the Sandbox before the REPL: its own process group (so one `kill` reaches `lake` and
+# Runs in the Sandbox before the REPL: its own process group (so one signal reaches `lake` and
 # the `repl` it starts), RLIMIT_AS as LocalTransport sets it, its pid on the first line, then exec.
 REPL_WRAPPER = """import os, resource, sys
 try:
@@ -120,6 +120,17 @@ if limit > 0:
 sys.stdout.write(str(os.getpid()) + chr(10))
 sys.stdout.flush()
 os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+# Ends the REPL's process group from inside the Sandbox with the image's own Python. `exec` takes
+# a plain argv (no shell, so no shell builtin `kill`), and the image has no /bin/kill: that is
+# procps, which a slim image lacks (plan.BASE_EXECUTABLES). A group already gone is not an error.
+KILL_GROUP = """import os, signal, sys
+try:
+    os.killpg(int(sys.argv[1]), signal.SIGKILL)
+except ProcessLookupError:
+    pass
 """
 
 
@@ -280,21 +291,21 @@ class SandboxTransport:
             return
         self._killed_by_us = True
         try:
-            sandbox.exec("kill", "-KILL", "--", f"-{pid}").wait()
-        except Exception:  # the Sandbox is gone, and the REPL with it
-            pass
+            code = sandbox.exec("python", "-I", "-S", "-c", KILL_GROUP, pid, text=False).wait()
+        except Exception as exc:  # the Sandbox is gone, and the REPL with it
+            code, why = None, f"{type(exc).__name__}: {exc}"
+        else:
+            why = f"exit code {code}"
+        if code != 0 and not self.box.dead(sandbox):  # say so: the exit description shows it
+            self._stderr.append(f"[prover: could not end process group {pid} in the Sandbox: {why}]".encode())
 
     def kill(self) -> None:
-        """Kill the REPL and let go of its streams; safe to call twice, or before `start()`."""
+        """Kill the REPL; safe to call twice, or before `start()`. Its streams end with it (EOF),
+        which ends the reader threads."""
         if self._proc is None or self._closed:
             return
         self.signal_kill()
         self._closed = True
-        for stream in (self._proc.stdout, self._proc.stderr):
-            try:
-                stream.close()
-            except Exception:
-                pass
 
 
 def _signal_of(code: int | None) -> int | None:

@@ -120,7 +120,9 @@ class VLLMWeights:
     """NamedWeights' interface for an engine: each method runs in every worker (collective_rpc).
 
     After any change of weights the prefix cache is reset: cached KV blocks computed with the
-    previous member's weights must not be reused for the next member's prompts.
+    previous member's weights must not be reused for the next member's prompts. vLLM refuses
+    that reset while blocks are in use and says so by returning False (`LLM.reset_prefix_cache`
+    -> bool); we stop there rather than sample the next member from the last one's cache.
     """
 
     def __init__(self, llm: Any, checkpoint_dir: str, master_dtype: str | None = "float32"):
@@ -128,17 +130,23 @@ class VLLMWeights:
         self.dtype, self.master_dtype = self._same(
             [tuple(r) for r in llm.collective_rpc("es_init", args=(checkpoint_dir, master_dtype))])
 
+    def _reset_prefix_cache(self, after: str) -> None:
+        if self.llm.reset_prefix_cache() is False:
+            raise BackendError(f"vLLM refused to reset its prefix cache after `{after}`: KV blocks computed "
+                               "with the previous weights would be reused",
+                               hint="no request may run while ES changes the weights; report this with the vLLM version")
+
     def perturb(self, noise_seed: int, scale32: float) -> None:
         self.llm.collective_rpc("es_perturb", args=(noise_seed, scale32))
-        self.llm.reset_prefix_cache()
+        self._reset_prefix_cache("perturb")
 
     def restore(self) -> None:
         self.llm.collective_rpc("es_restore")
-        self.llm.reset_prefix_cache()
+        self._reset_prefix_cache("restore")
 
     def update(self, terms: list[tuple[int, float]]) -> float:
         norm = self._same(self.llm.collective_rpc("es_update", args=([list(t) for t in terms],)))
-        self.llm.reset_prefix_cache()
+        self._reset_prefix_cache("update")
         return norm
 
     def fingerprint(self) -> str:
@@ -149,7 +157,7 @@ class VLLMWeights:
 
     def load(self, path: str | Path) -> None:
         self.llm.collective_rpc("es_load", args=(str(path),))
-        self.llm.reset_prefix_cache()
+        self._reset_prefix_cache("load")
 
     @staticmethod
     def _same(results: list[Any]) -> Any:

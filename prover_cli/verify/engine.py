@@ -41,7 +41,9 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
     if verify_config.backend == "repl":
         identity["repl_command"] = list(verify_config.repl_command)
     else:
-        identity["kimina_url"] = verify_config.kimina_url
+        # A Kimina server reports no Lean or Mathlib version (its /health is {"status": "ok"}):
+        # our config names what we asked for, not what checked the proof.
+        identity.update(lean_toolchain="unknown", mathlib_rev="unknown", kimina_url=verify_config.kimina_url)
     return identity
 
 

@@ -36,11 +36,21 @@ What the server changes: it splits each file into its import header and body and
 the whole of Mathlib even when its header names one module: a wider environment than the header
 we trusted (the REPL backend runs the header exactly as written).
 
-Failures: the server unreachable, a 4xx, or a reply that is not the documented shape stop the
-batch with a BackendError, like a REPL that cannot start. An HTTP 500 is what the server answers
-when one proof crashes its REPL (and it fails the whole request): the request is split and its
-proofs sent one by one, so only a proof that still gets a 500 has an `error` verdict, with the
-server's message. Per-proof `error` strings become `timeout` ("timed out") or `error` verdicts.
+Load: the server runs at most LEAN_SERVER_MAX_REPLS REPLs (server/settings.py, default CPU count
+- 1); a snippet that waits longer than LEAN_SERVER_MAX_WAIT (60 s) for one fails its whole request
+with HTTP 429 "No available REPLs" (server/manager.py `get_repl`, server/routers/check.py). So the
+proofs we have in flight, over all requests, never exceed `verify.kimina_max_repls` (the server's
+/health says only {"status": "ok"}, server/routers/health.py, so the count is ours to give; 0 =
+unknown: `verify.workers`), and a request is never larger than that. A 429 (the server shared
+with other clients) is retried after RETRY_429_DELAYS_S, then the request is split and its proofs
+sent one by one, so only a proof that still gets 429s has an `error` verdict.
+
+Failures: the server unreachable, another 4xx, or a reply that is not the documented shape stop
+the batch with a BackendError, like a REPL that cannot start. An HTTP 500 is what the server
+answers when one proof crashes its REPL (and it fails the whole request): the request is split
+and its proofs sent one by one, so only a proof that still gets a 500 has an `error` verdict,
+with the server's message. Per-proof `error` strings become `timeout` ("timed out") or `error`
+verdicts.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ import math
 import os
 import re
 import secrets
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -69,6 +80,31 @@ from prover_cli.verify.rules import (
 from prover_cli.verify.statement import Candidate
 
 HTTP_MARGIN_S = 30.0  # the server's own header run and queueing come on top of the proof's timeout
+SERVER_MAX_WAIT_S = 60.0  # LEAN_SERVER_MAX_WAIT: a snippet waits this long for a REPL, then 429
+RETRY_429_DELAYS_S = (5.0, 15.0, 45.0)  # after each 429 of a request; then its proofs go one by one
+
+
+class InFlight:
+    """At most `capacity` proofs in flight over all requests: a request takes one slot per proof."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self.used = 0
+        self.peak = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int) -> None:
+        if n > self.capacity:
+            raise ValueError(f"a request of {n} proofs exceeds the {self.capacity} in flight allowed")
+        with self._cond:
+            self._cond.wait_for(lambda: self.used + n <= self.capacity)
+            self.used += n
+            self.peak = max(self.peak, self.used)
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
 
 
 def _alias(check_name: str, target: str) -> str:
@@ -210,7 +246,10 @@ class KiminaBackend:
         self.transport_factory = None
         self.url = verify_config.kimina_url.rstrip("/") + "/verify"
         self.key_env = getattr(verify_config, "kimina_api_key_env", "")
-        self.batch_size = max(1, int(getattr(verify_config, "kimina_batch_size", 1)))
+        # The server's REPL count bounds the proofs in flight (see the module docstring).
+        max_repls = int(getattr(verify_config, "kimina_max_repls", 0) or 0)
+        self.in_flight = InFlight(max_repls or verify_config.workers)
+        self.batch_size = min(max(1, int(getattr(verify_config, "kimina_batch_size", 1))), self.in_flight.capacity)
         self.headers = {"Content-Type": "application/json"}
         if self.key_env:
             key = os.environ.get(self.key_env, "")
@@ -287,6 +326,9 @@ class KiminaBackend:
         except _ServerError as exc:
             if len(batch) == 1:
                 return [Verdict("error", f"Kimina server: HTTP 500 on this proof alone: {exc.message[:300]}")]
+        except _Busy as exc:
+            if len(batch) == 1:
+                return [Verdict("error", f"Kimina server: {exc}")]
         return [v for k in range(len(batch)) for v in self._proofs(batch[k:k + 1], alloweds[k:k + 1],
                                                                     expected[k:k + 1])]
 
@@ -322,10 +364,10 @@ class KiminaBackend:
         codes = [trusted_code(c, name) if c.statement else "" for c, name in zip(problems, names)]
         try:
             results = self._results(codes)
-        except _ServerError as exc:
+        except (_ServerError, _Busy) as exc:
             if len(problems) == 1:
-                return [Verdict("error", "the trusted statement could not be checked: Kimina server: HTTP 500: "
-                                         f"{exc.message[:300]}")]
+                what = f"HTTP 500: {exc.message[:300]}" if isinstance(exc, _ServerError) else str(exc)
+                return [Verdict("error", f"the trusted statement could not be checked: Kimina server: {what}")]
             return [p for k in range(len(problems)) for p in self._trusted_request(problems[k:k + 1])]
         return [judge_trusted(r, c, name) for r, c, name in zip(results, problems, names)]
 
@@ -337,7 +379,7 @@ class KiminaBackend:
             "infotree_type": None,
             "timeout": max(1, math.ceil(self.config.timeout_s)),
         }
-        reply = self._post(payload, len(codes))
+        reply = self._post_retrying_429(payload, len(codes))
         results = reply.get("results") if isinstance(reply, dict) else None
         by_id = {str(r.get("custom_id")): r for r in results if isinstance(r, dict)} if isinstance(results, list) else {}
         if not isinstance(results, list) or len(results) != len(codes) \
@@ -358,12 +400,28 @@ class KiminaBackend:
             verdicts.append(verdict)
         return verdicts
 
+    def _post_retrying_429(self, payload: dict[str, Any], proofs: int) -> Any:
+        """One request, holding one in-flight slot per proof; a 429 is retried after each of
+        RETRY_429_DELAYS_S (slots released while waiting), then raised as _Busy."""
+        for attempt, delay in enumerate((*RETRY_429_DELAYS_S, None), start=1):
+            self.in_flight.acquire(proofs)
+            try:
+                return self._post(payload, proofs)
+            except _Busy:
+                if delay is None:
+                    raise _Busy(f"HTTP 429 (no available REPL) on {attempt} attempts over "
+                                f"{sum(RETRY_429_DELAYS_S):g} s of backoff") from None
+            finally:
+                self.in_flight.release(proofs)
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
     def _post(self, payload: dict[str, Any], proofs: int) -> Any:
         request = urllib.request.Request(self.url, data=json.dumps(payload).encode("utf-8"),
                                          headers=self.headers, method="POST")
         # the server checks a request's proofs in parallel when its pool has the REPLs, one after
         # another when not: wait for the slow case, plus the header and queueing
-        timeout_s = proofs * self.config.timeout_s + self.config.header_timeout_s + HTTP_MARGIN_S
+        timeout_s = proofs * self.config.timeout_s + self.config.header_timeout_s + SERVER_MAX_WAIT_S + HTTP_MARGIN_S
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as reply:
                 body = reply.read()
@@ -371,6 +429,8 @@ class KiminaBackend:
             detail = _detail(exc)
             if exc.code == 500:
                 raise _ServerError(detail) from None
+            if exc.code == 429:
+                raise _Busy(detail) from None
             if exc.code in (401, 403):
                 if self.key_env:
                     why = f"the key in ${self.key_env} (verify.kimina_api_key_env) was refused"
@@ -400,6 +460,10 @@ class _ServerError(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+class _Busy(Exception):
+    """HTTP 429: a snippet of the request found no free REPL within the server's max wait."""
 
 
 def _detail(exc: urllib.error.HTTPError) -> str:

@@ -1,0 +1,161 @@
+"""`prover doctor --backend modal`: every step, end to end, against the stand-ins; `--dry-run` starts nothing.
+
+What stands in for Modal here (none of these results is a Modal result): the images are "built"
+by a fake that returns an id; the Lean Sandbox is tests/modal_standin.py's SandboxStandIn running
+tests/fake_repl.py for the image's REPL (so the canary's verdicts are the REPL stand-in's, not
+Lean's); the GPU step is `doctor_gpu.local()` on the offline tiny model with the transformers
+sampler (no GPU, no vLLM); the Volumes are VolumeStandIns, each call in a fresh "container".
+"""
+
+import contextlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from modal_standin import SANDBOXES, VolumeStandIn, sandboxes_running
+from prover_cli.cli import app
+from prover_cli.on_modal import doctor, functions, images, plan, remote, sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_REPL = REPO / "tests" / "fake_repl.py"
+runner = CliRunner()
+pytestmark = pytest.mark.filterwarnings("ignore:.*executing locally.*:UserWarning")
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-standin")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-standin")
+    runs, models = VolumeStandIn(tmp_path / "runs-volume"), VolumeStandIn(tmp_path / "models-volume", "prover-models")
+    monkeypatch.setattr(functions, "RUNS_MOUNT", str(runs._mount))
+    monkeypatch.setattr(functions, "MODELS_MOUNT", str(models._mount))
+    for module in (functions, remote):
+        monkeypatch.setattr(module, "runs_volume", runs)
+    monkeypatch.setattr(functions, "models_volume", models)
+    built, calls = [], []
+
+    def build(image):
+        name = next(n for n, declared in images.IMAGES.items() if declared is image)
+        built.append(name)
+        return f"im-standin-{name}"
+
+    def call(function, *args):  # each remote call in a fresh container, as Modal runs separate Functions
+        calls.append(args)
+        with runs._container(f"call-{len(calls)}"), models._container(f"call-{len(calls)}"):
+            return function.local(*args)
+
+    monkeypatch.setattr(doctor, "build", build)
+    monkeypatch.setattr(doctor, "app_running", contextlib.nullcontext)
+    monkeypatch.setattr(doctor, "call", call)
+    gen = sandboxes_running(monkeypatch, FAKE_REPL)
+    next(gen)
+    yield {"built": built, "calls": calls, "runs": runs, "models": models}
+    with contextlib.suppress(StopIteration):
+        next(gen)
+
+
+ARGS = ["doctor", "--backend", "modal", "--set", "model.name=tiny", "--set", "model.device=cpu",
+        "--set", "model.dtype=float32", "--set", "generate.backend=transformers"]
+
+
+def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
+    result = runner.invoke(app, [*ARGS, "--json"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    steps = {s["name"]: s for s in out["steps"]}
+    assert list(steps) == ["images", "lean sandbox", "gpu model", "volumes"]
+    assert all(s["result"] == "ok" for s in steps.values()) and out["ok"] is True
+    assert sorted(standins["built"]) == ["gpu", "lean", "orchestrator", "trl"]
+    assert "lean im-standin-lean" in steps["images"]["detail"] and steps["images"]["usd"] == "not priced"
+    # one Sandbox, created exactly as verification creates them, terminated after the canary
+    [box] = SANDBOXES.created
+    from prover_cli.config import load_config
+
+    config = load_config(None, [a for a in ARGS if "=" in a])
+    assert box._kwargs == sandbox.sandbox_arguments(config) and box.poll() == 137
+    assert "canaries as expected" in steps["lean sandbox"]["detail"]
+    assert any(b"theorem" in data for data in SANDBOXES.sent)
+    # the model on the "GPU" container, with the sampler the config names
+    assert "tiny with transformers" in steps["gpu model"]["detail"]
+    # the probe crossed from one container to another through commit + reload, on both Volumes
+    assert "NOT seen" not in steps["volumes"]["detail"] and steps["volumes"]["detail"].count("read back") == 2
+    # each priced step: its measured seconds x its containers' resources x the [modal] prices
+    for name, key, sandboxed, containers in (("lean sandbox", "verify_sandbox", True, 1),
+                                             ("gpu model", "doctor_gpu", False, 1),
+                                             ("volumes", "doctor_volumes", False, 2)):
+        r, prices = plan.resources(config)[key], plan.unit_prices(config, sandbox=sandboxed)
+        seconds = steps[name]["seconds"]
+        expected = containers * seconds * (r.gpu_count * prices["gpu"] + r.cpu * prices["cpu"]
+                                           + r.memory_mb / 1024 * prices["memory"]) / 3600
+        assert steps[name]["usd"] == pytest.approx(expected, rel=0.02, abs=1e-4)
+    human = runner.invoke(app, ARGS, env={"COLUMNS": "200"})
+    assert human.exit_code == 0
+    for text in ("lean sandbox", "gpu model", "volumes", "seconds", "USD", "not priced"):
+        assert text in human.stderr
+
+
+def test_a_write_that_is_not_committed_fails_the_round_trip(standins, monkeypatch):
+    monkeypatch.setattr(functions, "_commit", lambda volume: None)  # what a lost commit looks like
+    result = runner.invoke(app, [*ARGS, "--json"])
+    assert result.exit_code == 1
+    steps = {s["name"]: s for s in json.loads(result.stdout)["steps"]}
+    assert steps["volumes"]["result"] == "FAILED" and "NOT seen" in steps["volumes"]["detail"]
+    assert steps["lean sandbox"]["result"] == "ok"  # the other steps still ran
+
+
+def test_a_step_whose_image_does_not_build_is_not_run(standins, monkeypatch):
+    real_build = doctor.build
+
+    def build(image):
+        if image is images.lean_image:
+            raise RuntimeError("Image build for im-x failed")
+        return real_build(image)
+
+    monkeypatch.setattr(doctor, "build", build)
+    result = runner.invoke(app, [*ARGS, "--json"])
+    assert result.exit_code == 1
+    steps = {s["name"]: s for s in json.loads(result.stdout)["steps"]}
+    assert steps["images"]["result"] == "FAILED" and "lean FAILED: RuntimeError" in steps["images"]["detail"]
+    assert steps["lean sandbox"]["result"] == "not run" and SANDBOXES.created == []
+    assert steps["gpu model"]["result"] == "ok" and steps["volumes"]["result"] == "ok"
+
+
+def test_dry_run_lists_the_steps_and_their_cost_and_starts_nothing(tmp_path):
+    probe = ("import sys; from prover_cli.cli import main; sys.argv = ['prover', 'doctor', '--config', "
+             "'configs/kimina-es.toml', '--backend', 'modal', '--dry-run', '--json']\n"
+             "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             "print('MODAL IMPORTED' if 'modal' in sys.modules else 'no modal', file=sys.stderr)")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # no credentials either
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "no modal" in out.stderr
+    result = json.loads(out.stdout)
+    assert [s["name"] for s in result["steps"]] == ["images", "lean sandbox", "gpu model", "volumes"]
+    steps = {s["name"]: s for s in result["steps"]}
+    assert "H100:1" in steps["gpu model"]["where"] and "Kimina-Prover-Preview-Distill-1.5B" in steps["gpu model"]["what"]
+    # the Sandbox: 60 s header + 9 canaries x 5 s on 8 cores, 32 GiB at the Sandbox prices
+    assert steps["lean sandbox"]["est"] == "~105 s"
+    assert steps["lean sandbox"]["est_usd"] == pytest.approx(105 * (8 * 0.142 + 32 * 0.024) / 3600, abs=1e-4)
+    assert steps["images"]["est_usd"] == "not priced"
+    assert result["est_usd_total"] == pytest.approx(sum(s["est_usd"] for s in result["steps"]
+                                                        if s["est_usd"] != "not priced"), abs=1e-3)
+
+
+def test_dry_run_is_for_the_modal_backend_only():
+    result = runner.invoke(app, ["doctor", "--dry-run"])
+    assert result.exit_code == 2 and "--backend modal" in result.stderr
+
+
+def test_without_credentials_the_doctor_starts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "none.toml"))
+    monkeypatch.setattr(doctor, "run_doctor", lambda config: pytest.fail("must not start anything"))
+    result = runner.invoke(app, ["doctor", "--backend", "modal"])
+    assert result.exit_code == 1 and "Modal credentials" in result.stderr

@@ -1,0 +1,214 @@
+"""The four images as Modal's builder receives them, and the programs each one must have.
+
+Modal builds an image layer by layer; each layer is a Dockerfile: "FROM base" plus one line per
+step (`RUN <step>` for `run_commands`, `ENV K=V` for `env`, ...: modal/_image.py, modal 1.6.4).
+These tests render every layer of every image exactly as that code does (the layers'
+`dockerfile_function`s, read from the installed SDK, for the builder versions below) and parse
+the text with buildkit's own Dockerfile parser (the `dockerfile` package on PyPI, the Go parser
+moby/buildkit ships, wrapped for Python). Nothing here builds an image: the builder itself only
+runs on `modal deploy` / `app.run()`.
+
+Before this test existed, the Lean image wrote lakefile.toml with a `printf` whose argument held
+literal newlines; buildkit read that layer as a `RUN printf %s 'name = "prover_verify"` line
+followed by the instructions `[[require]]`, `name`, `git` and `rev`, so every Modal command
+failed at app start. `test_a_step_with_a_line_break_is_read_as_stray_instructions` keeps that
+old step and shows the check catches it.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+import subprocess
+from pathlib import Path
+
+import dockerfile
+import pytest
+
+from prover_cli.config import Config
+from prover_cli.on_modal import functions, images, plan, sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+ON_MODAL = REPO / "prover_cli" / "on_modal"
+BUILDER_VERSIONS = ("2024.10", "2025.06", "2026.10")  # what Modal's servers choose among for Python 3.11
+INSTRUCTIONS = {"FROM", "RUN", "ENV", "COPY", "CMD"}   # what our images are meant to contain
+
+
+def layers(image, builder_version: str) -> list[list[str]]:
+    """Every Dockerfile layer of `image`, base first, as modal 1.6's `_Image._from_args` builds it
+    (its `dockerfile_function`); mount layers (`add_local_python_source`) add no Dockerfile."""
+    from modal._utils.async_utils import synchronizer
+
+    impl, out = synchronizer._translate_in(image), []
+    while impl is not None:
+        cells = dict(zip(impl._load.__code__.co_freevars, (c.cell_contents for c in impl._load.__closure__)))
+        if "dockerfile_function" not in cells:   # a mount layer: the files arrive at container start
+            impl = cells["base_image"]
+            continue
+        out.append(cells["dockerfile_function"](builder_version).commands)
+        impl = (cells["base_images"] or {}).get("base")
+    return out[::-1]
+
+
+def parse(commands: list[str]) -> list[dockerfile.Command]:
+    return list(dockerfile.parse_string("\n".join(commands) + "\n"))
+
+
+def problems(commands: list[str]) -> list[str]:
+    """What is wrong with one layer's Dockerfile as buildkit reads it (empty: nothing)."""
+    parsed = parse(commands)
+    found = [f"line {c.start_line}: unexpected instruction {c.cmd!r} ({c.original[:60]!r})"
+             for c in parsed if c.cmd.upper() not in INSTRUCTIONS]
+    if len(parsed) != len(commands):
+        found.append(f"{len(commands)} steps became {len(parsed)} instructions")
+    for command, instruction in zip(commands, parsed):
+        if instruction.original != command:
+            found.append(f"step {command[:60]!r} was read as {instruction.original[:60]!r}")
+    return found
+
+
+@pytest.mark.parametrize("builder_version", BUILDER_VERSIONS)
+@pytest.mark.parametrize("name", sorted(images.IMAGES))
+def test_every_layer_is_a_dockerfile_buildkit_reads_as_intended(name, builder_version):
+    rendered = layers(images.IMAGES[name], builder_version)
+    assert rendered[0][0].startswith("FROM python:3.11")  # debian_slim(python_version="3.11")
+    assert all(layer[0] == "FROM base" for layer in rendered[1:])
+    for layer in rendered:
+        assert problems(layer) == []
+    runs = [c.value[0] for layer in rendered for c in parse(layer) if c.cmd == "RUN"]
+    if name == "lean":  # every Lean build step reaches the builder whole, as one RUN
+        for _, steps in images.LEAN_BUILD_STEPS:
+            for step in steps:
+                assert step in runs
+
+
+def test_a_step_with_a_line_break_is_read_as_stray_instructions():
+    """The Lean image's lakefile step before this fix: the check must fail on it."""
+    old_lakefile = ('name = "prover_verify"\n\n[[require]]\nname = "mathlib"\n'
+                    'git = "https://github.com/leanprover-community/mathlib4"\nrev = "v4.15.0"\n')
+    old_layer = ["FROM base", "RUN mkdir -p /opt/lean-project",
+                 f"RUN printf %s {shlex.quote(old_lakefile)} > /opt/lean-project/lakefile.toml"]
+    found = problems(old_layer)
+    assert [c.cmd for c in parse(old_layer)][2:] == ["RUN", "[[require]]", "name", "git", "rev", "'"]
+    assert any("unexpected instruction '[[require]]'" in p for p in found)
+    with pytest.raises(ValueError, match="one Dockerfile line"):
+        images.one_line([f"printf %s {shlex.quote(old_lakefile)} > /opt/lean-project/lakefile.toml"])
+
+
+def test_write_file_step_writes_exactly_the_lines(tmp_path):
+    """The step, run by /bin/sh as the builder runs a RUN line, writes the intended file."""
+    target = tmp_path / "lakefile.toml"
+    step = images.write_file_step(str(target), images.LEAN_PROJECT_LAKEFILE_LINES)
+    assert "\n" not in step
+    subprocess.run(["/bin/sh", "-c", step], check=True)
+    assert target.read_text() == images.LEAN_PROJECT_LAKEFILE
+    assert 'rev = "v4.15.0"' in target.read_text()
+    weird = ["it's", "", "$HOME `x` \\n %s", "#comment"]
+    subprocess.run(["/bin/sh", "-c", images.write_file_step(str(target), weird)], check=True)
+    assert target.read_text() == "".join(line + "\n" for line in weird)
+
+
+# --------------------------------------------------------------------------------------------
+# The programs each image has, and every program our steps and code run in it
+# --------------------------------------------------------------------------------------------
+
+SHELL_BUILTINS = {"cd"}
+SPECS = plan.image_specs(images.LEAN_TOOLCHAIN, images.MATHLIB_REV)
+
+
+def programs_of(step: str) -> list[str]:
+    """The programs a shell step starts: the first word of each command between && || | ;,
+    and the program `lake env` runs."""
+    lexer = shlex.shlex(step, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words, out, start = list(lexer), [], True
+    for i, word in enumerate(words):
+        if word in ("&&", "||", "|", ";"):
+            start = True
+            continue
+        if word in (">", ">>", "<"):
+            continue
+        if start:
+            out.append(word)
+            if word == "lake" and words[i + 1:i + 2] == ["env"]:
+                out.append(words[i + 2])
+            start = False
+    return out
+
+
+def test_every_lean_build_step_runs_only_programs_the_image_has_by_then():
+    have = set(SPECS["lean"].executables) | SHELL_BUILTINS
+    assert programs_of("cd /x && lake env lean /tmp/a.lean | tar xz -C /tmp") == ["cd", "lake", "lean", "tar"]
+    for _, steps in images.LEAN_BUILD_STEPS:
+        for step in steps:
+            missing = [p for p in programs_of(step) if p not in have]
+            assert missing == [], f"{step!r} runs {missing}, which plan.LEAN_EXECUTABLES does not list"
+
+
+def test_no_image_claims_kill():
+    """/bin/kill is procps, which no slim image has: ending a process group is the image's Python."""
+    for spec in SPECS.values():
+        assert "kill" not in spec.executables and "pkill" not in spec.executables
+        assert "python" in spec.executables
+
+
+def _decorated_image(function: ast.FunctionDef) -> str | None:
+    """The image of an `@app.function(**_declared("name"))` function, from the plan's table."""
+    for decorator in function.decorator_list:
+        for node in ast.walk(decorator):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_declared":
+                return functions.R[node.args[0].value].image
+    return None
+
+
+def _argv0(node: ast.AST, module: object) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+        return _argv0(node.elts[0], module)
+    if isinstance(node, ast.Name) and isinstance(getattr(module, node.id, None), (list, tuple)):
+        return getattr(module, node.id)[0]
+    return None
+
+
+SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}
+OS_EXEC_CALLS = {"execv", "execvp", "execve", "execvpe", "spawnv", "spawnvp", "system", "popen"}
+
+
+def calls_in_on_modal() -> list[tuple[str, int, str, str | None]]:
+    """(file, line, image, program) of every process start in prover_cli/on_modal/*.py."""
+    import importlib
+
+    found = []
+    for path in sorted(ON_MODAL.glob("*.py")):
+        module = importlib.import_module(f"prover_cli.on_modal.{path.stem}")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for top in tree.body:
+            image = _decorated_image(top) if isinstance(top, ast.FunctionDef) else None
+            for node in ast.walk(top):
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                    continue
+                owner = getattr(node.func.value, "id", None)
+                attr = node.func.attr
+                if attr == "exec" and owner != "os":  # Sandbox.exec: every Sandbox is made from the Lean image
+                    found.append((path.name, node.lineno, "lean", _argv0(node.args[0], module) if node.args else None))
+                elif owner == "subprocess" and attr in SUBPROCESS_CALLS:
+                    found.append((path.name, node.lineno, image or "?", _argv0(node.args[0], module)))
+                elif owner == "os" and attr in OS_EXEC_CALLS:
+                    found.append((path.name, node.lineno, image or "?", None))
+        for name, value in vars(module).items():  # argv constants the Sandbox runs: REPL_COMMAND, ...
+            if name.endswith("_COMMAND") and isinstance(value, list) and path.stem == "images":
+                found.append((path.name, 0, "lean", value[0]))
+    return found
+
+
+def test_every_exec_and_subprocess_argv_in_on_modal_names_a_program_its_image_has():
+    assert sandbox.sandbox_arguments(Config())["image"] is images.lean_image  # why `.exec` means the Lean image
+    found = calls_in_on_modal()
+    assert {(f, p) for f, _, _, p in found} >= {("sandbox.py", "python"), ("functions.py", "lake"),
+                                                 ("images.py", "lake")}
+    for file, line, image, program in found:
+        assert image != "?", f"{file}:{line}: a process started outside a declared function: which image?"
+        assert program is not None, f"{file}:{line}: the program it runs is not a literal argv[0]"
+        assert program in SPECS[image].executables, \
+            f"{file}:{line} runs {program!r} in the {image} image, which does not list it (plan.py)"

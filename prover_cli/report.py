@@ -415,9 +415,11 @@ def _toml(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (str, list)) else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _spread(values: list[float]) -> dict[str, Any]:
-    """Mean and 95% interval over seeds (t) of any number; no interval for one seed."""
+def _spread(values: list[float], floor: float | None = None) -> dict[str, Any]:
+    """Mean and 95% interval over seeds (t) of any number (`floor`: its least possible value); none for one seed."""
     mean, low, high = mean_interval(values)
+    if floor is not None and low is not None:
+        low = max(floor, low)
     return {"mean": mean, "lo": low, "hi": high, "n": len(values)}
 
 
@@ -510,7 +512,7 @@ def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
                "final_reward": _spread([training_records(r["records"])[-1]["reward/mean"] for r in runs]),
                "verified_per_1k_samples": _spread(
                    [sum(x["verify/verified"] for x in training_records(r["records"])) * 1000
-                    / max(training_records(r["records"])[-1]["samples/total"], 1) for r in runs]),
+                    / max(training_records(r["records"])[-1]["samples/total"], 1) for r in runs], floor=0.0),
                "heldout": {}}
     for key, name in HELDOUT_METRICS:
         finals = [_final(run, key) for run in runs]

@@ -8,7 +8,9 @@ For each seed (`run.seed`: the training problems, the held-out problems, ES nois
 GRPO sampling) every arm trains from the same `tiny-countdown` base with the config's budgets:
 - `es`, `grpo`: the config as it is;
 - `es-null`, `grpo-null`: the same with `es.shuffle_rewards` / `grpo.shuffle_rewards`, the null
-  control (rewards permuted within the iteration / group: the update follows no signal).
+  control (rewards permuted within the iteration / group: the update follows no signal);
+- `es-sampled` (on request, `--arms`): ES with its members scored by sampling at
+  `generate.temperature` instead of greedily (`es.member_temperature`), the evidence for that key.
 Every run is evaluated on the held-out problems at iteration 0 (the base, evaluated once per seed
 and shared by the arms) and at the same sample budgets (GRPO's `run.eval_every` is scaled so
 its evaluations fall on ES's budgets), with both metrics: sampled (`run.eval_n` samples at
@@ -42,7 +44,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = {"es": ("es", []), "grpo": ("grpo", []),
-        "es-null": ("es", ["es.shuffle_rewards=true"]), "grpo-null": ("grpo", ["grpo.shuffle_rewards=true"])}
+        "es-null": ("es", ["es.shuffle_rewards=true"]), "grpo-null": ("grpo", ["grpo.shuffle_rewards=true"]),
+        # not run by default: ES with members scored by sampling (at generate.temperature), not greedily
+        "es-sampled": ("es", ["es.member_temperature={generate_temperature}"])}
 
 
 WALL_FILE = "bench-wall-s.txt"  # beside a finished run: its wall seconds, and the sign it is complete
@@ -57,6 +61,8 @@ def run_arm(config_path: Path, overrides: list[str], seed: int, arm: str, out: P
     from prover_cli.warmstart import grpo_eval_every
 
     method, extra = ARMS[arm]
+    temperature = load_config(config_path, overrides).generate.temperature
+    extra = [item.format(generate_temperature=temperature) for item in extra]
     common = [*overrides, f"run.seed={seed}", f"data.problems={out / 'problems.jsonl'}", *extra]
     if method == "grpo":
         common.append(f"run.eval_every={grpo_eval_every(load_config(config_path, common))}")

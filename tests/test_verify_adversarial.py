@@ -59,7 +59,7 @@ LEAN_LEVEL = {
     "fake_axioms_silent": ("rejected", "#print axioms"),
     "fake_axioms_twice": ("rejected", "#print axioms"),
     "fake_axioms_error": ("rejected", "#print axioms"),
-    "fake_axioms_other": ("rejected", "Other.amc_p1"),   # the namespace trick's symptom
+    "fake_axioms_other": ("rejected", "Other._prover_same"),   # an answer about another declaration
     "fake_noenv": ("error", "env"),
     "fake_protocol_error": ("error", "protocol"),
     "fake_info": ("verified", "all checks"),
@@ -108,7 +108,7 @@ def test_honest_proofs_with_denied_words_in_comments_and_names_are_verified(veri
     records = [proof(f"honest {k}", text) for k, text in enumerate(HONEST)]
     for verdict in verify_records(records, verify_config()):
         assert verdict["verdict"] == "verified", (verdict["id"], verdict["reason"])
-        assert verdict["axioms"] == ["propext", "Classical.choice", "Quot.sound"]
+        assert set(verdict["axioms"]) <= {"propext", "Classical.choice", "Quot.sound"}
 
 
 def _jsonl(path):

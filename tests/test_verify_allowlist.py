@@ -68,8 +68,8 @@ COMPLETION_CHEATS = {
     "set_option without in": (HELPER + "set_option maxHeartbeats 400000\n" + STATEMENT + "\n  linarith",
                               "`set_option maxHeartbeats` without `in` at line 2"),
     "local notation": ("local notation \"two\" => 2\n" + STATEMENT + "\n  linarith", "notation"),
-    "header open differs": ("import Mathlib\nopen Real\n\n" + STATEMENT + "\n  linarith",
-                            "header line 2 of the completion's lean block, `open Real`"),
+    "header open adds a namespace": ("import Mathlib\nopen Real Lean\n\n" + STATEMENT + "\n  linarith",
+                                     "header line 2 of the completion's lean block, `open Real Lean`"),
 }
 
 
@@ -87,6 +87,7 @@ PROOF_CHEATS = {
     "plausible": ("  plausible", "denied `plausible`"),
     "slim_check": ("  slim_check", "denied `slim_check`"),
     "open at column 0": ("  linarith\nopen Foo in\ntheorem x : True := trivial", "`open` command at line 2"),
+    "open without in at column 0": ("  linarith\nopen Foo\ntheorem x : True := trivial", "`open` command at line 2"),
     "bare open in proof": ("  open Real\n  simp", "`open` command at line 1"),
     "section": ("  linarith\nsection\nend", "`section` command at line 2"),
     "set_option non-resource in proof": ("  set_option trace.Meta.synthInstance true in\n  simp",

@@ -94,3 +94,45 @@ def test_doctor_runs_the_canary(tmp_path):
     config.repl_command = fake_repl_command("--quirk", "check-ignores-context")
     check = check_canary(config)
     assert not check.ok and "added to the target" in check.detail
+
+
+def test_the_canary_covers_every_binder_shape_and_a_universe_polymorphic_target():
+    honest = {c.name: c for c in CANARIES if c.expect == "verified"}
+    statements = " ".join(c.statement for c in honest.values())
+    assert len(honest) == 5
+    assert "prover_canary_decide : 2 + 2 = 4" in statements              # no binders
+    assert "prover_canary_helper_use (n : Nat)" in statements             # explicit first
+    assert "prover_canary_implicit {n : Nat}" in statements               # implicit first
+    assert "prover_canary_instance_first [Inhabited Nat]" in statements   # instance first
+    assert "prover_canary_universe.{u} {α : Sort u}" in statements       # universe-polymorphic
+    assert any(c.name == "universe specialised" and c.expect == "rejected" for c in CANARIES)
+
+
+def test_a_failing_canary_names_the_rule_and_shows_what_lean_answered_next_to_what_we_expected(
+        verify_config, cache):
+    # a Lean that accepts any target for the statement check (the stand-in's quirk)
+    config = canary_config(verify_config, "--quirk", "check-ignores-context")
+    with pytest.raises(BackendError) as info:
+        verify_records([proof("a")], config)
+    message = str(info.value)
+    assert "rule `a proof of a universe-polymorphic target for one universe only is rejected" in message
+    assert "canary 'universe specialised': expected rejected, got verified; Lean answered: all checks passed" in message
+    assert "trusted statement: `theorem prover_canary_universe_cheat.{u} {α : Sort u}" in message
+    assert "checked: `theorem prover_canary_universe_cheat {α : Prop}" in message
+
+
+def test_a_canary_rejected_by_lean_quotes_lean_in_the_reason(verify_config, cache):
+    from prover_cli.verify.canary import failures_message, run_canary
+    from prover_cli.verify.pool import ReplPool
+
+    pool = ReplPool(verify_config(workers=1))
+    try:
+        results = {r["canary"]: r for r in run_canary(pool)}
+    finally:
+        pool.close()
+    cheat = results["added hypothesis"]
+    assert cheat["ok"] and cheat["got"] == "rejected"
+    assert "Lean answered: type mismatch" in cheat["reason"]
+    # were it expected to pass, the refusal would carry Lean's words
+    message = failures_message([dict(cheat, ok=False, expect="verified")])
+    assert "expected verified, got rejected; Lean answered: statement check:" in message and "type mismatch" in message

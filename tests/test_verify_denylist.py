@@ -117,9 +117,7 @@ def test_hits_name_the_line_and_column():
     ("  exact Πsorry", "sorry"),              # nor Π or Σ
     ("  exact 0xadsorry", "sorry"),           # hex literal 0xad, then `sorry`
     ("  exact 0b1admit", "admit"),            # binary literal 0b1, then `admit`
-    ("  exact 2'\"' sorry '\"'", "sorry"),    # char literals after a numeral: '"' does not open a string
-    ("  exact r\"\\\" sorry \"x\"", "sorry"),  # raw string r"\" ends at the second quote
-    ("  exact r#\"a\"# sorry", "sorry"),
+    ("  exact '\"' sorry '\"'", "sorry"),      # char literals: '"' does not open a string
     ("  exact \"a\\\\\" sorry", "sorry"),     # escaped backslash, then the string ends
     ("  exact sorry!", "sorry"),              # conservative: trailing ! or ? stripped
     ("  exact («sorry»)", "sorry"),
@@ -135,11 +133,28 @@ def test_lexer_does_not_hide_code_in_strings_or_odd_tokens(text, word):
     "  /- unterminated comment",
     "  exact «unterminated",
     "  exact r#\"unterminated\"",
+    "  exact r\"\\\" sorry \"x\"",          # raw strings: refused outright
+    "  exact r#\"a\"# sorry",
+    "  exact 2'\"' sorry '\"'",               # a literal directly after a numeral or identifier
+    "  exact x\"s\" sorry",
+    "  exact 'a'b sorry",
+    "  exact 1_000",                           # `_` in a numeral (read differently across versions)
+    "  exact '\\q'",                          # an escape Lean does not have
 ])
 def test_what_cannot_be_lexed_with_certainty_is_refused(text):
     with pytest.raises(LexError):
         lex(text)
     assert first_problem(text).startswith("cannot lex")
+
+
+def test_a_char_literal_holds_any_one_character_a_newline_included():
+    """Lean's `charLitFnAux`: at a token start, `'`, one character, `'`, whatever the character; the
+    lexer once refused a newline there and so read the text after it differently from Lean."""
+    tokens = lex("  exact '\n' run_tac '\"' \"x\"").tokens
+    assert [(t.kind, t.text) for t in tokens] == [("ident", "exact"), ("char", "'\n'"), ("ident", "run_tac"),
+                                                  ("char", "'\"'"), ("string", '"x"')]
+    assert words("  exact '\n' run_tac (pure ())") == ["run_tac"]
+    assert [t.kind for t in lex("'\\n' '\\x41' '\\u0041' '{' ''").tokens] == ["char"] * 4 + ["symbol"] * 2
 
 
 def test_comments_are_blanked_with_positions_kept():

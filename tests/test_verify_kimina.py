@@ -175,17 +175,22 @@ def test_request_shape_and_verdicts(kimina_config):
     # the server reports no Lean version: the verdict does not claim the configured one
     assert ok["verifier"] == {"backend": "kimina", "lean_toolchain": "unknown",
                               "mathlib_rev": "unknown", "kimina_url": server.url}
-    # the trusted statement's printout first (one problem: one code), then the proofs: the denied
-    # proof was never sent; the other five went in one request (verify.kimina_batch_size = 8)
+    # the trusted statement first (one problem: one code), then the proofs: the denied proof was
+    # never sent; the other five went in one request (verify.kimina_batch_size = 8)
     trusted, payload = server.payloads
     [code] = trusted["codes"]
-    assert STATEMENT + " sorry" in code["proof"] and "#check @prover_check_" in code["proof"]
+    assert "theorem _prover_trusted (x : ℝ) (h₀ : 2 * x = 4) : x = 2 := _prover_hole" in code["proof"]
+    assert code["proof"].rstrip().endswith("set_option pp.fullNames true in\n#print axioms _prover_trusted")
     assert payload["path"] == "/verify" and payload["infotree_type"] is None
     assert isinstance(payload["timeout"], int) and [c["custom_id"] for c in payload["codes"]] == list("01234")
     for code in payload["codes"]:
         assert set(code) == {"custom_id", "proof"} and code["proof"].startswith("import Mathlib")
-        assert "#print axioms prover_axioms_" in code["proof"]
-        assert "set_option pp.all true in\nset_option pp.maxSteps 100000000 in\n#check @prover_axioms_" in code["proof"]
+        text = code["proof"]
+        # the trusted statement, before the proof; the alias and its axioms after it
+        assert text.index("theorem _prover_trusted") < text.index("theorem amc_p1") < text.index(
+            "theorem _root_._prover_same_")
+        assert "set_option pp.fullNames true in\n#print axioms _root_._prover_same_" in text
+        assert "#check" not in text
     assert server.authorizations == [None, None]  # no key configured: no header
 
 
@@ -203,18 +208,17 @@ def test_server_that_drops_env_still_verifies_through_the_nonce(kimina_config):
 
 
 def test_a_forged_axioms_message_is_not_the_answer():
-    candidate = Candidate("x", "import Mathlib\n", STATEMENT + "\n  linarith", "amc_p1")
-    code = kimina_code(candidate, "prover_axioms_0123")
-    assert "\n#print axioms prover_axioms_0123\n" in code
-    assert code.rstrip().endswith("#check @prover_axioms_0123")
+    candidate = Candidate("x", "import Mathlib\n", STATEMENT + "\n  linarith", "amc_p1", STATEMENT)
+    code = kimina_code(candidate, "_prover_same_0123")
+    assert code.rstrip().endswith("\n#print axioms _root_._prover_same_0123")
     forged = {"severity": "info", "pos": {"line": 3, "column": 2}, "endPos": {"line": 3, "column": 9},
               "data": "'amc_p1' does not depend on any axioms"}
     result = {"custom_id": "x", "error": None, "response": {"env": 1, "messages": [forged]}}
-    verdict = judge_kimina(result, candidate, "prover_axioms_0123", {"propext"})
+    verdict = judge_kimina(result, candidate, "_prover_same_0123", {"propext"}, code)
     assert verdict.status == "rejected" and "#print axioms" in verdict.reason
-    real = dict(forged, data="'prover_axioms_0123' depends on axioms: [propext]")
+    real = dict(forged, data="'_prover_same_0123' depends on axioms: [propext]")
     result["response"]["messages"].append(real)
-    assert judge_kimina(result, candidate, "prover_axioms_0123", {"propext"}).status == "verified"
+    assert judge_kimina(result, candidate, "_prover_same_0123", {"propext"}, code).status == "verified"
 
 
 def test_protocol_error_and_error_strings(kimina_config):
@@ -312,49 +316,53 @@ def test_lean_statement_check_runs_through_the_server(name, kimina_config):
     with FakeKimina() as server:
         honest, cheat = verify_records([proof("honest"), record], kimina_config(server.url, allow_commands=WIDE))
     assert honest["verdict"] == "verified", honest["reason"]
-    # `namespace Foo` also moves the alias: its `#print axioms` answer names `Foo.<alias>`, not ours
-    expected = "#print axioms amc_p1 (alias)" if name == "namespace" else "statement check"
-    assert cheat["verdict"] == "rejected" and expected in cheat["reason"], cheat["reason"]
+    assert cheat["verdict"] == "rejected" and "statement check" in cheat["reason"], cheat["reason"]
 
 
-def _check_message(name: str, text: str) -> dict:
-    return {"severity": "info", "pos": {"line": 9, "column": 0}, "endPos": {"line": 9, "column": 6},
-            "data": f"@{name} : {text}"}
+def _axioms_message(name: str, line: int = 9) -> dict:
+    return {"severity": "info", "pos": {"line": line, "column": 0}, "endPos": {"line": line, "column": 6},
+            "data": f"'{name}' depends on axioms: [propext]"}
 
 
-def test_the_check_answer_must_be_the_nonce_alias_and_equal_the_trusted_one():
+def test_the_answer_must_be_the_nonce_alias_and_an_error_there_is_the_statement_check():
     candidate = Candidate("x", "import Mathlib\n", STATEMENT + "\n  linarith", "amc_p1", STATEMENT)
-    axioms = {"severity": "info", "pos": {"line": 8, "column": 0}, "data": "'al_1' depends on axioms: [propext]"}
+    code = kimina_code(candidate, "_prover_same_1")
+    alias_line = code.split("\n").index(next(line for line in code.split("\n") if line.startswith("theorem _root_")))
 
     def verdict(*messages):
-        result = {"custom_id": "0", "error": None, "response": {"env": 1, "messages": [axioms, *messages]}}
-        return judge_kimina(result, candidate, "al_1", {"propext"}, ("", "∀ (x : Real), x = 2"))
+        result = {"custom_id": "0", "error": None, "response": {"env": 1, "messages": list(messages)}}
+        return judge_kimina(result, candidate, "_prover_same_1", {"propext"}, code)
 
-    assert verdict(_check_message("al_1", "∀ (x : Real), x = 2")).status == "verified"
-    assert "statement check" in verdict(_check_message("al_1", "False → ∀ (x : Real), x = 2")).reason
+    assert verdict(_axioms_message("_prover_same_1")).status == "verified"
     # a proof can print anything (`trace`), but not the nonce: a forged answer is no answer
-    forged = verdict(_check_message("amc_p1", "∀ (x : Real), x = 2"))
-    assert forged.status == "rejected" and "no answer" in forged.reason
-    twice = verdict(_check_message("al_1", "∀ (x : Real), x = 2"), _check_message("al_1", "∀ (x : Real), x = 2"))
-    assert twice.status == "rejected" and "2 answers" in twice.reason
-    assert "no answer" in verdict().reason
+    forged = verdict(_axioms_message("amc_p1"))
+    assert forged.status == "rejected" and "no parseable" in forged.reason
+    twice = verdict(_axioms_message("_prover_same_1"), _axioms_message("_prover_same_1"))
+    assert twice.status == "rejected" and "2 `#print axioms" in twice.reason
+    # an error at the alias (positions relative to the body: the import line is split off)
+    mismatch = {"severity": "error", "pos": {"line": alias_line, "column": 60},
+                "data": "type mismatch\n  @amc_p1\nhas type\n  False : Prop"}
+    rejected = verdict(mismatch, _axioms_message("_prover_same_1"))
+    assert rejected.status == "rejected" and rejected.reason.startswith("statement check:")
+    assert "type mismatch" in rejected.reason
+    early = dict(mismatch, pos={"line": 3, "column": 2}, data="unsolved goals")
+    assert verdict(early, _axioms_message("_prover_same_1")).reason.startswith("Lean error (line 3)")
 
 
 def test_the_trusted_file_and_its_failures():
     candidate = Candidate("x", "import Mathlib\n", "", "amc_p1", STATEMENT)
-    code = trusted_code(candidate, "pc_1")
-    assert code.startswith("import Mathlib\n") and STATEMENT + " sorry" in code
-    assert "theorem pc_1 : type_of% @amc_p1 := @amc_p1" in code and code.rstrip().endswith("#check @pc_1")
-    ok = {"custom_id": "0", "response": {"env": 1, "messages": [_check_message("pc_1", "T")]}}
-    assert judge_trusted(ok, candidate, "pc_1") == ("", "T")
-    # a trusted header that leaves `namespace Ns` open declares the alias inside it
-    inside = {"custom_id": "0", "response": {"env": 1, "messages": [_check_message("Ns.pc_1", "T")]}}
-    assert judge_trusted(inside, candidate, "pc_1") == ("Ns.", "T")
+    code = trusted_code(candidate)
+    assert code.startswith("import Mathlib\n") and "axiom _prover_hole {p : Prop} : p" in code
+    assert code.rstrip().endswith("#print axioms _prover_trusted")
+    ok = {"custom_id": "0", "response": {"env": 1, "messages": [_axioms_message("_prover_trusted")]}}
+    assert judge_trusted(ok, candidate) == ""
+    # a trusted header that leaves `namespace Ns` open declares it inside
+    inside = {"custom_id": "0", "response": {"env": 1, "messages": [_axioms_message("Ns._prover_trusted")]}}
+    assert judge_trusted(inside, candidate) == "Ns."
     error = {"severity": "error", "pos": {"line": 3, "column": 0}, "data": "unknown identifier 'foo'"}
-    bad = {"custom_id": "0", "response": {"env": 1, "messages": [error, _check_message("pc_1", "T")]}}
-    assert "does not elaborate" in judge_trusted(bad, candidate, "pc_1").reason
-    timed_out = judge_trusted({"custom_id": "0", "error": "Lean REPL command timed out in 1 seconds"},
-                              candidate, "pc_1")
+    bad = {"custom_id": "0", "response": {"env": 1, "messages": [error, _axioms_message("_prover_trusted")]}}
+    assert "does not elaborate" in judge_trusted(bad, candidate).reason
+    timed_out = judge_trusted({"custom_id": "0", "error": "Lean REPL command timed out in 1 seconds"}, candidate)
     assert timed_out.status == "timeout" and "trusted statement" in timed_out.reason
 
 

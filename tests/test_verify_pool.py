@@ -117,7 +117,10 @@ def test_header_runs_once_per_process_and_proofs_use_its_env(verify_config, tmp_
     for entries in by_pid.values():
         assert [e["kind"] for e in entries].count("header") == 1
         assert entries[0]["kind"] == "header" and entries[0]["cmd"] == DEFAULT_HEADER
-        assert all(e["env"] == 0 for e in entries if e["kind"] == "cmd")
+        # the trusted statement runs in the header's env (once per problem and process), the
+        # proofs in the env it returns (1: the header's is 0)
+        assert [e["env"] for e in entries if e["kind"] == "trusted"] == [0]
+        assert all(e["env"] == 1 for e in entries if e["kind"] == "cmd")
 
 
 def test_each_header_gets_its_own_env_in_the_same_process(verify_config, tmp_path):
@@ -140,9 +143,8 @@ def test_processes_are_recycled_after_max_proofs(verify_config, tmp_path):
     verdicts = verify_records([proof(f"p{k}") for k in range(7)], config)
     assert all(v["verdict"] == "verified" for v in verdicts)
     by_pid = requests_by_pid(log)
-    # proof commands per process (the trusted statement, elaborated once per pool with `sorry`, aside)
-    proofs = [sum(e["kind"] == "cmd" and not e["cmd"].endswith(" sorry") for e in entries)
-              for entries in by_pid.values()]
+    # proof commands per process (the trusted statement, once per problem and process, aside)
+    proofs = [sum(e["kind"] == "cmd" for e in entries) for entries in by_pid.values()]
     assert sorted(proofs) == [1, 3, 3]
     assert all([e["kind"] for e in entries].count("header") == 1 for entries in by_pid.values())
 

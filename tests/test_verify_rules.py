@@ -7,11 +7,14 @@ import pytest
 from prover_cli.config import VerifyConfig
 from prover_cli.verify.rules import (
     Verdict,
+    alias_command,
     allowed_axioms,
-    judge_axioms_response,
+    judge_alias,
     judge_proof,
     parse_axioms_message,
     protocol_problem,
+    read_trusted_namespace,
+    trusted_command,
 )
 
 ALLOWED = {"propext", "Classical.choice", "Quot.sound"}
@@ -40,20 +43,57 @@ def info(data):
     return {"severity": "info", "pos": {"line": 1, "column": 0}, "endPos": {"line": 1, "column": 13}, "data": data}
 
 
-def test_axioms_answer_must_be_one_message_naming_the_target_with_allowed_axioms():
-    ok = {"env": 3, "messages": [info("'t' depends on axioms: [propext]")]}
-    assert judge_axioms_response(ok, "t", ALLOWED, []).status == "verified"
-    other = {"env": 3, "messages": [info("'Foo.t' depends on axioms: [propext]")]}
-    assert "not the target" in judge_axioms_response(other, "t", ALLOWED, []).reason
-    cheat = {"env": 3, "messages": [info("'t' depends on axioms: [propext, sorryAx]")]}
-    verdict = judge_axioms_response(cheat, "t", ALLOWED, [])
+def test_alias_answer_must_be_one_message_naming_the_alias_with_allowed_axioms():
+    ok = {"env": 3, "messages": [info("'_prover_same' depends on axioms: [propext]")]}
+    assert judge_alias(ok, "t", ALLOWED, []).status == "verified"
+    other = {"env": 3, "messages": [info("'Foo._prover_same' depends on axioms: [propext]")]}
+    assert "not the target" in judge_alias(other, "t", ALLOWED, []).reason
+    cheat = {"env": 3, "messages": [info("'_prover_same' depends on axioms: [propext, sorryAx]")]}
+    verdict = judge_alias(cheat, "t", ALLOWED, [])
     assert verdict.status == "rejected" and "sorryAx" in verdict.reason and verdict.axioms == ["propext", "sorryAx"]
-    assert judge_axioms_response({"env": 3}, "t", ALLOWED, []).status == "rejected"
-    twice = {"env": 3, "messages": [info("'t' depends on axioms: [propext]")] * 2}
-    assert judge_axioms_response(twice, "t", ALLOWED, []).status == "rejected"
-    warned = {"env": 3, "messages": [dict(info("'t' depends on axioms: [propext]"), severity="warning")]}
-    assert judge_axioms_response(warned, "t", ALLOWED, []).status == "rejected"
-    assert judge_axioms_response({"message": "Unknown environment."}, "t", ALLOWED, []).status == "error"
+    assert judge_alias({"env": 3}, "t", ALLOWED, []).status == "rejected"
+    twice = {"env": 3, "messages": [info("'_prover_same' depends on axioms: [propext]")] * 2}
+    assert judge_alias(twice, "t", ALLOWED, []).status == "rejected"
+    warned = {"env": 3, "messages": [dict(info("'_prover_same' depends on axioms: [propext]"), severity="warning")]}
+    assert judge_alias(warned, "t", ALLOWED, []).status == "rejected"
+    assert judge_alias({"message": "Unknown environment."}, "t", ALLOWED, []).status == "error"
+
+
+def test_an_error_in_the_alias_is_the_statement_check_failing_and_quotes_lean():
+    mismatch = {"env": 4, "messages": [
+        {"severity": "error", "pos": {"line": 1, "column": 60}, "endPos": {"line": 1, "column": 70},
+         "data": "type mismatch\n  @t\nhas type\n  False → 1 = 2 : Prop\nbut is expected to have type\n  1 = 2 : Prop"},
+        info("'_prover_same' depends on axioms: [sorryAx]")]}
+    verdict = judge_alias(mismatch, "t", ALLOWED, [])
+    assert verdict.status == "rejected" and verdict.reason.startswith("statement check:")
+    assert "Lean answered: type mismatch" in verdict.reason and "False → 1 = 2" in verdict.reason
+
+
+def test_the_commands_lean_compares_with_refer_to_absolute_names():
+    command = alias_command("Ns.", "amc_p1")
+    assert command.startswith("theorem _root_._prover_same : type_of% @_root_.Ns._prover_trusted := "
+                              "@_root_.Ns.amc_p1\n")
+    assert command.endswith("set_option pp.fullNames true in\n#print axioms _root_._prover_same")
+    trusted = trusted_command(" (x : ℝ) (h : x = 2) : x + 0 = 2 ")
+    assert trusted.startswith("axiom _prover_hole {p : Prop} : p\n\ntheorem _prover_trusted (x : ℝ) (h : x = 2) "
+                              ": x + 0 = 2 := _prover_hole\n")
+    assert trusted.endswith("set_option pp.fullNames true in\n#print axioms _prover_trusted")
+
+
+@pytest.mark.parametrize("data, namespace", [
+    ("'_prover_trusted' depends on axioms: [_prover_hole]", ""),
+    ("'GameState._prover_trusted' depends on axioms: [GameState._prover_hole, propext]", "GameState."),
+    ("'_prover_trusted' depends on axioms: [_prover_hole, propext, Classical.choice, Quot.sound]", ""),
+    ("'Other' depends on axioms: [propext]", None),
+    ("'X_prover_trusted' depends on axioms: [propext]", None),
+    ("_prover_trusted : 1 = 1", None),
+])
+def test_the_trusted_answer_gives_the_namespace_the_header_leaves_open(data, namespace):
+    assert read_trusted_namespace({"env": 1, "messages": [info(data)]})[0] == namespace
+    assert read_trusted_namespace({"env": 1, "messages": [info(data)] * 2})[0] is None
+    error = {"severity": "error", "pos": {"line": 3, "column": 0}, "data": "unknown identifier 'Foo'"}
+    missing, why = read_trusted_namespace({"env": 1, "messages": [error, info(data)]})
+    assert missing is None and "unknown identifier" in why
 
 
 def test_unknown_severity_counts_as_an_error():

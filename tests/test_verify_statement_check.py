@@ -1,8 +1,9 @@
-"""The statement check Lean performs (rule 4, pool.py): `#check @target` in the proof's environment
-must print what the trusted statement prints in the header-only environment. The text checks are
-widened here (`verify.allow_commands`) so that the cheats reach the (stand-in) REPL and only the
-Lean-side check can catch them. The stand-in computes its printout from the declaration's text and
-scope (tests/fake_repl.py), so it is not kinder than Lean on these."""
+"""The statement check Lean performs (rule 4, pool.py): the trusted statement is declared as
+`_prover_trusted` in the header's environment before the proof runs, and after the proof Lean must
+accept `theorem _root_._prover_same : type_of% @_root_._prover_trusted := @_root_.<target>`. The text
+checks are widened here (`verify.allow_commands`) so that the cheats reach the (stand-in) REPL and
+only the Lean-side check can catch them. The stand-in compares the two declarations' texts and
+scopes (tests/fake_repl.py), so it is not kinder than Lean on these."""
 
 from __future__ import annotations
 
@@ -15,36 +16,36 @@ from conftest import fake_repl_command
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
 from prover_cli.verify.repl import ReplProcess
-from prover_cli.verify.rules import statement_check_command
+from prover_cli.verify.rules import alias_command, judge_alias, read_trusted_namespace, trusted_command
+from prover_cli.verify.statement import trusted_signature
 from test_verify_statement import STATEMENT, completion
 
 WIDE = ["variable", "open", "namespace", "end", "section"]
+ALLOWED = {"propext", "Classical.choice", "Quot.sound"}
 
 
-def test_stand_in_printout_follows_the_statement_text_and_its_scope():
+def test_stand_in_statement_check_follows_the_statement_text_and_its_scope():
     proc = ReplProcess(fake_repl_command())
     proc.start()
     try:
         deadline = time.monotonic() + 10
         header = proc.request({"cmd": DEFAULT_HEADER}, deadline)["env"]
+        trusted = proc.request({"cmd": trusted_command(trusted_signature(STATEMENT)), "env": header}, deadline)
+        namespace, _ = read_trusted_namespace(trusted)
+        assert namespace == ""
 
-        def printout(cmd: str, name: str = "amc_p1") -> str:
-            env = proc.request({"cmd": cmd, "env": header}, deadline)["env"]
-            answer = proc.request({"cmd": statement_check_command(name), "env": env}, deadline)
-            [message] = answer["messages"]
-            assert message["severity"] == "info"
-            return message["data"]
+        def verdict(cmd: str) -> str:
+            env = proc.request({"cmd": cmd, "env": trusted["env"]}, deadline)["env"]
+            answer = proc.request({"cmd": alias_command(namespace, "amc_p1"), "env": env}, deadline)
+            return judge_alias(answer, "amc_p1", ALLOWED, []).reason
 
-        trusted = printout(STATEMENT + " sorry")
-        assert trusted.startswith("@amc_p1 : ") and "2 * x = 4" in trusted
-        assert printout(STATEMENT + "\n  linarith") == trusted
-        assert printout("theorem helper : True := trivial\n" + STATEMENT + "\n  linarith") == trusted
-        assert printout("variable [Fact False]\n" + STATEMENT + "\n  linarith") != trusted
-        assert printout("open Lean\n" + STATEMENT + "\n  linarith") != trusted
-        assert printout(STATEMENT.replace("(h₀", "(h : False) (h₀") + "\n  linarith") != trusted
-        assert printout("namespace Foo\n" + STATEMENT + "\n  linarith").startswith("@Foo.amc_p1 : ")
-        unknown = proc.request({"cmd": statement_check_command("nope"), "env": header}, deadline)
-        assert unknown["messages"][0]["severity"] == "error"
+        assert verdict(STATEMENT + "\n  linarith") == "all checks passed"
+        assert verdict("theorem helper : True := trivial\n" + STATEMENT + "\n  linarith") == "all checks passed"
+        assert "type mismatch" in verdict("variable [Fact False]\n" + STATEMENT + "\n  linarith")
+        assert "type mismatch" in verdict("open Lean\n" + STATEMENT + "\n  linarith")
+        assert "type mismatch" in verdict(STATEMENT.replace("(h₀", "(h : False) (h₀") + "\n  linarith")
+        assert "unknown identifier '_root_.amc_p1'" in verdict("namespace Foo\n" + STATEMENT + "\n  linarith")
+        assert "unknown identifier '_root_.amc_p1'" in verdict(STATEMENT.replace("amc_p1", "amc_p2") + "\n  linarith")
     finally:
         proc.kill()
 
@@ -55,7 +56,7 @@ LEAN_ONLY_CHEATS = {
     "variable in": ("variable (h : False) in\n" + STATEMENT + "\n  linarith", "statement check"),
     "open changes names": ("theorem helper : True := trivial\nopen Lean\n\n" + STATEMENT + "\n  linarith",
                            "statement check"),
-    "namespace": ("namespace Foo\n\n" + STATEMENT + "\n  linarith", "Foo.amc_p1"),
+    "namespace": ("namespace Foo\n\n" + STATEMENT + "\n  linarith", "_root_.amc_p1"),
     "section variable": ("section\nvariable [Subsingleton ℕ]\n" + STATEMENT + "\n  linarith\nend", "statement check"),
 }
 
@@ -68,7 +69,7 @@ def test_cheats_the_text_checks_let_through_are_rejected_by_lean(name, verify_co
     assert word in verdict["reason"]
 
 
-def test_honest_proofs_pass_the_statement_check_and_it_runs_once_per_problem(verify_config, tmp_path):
+def test_honest_proofs_pass_the_statement_check_and_the_statement_runs_once_per_problem(verify_config, tmp_path):
     log = tmp_path / "repl.log"
     records = [{"id": f"p{k}", "formal_statement": STATEMENT, "proof": "  linarith"} for k in range(4)]
     records.append(dict(completion("theorem helper : True := trivial\n\nset_option maxHeartbeats 400000 in\n"
@@ -76,24 +77,26 @@ def test_honest_proofs_pass_the_statement_check_and_it_runs_once_per_problem(ver
     verdicts = verify_records(records, verify_config(workers=1, repl_args=["--log", str(log)]))
     assert [v["verdict"] for v in verdicts] == ["verified"] * 5, [v["reason"] for v in verdicts]
     entries = [json.loads(line) for line in log.read_text().splitlines()]
-    trusted = [e for e in entries if e.get("kind") == "cmd" and e["cmd"] == STATEMENT + " sorry"]
-    checks = [e for e in entries if e.get("kind") == "check"]
-    assert len(trusted) == 1            # the trusted statement, once per problem
-    assert len(checks) == 1 + 5         # its printout, then one per proof
+    trusted = [e for e in entries if e.get("kind") == "trusted"]
+    aliases = [e for e in entries if e.get("kind") == "alias"]
+    assert len(trusted) == 1            # the trusted statement, once per problem (and process)
+    assert len(aliases) == 5            # the statement and axiom check, one per proof
+    proofs = [e for e in entries if e.get("kind") == "cmd"]
+    assert {e["env"] for e in proofs} == {1}   # every proof runs where the trusted statement was declared
 
 
-def test_unexpected_check_output_fails_closed(verify_config):
-    # the proof declares the target with a marker that garbles its `#check` answer
+def test_unexpected_axioms_output_fails_closed(verify_config):
+    # the proof declares the target with a marker that garbles the alias's `#print axioms` answer
     [verdict] = verify_records([{"id": "g", "formal_statement": STATEMENT,
-                                 "proof": "  linarith\n  fake_check_garbled"}], verify_config(workers=1))
-    assert verdict["verdict"] == "rejected" and "statement check" in verdict["reason"]
+                                 "proof": "  linarith\n  fake_axioms_garbled"}], verify_config(workers=1))
+    assert verdict["verdict"] == "rejected" and "no parseable" in verdict["reason"]
 
 
 def test_a_trusted_statement_that_does_not_elaborate_is_an_error_of_the_record(verify_config):
     from prover_cli.verify.pool import ReplPool
     from prover_cli.verify.statement import Candidate
 
-    # the body is fine; the trusted statement alone (with `sorry`) gets an error from the stand-in
+    # the body is fine; the trusted statement alone gets an error from the stand-in
     statement = "theorem amc_p1 (x : ℝ) (h₀ : 2 * x = 4 ∨ fake_error) : x = 2 := by"
     body = STATEMENT + "\n  linarith"
     pool = ReplPool(verify_config(workers=1))

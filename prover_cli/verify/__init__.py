@@ -11,8 +11,10 @@ Modules, in the order a proof meets them:
     repl.py       one REPL process: framing, deadlines on every read and write
     transport.py  where it runs: LocalTransport (own process group, memory limit, dies with us via
                   repl_watchdog.py) or another Transport (Modal)
-    pool.py       `verify.workers` processes: header once per process, proofs in its env, Lean's
-                  statement check, restarts, one retry after a REPL killed from outside
+    toolchain.py  the Lean version a REPL runs (its `lean-toolchain`), checked against what we send
+    pool.py       `verify.workers` processes: header once per process, the trusted statement once
+                  per problem, proofs in its env, Lean's statement check, restarts, one retry
+                  after a REPL killed from outside, recycling after a record that could run code
     canary.py     honest proofs and one cheat per rule, run once per toolchain and by `doctor`
     kimina.py     the same rules against a Kimina Lean Server
     rules.py      the verdict rules (`Verdict`), and what they do not protect against

@@ -6,26 +6,39 @@ rejected rather than run. Untrusted text is a `proof` (tactic block) or a `compl
 block; in both, a token that is a command keyword may only be one of:
 
 - `theorem` / `lemma`: helper declarations and the target;
-- `open <namespaces> in` inside a proof (indented, on one line): it applies to the next tactic
-  only (the same words at column 0, or without `in`, are rejected);
+- `open <namespaces> in` on one line: inside a proof it applies to the next tactic, before a
+  declaration to that declaration (before the target, statement.py allows only namespaces the
+  trusted header opens: anything else could change what the statement means);
 - `set_option <option> <value> in` where <option> only bounds resources (`RESOURCE_OPTIONS`):
   a resource limit cannot change what a statement means, and `in` keeps it local;
 - in a completion's header lines (dropped and replaced by the trusted header), only lines that
-  are identical to lines of the trusted header (checked in `statement.py`).
+  are identical to lines of the trusted header, or `open` lines of namespaces it opens (checked in
+  `statement.py`).
 
 Everything else that can start a command is rejected with a reason naming it and its line:
-any `variable` form (`variable?` too), `include`, `omit`, `open`, `namespace`, `section`, `end`,
-`export`, `universe`, `def`/`abbrev`/`instance`/`structure`/`inductive`/`class`/`opaque`/
-`axiom`/`example`, modifiers (`private`, `noncomputable`, …), any attribute (`@[…]`,
+any `variable` form (`variable?` too), `include`, `omit`, `open` without `in`, `namespace`,
+`section`, `end`, `export`, `universe`, `def`/`abbrev`/`instance`/`structure`/`inductive`/`class`/
+`opaque`/`axiom`/`example`, modifiers (`private`, `noncomputable`, …), any attribute (`@[…]`,
 `attribute […]`), `local`/`scoped`, `elab*`/`macro*`/`syntax*`/`notation*` and the other
-syntax-extension commands, `#` commands, `initialize`, `mutual`, and Mathlib's commands we know
-of. Lean's parser ends a tactic block at the first token that cannot continue it, so a command
-keyword anywhere in the text, at any indentation, starts a command: the scan looks at every
-token, not only at line starts; and every line that starts at column 0 must start with an
-allowed command (a tactic at column 0 would be a new command as far as we can tell).
+syntax-extension commands, `#` commands, `initialize`, `mutual`, and the Lean and Mathlib commands
+we know of that register or run code without any of those words (`set_library_suggestions`,
+`grind_propagator`, `cbv_eval`, `count_heartbeats`, …). Where Lean starts a command follows its
+layout rules: a keyword anywhere is scanned; a line at column 0, or left of the column of the
+declaration's tactic block (Lean ends the block there: `tacticSeq` checks `colGe`), starts a
+command and must start an allowed one; inside brackets columns do not count; a column-0 line may
+continue a declaration's signature when its first token cannot start a command (a symbol, a
+numeral, a dotted or non-ASCII name, or a name the signature bound).
+
+Code in the text: tactic configurations are *evaluated* (`Lean.Elab.Tactic.Config`), and some
+hold functions that run later (`solve_by_elim`'s `suspend`, Mathlib `linarith`'s `discharger`),
+so every `(name := value)` must have a literal value: a numeral, `true`/`false`, `.name`,
+`+name`/`-name`, or `{ field := literal, … }` of those (named arguments look the same and are held
+to it too); `eval%` (which evaluates code while elaborating) is rejected.
 
 `verify.allow_commands` widens the list by keyword (e.g. `["open"]`); each one is a way for a
-proof to change what is checked (see docs/verify.md for the risk of each).
+proof to change what is checked (see docs/verify.md for the risk of each). A record that uses a
+widened command able to run code is marked (`code_commands_used`), and the pool recycles the
+REPL after it.
 
 Inside proofs also: `plausible`/`slim_check` (they close the goal when they find no
 counterexample) are denied in `denylist.py`, and control, zero-width and bidirectional-format
@@ -39,7 +52,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from prover_cli.verify.lexer import Lexed, Token, line_col
@@ -78,6 +91,9 @@ COMMAND_KEYWORDS = frozenset({
     "import", "prelude", "extend_docs", "open_locale", "init_quot", "unlock_limits", "docs_to_verso",
     "deprecated_module", "recommended_spelling", "gen_injective_theorems", "end_local_scope",
     "with_weak_namespace", "scoped_notation",
+    # commands that register or run code without `@[`, `elab` or `macro` in their name
+    "set_library_suggestions", "set_premise_selector", "grind_propagator", "cbv_eval", "count_heartbeats",
+    "sudo", "init_grind_norm", "tactic_extension", "show_panel_widgets", "irreducible", "instance_priority",
 })
 
 # Whole identifiers starting with one of these are commands we do not know yet, in families
@@ -133,56 +149,193 @@ def _is_command_keyword(token: Token) -> bool:
     return len(token.components) == 1 and word.startswith(COMMAND_PREFIXES)
 
 
+@dataclass
+class _Layout:
+    """Where the scan is in the declaration it reads: Lean ends a tactic block at the first line
+    left of the block's column, so such a line starts a command; a signature may go on at column 0."""
+
+    depth: int = 0                      # open brackets
+    in_signature: bool = False          # between `theorem NAME` and its `:=`
+    names: set = field(default_factory=set)   # identifiers seen in the signature
+    block_column: int | None = None     # column of the declaration's outermost tactic block
+    block_next: bool = False            # the next token opens that block (it follows `by`)
+
+    def new_declaration(self) -> None:
+        self.depth, self.in_signature, self.names = 0, True, set()
+        self.block_column, self.block_next = None, False
+
+
+OPENERS = {"(": ")", "[": "]", "{": "}", "⟨": "⟩", "⦃": "⦄"}
+CLOSERS = set(OPENERS.values())
+
+
 def check_commands(lexed: Lexed, *, allow_commands: Iterable[str] = (), skip: Iterable[tuple[int, int]] = (),
-                   what_text: str = "") -> Problem | None:
-    """The first command outside the allowlist in `lexed` (spans in `skip` excepted), or None."""
+                   in_tactic_block: bool = False, declaration_opens: bool = True) -> Problem | None:
+    """The first command outside the allowlist in `lexed` (spans in `skip` excepted: their tokens
+    are not checked, but still tell where declarations and tactic blocks are), or None.
+
+    `in_tactic_block`: the text continues a statement ending in `:= by` (`proof` input), so its
+    first token opens the tactic block.
+    `declaration_opens`: `open … in` may also stand at the start of a line, before a declaration
+    (a completion); in a `proof` only inside it (indented)."""
     allowed_extra = {c.strip() for c in allow_commands}
     skip_spans = sorted(skip)
     skip_starts = [a for a, _ in skip_spans]
     line_of = _line_finder(lexed.text)
+    code = lexed.code
 
     def skipped(offset: int) -> bool:
         k = bisect.bisect_right(skip_starts, offset) - 1
         return k >= 0 and skip_spans[k][0] <= offset < skip_spans[k][1]
 
-    tokens = [t for t in lexed.code_tokens() if not skipped(t.start)]
-    line_starts = _line_start_offsets(lexed.code)
+    tokens = lexed.code_tokens()
+    layout = _Layout(block_next=in_tactic_block)
+    newlines = [m.start() for m in re.finditer("\n", code)]
+    line_firsts, previous_line = set(), -1      # starts of the first token (strings included) of each line
+    for t in lexed.tokens:
+        line = bisect.bisect_left(newlines, t.start)
+        if line != previous_line:
+            line_firsts.add(t.start)
+        previous_line = bisect.bisect_left(newlines, t.end - 1)   # a string may span lines
     for k, token in enumerate(tokens):
         following = tokens[k + 1] if k + 1 < len(tokens) else None
-        if token.kind == "hash":
-            if token.text in allowed_extra:
-                continue
-            return Problem(f"`{token.text}` command", "`#` commands run code or print (and can "
-                           "forge) messages", line_of(token.start))
-        if token.text == "@" and following is not None and following.text == "[" \
-                and following.start == token.end:
-            if "@[" in allowed_extra or "attribute" in allowed_extra:
-                continue
-            return Problem("attribute `@[…]`", "attributes register metaprograms (`command_elab`, "
-                           "`tactic`, `delab`, linters) and instances", line_of(token.start))
-        if token.text == "set_option":
-            problem = _check_set_option(token, following, tokens[k + 2:k + 4], line_of, allowed_extra)
+        line = bisect.bisect_left(newlines, token.start)          # 0-based line of the token
+        column = token.start - (newlines[line - 1] + 1 if line > 0 else 0)
+        first_on_line = token.start in line_firsts
+        starts_declaration = first_on_line and token.text in ("theorem", "lemma") and layout.depth == 0
+        if starts_declaration:
+            layout.new_declaration()
+        elif layout.block_next:
+            layout.block_column, layout.block_next = column, False
+        if not skipped(token.start):
+            problem = (_check_token(tokens, k, token, following, code, line_of, allowed_extra,
+                                    declaration_opens or column > 0)
+                       or _check_layout(token, first_on_line, column, layout, tokens, k, code, line_of,
+                                        allowed_extra))
             if problem is not None:
                 return problem
-            continue
-        if token.text == "open" and "open" not in allowed_extra:
-            if _is_local_open(tokens, k, line_starts, lexed.code):
-                continue
-            return Problem("`open` command", "outside the trusted header only `open <namespaces> in` "
-                           "inside a proof (indented, one line) is allowed: it applies to one tactic",
+        _advance(layout, tokens, k, token, following)
+    return None
+
+
+def _advance(layout: _Layout, tokens: list[Token], k: int, token: Token, following: Token | None) -> None:
+    """Update the layout after `token`: brackets, the end of the signature, the tactic block."""
+    if token.text in OPENERS:
+        layout.depth += 1
+    elif token.text in CLOSERS:
+        layout.depth = max(0, layout.depth - 1)
+    elif layout.depth == 0 and token.text == ":" and following is not None and following.text == "=" \
+            and following.start == token.end and layout.in_signature:
+        layout.in_signature = False
+    elif token.kind == "ident" and layout.in_signature:
+        layout.names.add(token.text)
+    elif token.text == "by" and layout.depth == 0 and not layout.in_signature and layout.block_column is None:
+        layout.block_next = True
+
+
+def _check_token(tokens: list[Token], k: int, token: Token, following: Token | None, code: str, line_of,
+                 allowed_extra: set[str], open_in_allowed: bool) -> Problem | None:
+    """The per-token rules: `#` commands, attributes, options, `open`, command keywords, option
+    values, `eval%`."""
+    if token.kind == "hash":
+        if token.text in allowed_extra:
+            return None
+        return Problem(f"`{token.text}` command", "`#` commands run code or print (and can "
+                       "forge) messages", line_of(token.start))
+    if token.text == "@" and following is not None and following.text == "[" and following.start == token.end:
+        if "@[" in allowed_extra or "attribute" in allowed_extra:
+            return None
+        return Problem("attribute `@[…]`", "attributes register metaprograms (`command_elab`, "
+                       "`tactic`, `delab`, linters) and instances", line_of(token.start))
+    if token.text == "set_option":
+        return _check_set_option(token, following, tokens[k + 2:k + 4], line_of, allowed_extra)
+    if token.text == "open" and "open" not in allowed_extra:
+        if open_in_allowed and _is_local_open(tokens, k, code):
+            return None   # before the target only namespaces the header opens: statement.py checks that
+        return Problem("`open` command", "outside the trusted header only `open <namespaces> in` (on one line) "
+                       "is allowed: it applies to the next tactic or declaration only", line_of(token.start))
+    if _is_command_keyword(token):
+        word = token.text.rstrip("?!")
+        if word in allowed_extra or token.text in allowed_extra:
+            return None
+        return Problem(f"`{token.text}` command", "only helper `theorem`/`lemma` declarations, "
+                       "the target and `set_option <resource limit> <value> in` are allowed "
+                       "(verify.allow_commands widens this)", line_of(token.start))
+    if token.text == "eval" and following is not None and following.text == "%" and following.start == token.end:
+        return Problem("`eval%`", "it evaluates code while the proof elaborates", line_of(token.start))
+    if token.text == "(" and following is not None and following.kind == "ident" and k + 3 < len(tokens) \
+            and tokens[k + 2].text == ":" and tokens[k + 3].text == "=" and tokens[k + 3].start == tokens[k + 2].end:
+        if not _literal_value(tokens, k + 4):
+            return Problem(f"`({following.text} := …)` with a value that is not a literal",
+                           "tactic configurations are evaluated (a function in them runs as code), so an option "
+                           "value may only be a numeral, `true`/`false`, a `.name`, `+opt`/`-opt`, or `{ field "
+                           ":= literal, … }` of those (named arguments included: they look the same)",
                            line_of(token.start))
-        if _is_command_keyword(token):
-            word = token.text.rstrip("?!")
-            if word in allowed_extra or token.text in allowed_extra:
-                continue
-            return Problem(f"`{token.text}` command", "only helper `theorem`/`lemma` declarations, "
-                           "the target and `set_option <resource limit> <value> in` are allowed "
-                           "(verify.allow_commands widens this)", line_of(token.start))
-        if token.kind == "ident" and token.start in line_starts and token.text not in ALLOWED_COMMANDS \
-                and token.text not in allowed_extra:
-            return Problem(f"`{token.text}` at the start of a line", "a line starting at column 0 "
-                           "starts a new command, and only `theorem`/`lemma` and `set_option … in` "
-                           "commands are allowed (indent tactic lines)", line_of(token.start))
+    return None
+
+
+def _check_layout(token: Token, first_on_line: bool, column: int, layout: _Layout, tokens: list[Token], k: int,
+                  code: str, line_of, allowed_extra: set[str]) -> Problem | None:
+    """A line that Lean reads as the start of a command (column 0, or left of the declaration's
+    tactic block) must start an allowed one: `theorem`/`lemma`, `set_option … in`, `open … in`
+    (checked above); a column-0 line inside a signature may continue it."""
+    if not first_on_line or layout.depth > 0:
+        return None
+    left_of_block = layout.block_column is not None and column < layout.block_column
+    if column != 0 and not left_of_block:
+        return None
+    if token.text in ALLOWED_COMMANDS or token.text == "open" or token.text.rstrip("?!") in allowed_extra \
+            or token.text in allowed_extra:
+        return None
+    if token.text == "@" and k + 1 < len(tokens) and tokens[k + 1].text == "[" and (
+            "@[" in allowed_extra or "attribute" in allowed_extra):
+        return None
+    if column == 0 and layout.in_signature and _continues_signature(token, layout):
+        return None
+    where = "at the start of a line" if column == 0 else f"left of the tactic block's column ({layout.block_column})"
+    return Problem(f"`{token.text}` {where}", "Lean ends a tactic block (and a declaration) at a line left of "
+                   "its column and reads a new command there; only `theorem`/`lemma`, `set_option … in` and "
+                   "`open … in` commands are allowed (indent tactic lines)", line_of(token.start))
+
+
+def _continues_signature(token: Token, layout: _Layout) -> bool:
+    """A column-0 token that cannot start a command: a symbol or numeral, a dotted or non-ASCII
+    identifier, or a name the signature already bound (`(a b : ℝ) :` then `a * b ≤ …`)."""
+    if token.kind in ("symbol", "number"):
+        return True
+    return token.kind == "ident" and (len(token.components) > 1 or not token.text.isascii()
+                                      or token.text in layout.names)
+
+
+def _literal_value(tokens: list[Token], k: int) -> bool:
+    """The tokens from `k` to the `)` closing the option are one literal option value."""
+    end = _literal_end(tokens, k)
+    return end is not None and end < len(tokens) and tokens[end].text == ")"
+
+
+def _literal_end(tokens: list[Token], k: int) -> int | None:
+    """Index after one literal at `k`: a numeral, `true`/`false`, `.name`, `+name`/`-name`, or
+    `{ name := literal, … }`; None if there is none."""
+    if k >= len(tokens):
+        return None
+    token = tokens[k]
+    if token.kind == "number" or token.text in ("true", "false"):
+        return k + 1
+    if token.text in (".", "+", "-") and k + 1 < len(tokens) and tokens[k + 1].kind == "ident" \
+            and tokens[k + 1].start == token.end and len(tokens[k + 1].components) == 1:
+        return k + 2
+    if token.text == "{":
+        j = k + 1
+        while j < len(tokens) and tokens[j].text != "}":
+            if not (tokens[j].kind == "ident" and j + 2 < len(tokens) and tokens[j + 1].text == ":"
+                    and tokens[j + 2].text == "=" and tokens[j + 2].start == tokens[j + 1].end):
+                return None
+            j = _literal_end(tokens, j + 3)
+            if j is None or j >= len(tokens):
+                return None
+            if tokens[j].text == ",":
+                j += 1
+        return j + 1 if j < len(tokens) else None
     return None
 
 
@@ -200,10 +353,19 @@ def _check_set_option(token: Token, option: Token | None, rest: list[Token], lin
     return None
 
 
-def _is_local_open(tokens: list[Token], k: int, line_starts: set[int], code: str) -> bool:
-    """`open A B in` inside a tactic block: indented, names only, `in` on the same line."""
-    if tokens[k].start in line_starts:
-        return False
+def open_names(tokens: list[Token], k: int) -> list[str]:
+    """The namespaces of the `open … in` at `k` (`_is_local_open` holds)."""
+    names = []
+    for t in tokens[k + 1:]:
+        if t.text == "in":
+            return names
+        names.append(t.text)
+    return names
+
+
+def _is_local_open(tokens: list[Token], k: int, code: str) -> bool:
+    """`open A B in` on one line: names only, then `in` (it applies to the next tactic or
+    command only)."""
     line_end = code.find("\n", tokens[k].start)
     line_end = len(code) if line_end < 0 else line_end
     j = k + 1
@@ -213,11 +375,36 @@ def _is_local_open(tokens: list[Token], k: int, line_starts: set[int], code: str
     return j > k + 1 and j < len(tokens) and tokens[j].start < line_end and tokens[j].text == "in"
 
 
-def _line_start_offsets(code: str) -> set[int]:
-    """Offsets of the first character of every line whose first character is not blank."""
-    starts = set()
-    if code[:1] not in ("", " ", "\t", "\n", "\r"):
-        starts.add(0)
-    for match in re.finditer(r"\n(?=[^ \t\r\n])", code):
-        starts.add(match.start() + 1)
-    return starts
+# `verify.allow_commands` entries that cannot run code of the proof's own: scopes and names.
+INERT_COMMANDS = frozenset({"open", "namespace", "section", "end", "variable", "variables", "universe",
+                            "universes", "include", "omit", "export"})
+
+
+def code_commands_used(lexed: Lexed, allow_commands: Iterable[str]) -> set[str]:
+    """The widened (`verify.allow_commands`) commands the text uses that can run code or change
+    the process (attributes, definitions, instances, `elab`, `#` commands, options, …)."""
+    widened = {c.strip() for c in allow_commands} - INERT_COMMANDS
+    if not widened:
+        return set()
+    used = set()
+    tokens = lexed.code_tokens()
+    for k, token in enumerate(tokens):
+        word = token.text.rstrip("?!")
+        if word in widened or token.text in widened:
+            used.add(word)
+        elif token.text == "@" and k + 1 < len(tokens) and tokens[k + 1].text == "[" and "@[" in widened:
+            used.add("@[")
+    return used
+
+
+def opened_namespaces(header_code: str) -> frozenset[str]:
+    """Namespaces the trusted header opens with plain `open A B …` lines (no `in`, `hiding`,
+    `renaming`, `scoped`, parentheses): an `open` of only these changes nothing."""
+    opened: set[str] = set()
+    for line in header_code.splitlines():
+        words = line.split()
+        if words[:1] == ["open"] and len(words) > 1 and all(
+                re.fullmatch(r"[A-Za-z_][\w.']*", w) and w not in ("in", "hiding", "renaming", "scoped")
+                for w in words[1:]):
+            opened.update(words[1:])
+    return frozenset(opened)

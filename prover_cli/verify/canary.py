@@ -1,7 +1,7 @@
 """The canary: do our verdict rules hold on *this* Lean toolchain?
 
 The rules read Lean's answers (message shapes, `#print axioms` lines, the axioms native code
-uses, `#check` printouts), and those change between Lean versions. So before the first proof on
+uses, whether Lean accepts the statement check), and those change between Lean versions. So before the first proof on
 a toolchain, and in `prover doctor`, a small built-in set of real Lean texts runs through the
 same pool code as every proof (`ReplPool.check`), skipping only the text checks so that each
 Lean-side rule is exercised: honest proofs that must come out `verified`, and one cheat per
@@ -9,7 +9,11 @@ rule that must come out `rejected`. If any comes out otherwise, verification ref
 names the rule that does not hold here: on first contact with a real Lean install this tells the
 user whether our rules match their Lean version.
 
-The texts use only Lean core (no Mathlib names), so they mean the same under any header.
+The texts use only Lean core (no Mathlib names), so they mean the same under any header. The
+honest ones cover each shape of target whose printout once misled us: no binders, an explicit,
+implicit or instance binder first, and a universe-polymorphic one (with a universe-specialised
+cheat). A failure names the rule and puts what we expected next to what Lean answered (the
+verdict's reason quotes Lean), with the statement and text checked, for a one-paste report.
 A passing result is cached on disk per toolchain (`canary_cache_key`); a failing one never is.
 """
 
@@ -27,7 +31,7 @@ from prover_cli.errors import BackendError
 from prover_cli.verify.rules import AllowedAxioms
 from prover_cli.verify.statement import Candidate
 
-CANARY_VERSION = 1
+CANARY_VERSION = 2   # 2: Lean's statement check by restatement; five binder/universe shapes
 STANDARD_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
 
 
@@ -42,7 +46,7 @@ class Canary:
 
     @property
     def target(self) -> str:
-        return self.statement.split()[1]
+        return self.statement.split()[1].split(".{")[0]
 
 
 def _s(name: str, rest: str) -> str:
@@ -50,13 +54,26 @@ def _s(name: str, rest: str) -> str:
 
 
 CANARIES: tuple[Canary, ...] = (
-    Canary("honest", "an honest proof is verified (messages, `#print axioms` and `#check` are read correctly)",
+    # honest proofs, one per binder shape of the target: Lean's statement check must accept each
+    Canary("honest, no binders", "an honest proof is verified (messages, `#print axioms` and the statement "
+           "check are read correctly)",
            _s("decide", " : 2 + 2 = 4 := by"), _s("decide", " : 2 + 2 = 4 := by") + "\n  decide", "verified"),
-    Canary("honest with a helper", "a proof with a helper lemma and `set_option maxHeartbeats N in` is verified",
+    Canary("honest, explicit binder first", "a proof of a target whose first binder is explicit, through a helper "
+           "lemma and `set_option maxHeartbeats N in`, is verified",
            _s("helper_use", " (n : Nat) : n + 0 = n := by"),
            "theorem prover_canary_helper (n : Nat) : n + 0 = n := rfl\n\n"
            "set_option maxHeartbeats 400000 in\n"
            + _s("helper_use", " (n : Nat) : n + 0 = n := by") + "\n  exact prover_canary_helper n", "verified"),
+    Canary("honest, implicit binder first", "a proof of a target whose first binder is implicit is verified",
+           _s("implicit", " {n : Nat} (h : n = 1) : n + 0 = 1 := by"),
+           _s("implicit", " {n : Nat} (h : n = 1) : n + 0 = 1 := by") + "\n  exact h", "verified"),
+    Canary("honest, instance binder first", "a proof of a target whose first binder is an instance is verified",
+           _s("instance_first", " [Inhabited Nat] (n : Nat) : n + 0 = n := by"),
+           _s("instance_first", " [Inhabited Nat] (n : Nat) : n + 0 = n := by") + "\n  rfl", "verified"),
+    Canary("honest, universe-polymorphic", "a proof of a universe-polymorphic target is verified",
+           _s("universe.{u}", " {α : Sort u} (a : α) : a = a := by"),
+           _s("universe.{u}", " {α : Sort u} (a : α) : a = a := by") + "\n  rfl", "verified"),
+    # one cheat per rule
     Canary("sorry", "a proof with `sorry` is rejected",
            _s("sorry", " : 2 + 2 = 5 := by"), _s("sorry", " : 2 + 2 = 5 := by") + "\n  sorry", "rejected"),
     Canary("extra axiom", "a proof through a declared axiom is rejected (`#print axioms`)",
@@ -73,6 +90,11 @@ CANARIES: tuple[Canary, ...] = (
            _s("instance", " : 2 + 2 = 5 := by"),
            "variable [prover_canary_inst : Nonempty Empty]\n\n" + _s("instance", " : 2 + 2 = 5 := by")
            + "\n  exact (Classical.choice prover_canary_inst).elim", "rejected"),
+    Canary("universe specialised", "a proof of a universe-polymorphic target for one universe only is rejected "
+           "(statement check)",
+           _s("universe_cheat.{u}", " {α : Sort u} (a b : α) : a = b ∨ True := by"),
+           _s("universe_cheat", " {α : Prop} (a b : α) : a = b ∨ True := by") + "\n  exact Or.inl rfl",
+           "rejected"),
     Canary("renamed target", "a proof of a renamed target is rejected",
            _s("renamed", " : 2 + 2 = 4 := by"), _s("renamed'", " : 2 + 2 = 4 := by") + "\n  decide", "rejected"),
     Canary("namespace", "a target declared in another namespace is rejected (name resolution)",
@@ -105,14 +127,24 @@ def run_canary(pool: Any) -> list[dict[str, Any]]:
     else:
         verdicts = [pool.check(pool.processes[0], candidate, allowed) for candidate, allowed in pairs]
     return [{"canary": canary.name, "rule": canary.rule, "expect": canary.expect, "got": verdict.status,
-             "reason": verdict.reason, "ok": verdict.status == canary.expect}
+             "reason": verdict.reason, "statement": canary.statement, "proof": canary.body,
+             "lean": [m.get("data") for m in verdict.messages if isinstance(m, dict)],
+             "ok": verdict.status == canary.expect}
             for canary, verdict in zip(canaries, verdicts)]
 
 
 def failures_message(results: list[dict[str, Any]]) -> str:
+    """One paragraph per failed canary: the rule, what we expected next to what Lean answered (the
+    verdict's reason quotes Lean), the trusted statement and the text checked, so that a user can
+    report it in one paste."""
     bad = [r for r in results if not r["ok"]]
-    return "; ".join(f"rule `{r['rule']}` does not hold on this toolchain (canary {r['canary']!r}: expected "
-                     f"{r['expect']}, got {r['got']}: {r['reason'][:200]})" for r in bad)
+    return "; ".join(
+        f"rule `{r['rule']}` does not hold on this toolchain (canary {r['canary']!r}: expected {r['expect']}, "
+        f"got {r['got']}; Lean answered: {r['reason'][:600]}"
+        + (f"; Lean's messages on the proof: {' | '.join(str(d)[:200] for d in r.get('lean') or [])}"
+           if r.get("lean") else "")
+        + f"; trusted statement: `{r.get('statement', '')}`; checked: `{str(r.get('proof', '')).replace(chr(10), ' ⏎ ')[:300]}`)"
+        for r in bad)
 
 
 def ensure_canary(pool: Any) -> None:

@@ -29,9 +29,16 @@ from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.verify.rules import VERDICTS, Verdict
-from prover_cli.verify.statement import BadRecord, Rejected, TextPolicy, candidate_from_record, check_fields
+from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
 OnResult = Callable[[Any, dict, Verdict], None]
+
+# A later check of a proof the fast path verified (e.g. a kernel re-check in a fresh process):
+# it gets the candidate (header, body, target, statement) and the `verified` verdict, and returns
+# the verdict to record (the same one, or a failing one). Stages run in order, in the thread that
+# reports verdicts; a stage only ever sees `verified` verdicts, so it can never make a failing
+# proof pass.
+Stage = Callable[[Candidate, Verdict], Verdict]
 
 
 def verifier_identity(verify_config: Any) -> dict[str, Any]:
@@ -48,7 +55,7 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
 
 
 # Bump when a verdict rule changes, so that resume rechecks verdicts made under the old rules.
-RULES_VERSION = 3   # 3: trusted-header copies in completions, Lean statement check on Kimina
+RULES_VERSION = 4   # 4: statement check by Lean (restated trusted statement), config/lexer/indent rules
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -114,8 +121,9 @@ class Verifier:
     """The configured backend. Keep one open across batches to keep REPL processes warm
     (the header, e.g. `import Mathlib`, then runs once per process, not once per batch)."""
 
-    def __init__(self, verify_config: Any, *, transport_factory: Any = None):
+    def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = ()):
         self.config = verify_config
+        self.stages: list[Stage] = list(stages)
         self.policy = TextPolicy.from_config(verify_config)
         self.identity = verifier_identity(verify_config)
         if verify_config.backend == "kimina":
@@ -153,8 +161,24 @@ class Verifier:
             else:
                 queued.append((key, record, candidate))
         by_candidate = {id(c): (k, r) for k, r, c in queued}
-        self.backend.run([c for _, _, c in queued],
-                         lambda candidate, verdict: on_result(*by_candidate[id(candidate)], verdict))
+
+        def report(candidate: Candidate, verdict: Verdict) -> None:
+            verdict = self._after_fast_path(candidate, verdict)
+            on_result(*by_candidate[id(candidate)], verdict)
+
+        self.backend.run([c for _, _, c in queued], report)
+
+    def _after_fast_path(self, candidate: Candidate, verdict: Verdict) -> Verdict:
+        """The later stages on a verified verdict; an exception in one is that proof's `error`."""
+        for stage in self.stages:
+            if verdict.status != "verified":
+                break
+            try:
+                verdict = stage(candidate, verdict)
+            except Exception as exc:
+                verdict = Verdict("error", f"{getattr(stage, '__name__', 'a verification stage')} failed: "
+                                           f"{type(exc).__name__}: {exc}", verdict.messages, verdict.axioms)
+        return verdict
 
     def verify(self, records: list[dict[str, Any]], reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
         reporter = reporter or NULL_REPORTER  # tasks pass None when nobody watches

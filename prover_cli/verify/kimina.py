@@ -10,23 +10,19 @@ The API key: when the server is started with one, every request needs the header
 `Authorization: Bearer <key>` (server/auth.py); we read the key from the environment variable
 named by `verify.kimina_api_key_env`. A 401/403 is one BackendError that names that variable.
 
-The server runs one file per proof, so the axiom check and Lean's statement check travel inside
-it: after the proof we append `theorem prover_axioms_<nonce> : type_of% @TARGET := @TARGET`,
-`#print axioms prover_axioms_<nonce>` and `#check @prover_axioms_<nonce>` under the pp options of
-rules.STATEMENT_CHECK_OPTIONS. The alias has exactly the target's axioms and type, and its
-random name means no message in the proof can pose as an answer (a proof can print any text with
-`trace`; it cannot guess the nonce). The server may report positions relative to the body or
-to the whole file and may omit `env`, so neither is relied on: the nonce answers prove the file
-was checked to its end.
-
-Lean's statement check (rule 4): once per problem (cached for the backend's life) we send
-header + trusted statement + ` sorry` + the same alias and `#check` under another nonce; the type
-printed after `@<alias> : ` must be the same text in both files. The server returns every
-message the REPL produced, info included (server/routers/backward.py passes the REPL's command
-response through; `Message.severity` is `trace | info | warning | error`, client/models.py), so
-this is the REPL backend's check, read from one file instead of three commands. Any other answer
-(no answer naming our alias, two, an error) is `rejected`; a trusted statement that does not
-elaborate is the record's `error`.
+The server runs one file per proof, so the statement and axiom checks travel inside it, as on the
+REPL backend (rules.trusted_command, rules.alias_command): header, the hole axiom and the trusted
+statement declared as `_prover_trusted` (before any untrusted text), the proof, then `theorem
+_root_._prover_same_<nonce> : type_of% @_root_.<Ns.>_prover_trusted := @_root_.<Ns.>TARGET` and
+its `#print axioms` (under `pp.fullNames`). Lean elaborates and the kernel checks the alias, so it
+exists without error exactly when the target proves the trusted statement; its axioms are the
+target's. The alias's random name means no message in the proof can pose as its answer (a proof
+can print any text with `trace`; it cannot guess the nonce). The server may report positions
+relative to the body or to the whole file and may omit `env`, so neither is relied on: the nonce
+answer proves the file was checked to its end. Once per problem (cached for the backend's life)
+a file with the header, the hole, the trusted statement and its `#print axioms` tells whether the
+statement elaborates (else the record's `error`) and the namespace the header leaves open (the
+answer names `Ns._prover_trusted`).
 
 The canary (canary.py) runs through `check_canaries` before the first proof, cached per server
 URL (`canary_key`): we cannot see the server's Lean version, only its answers.
@@ -58,7 +54,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import secrets
 import threading
 import time
@@ -69,15 +64,19 @@ from typing import Any, Callable, Iterable
 
 from prover_cli.errors import BackendError
 from prover_cli.verify.rules import (
+    TRUSTED,
     Verdict,
+    alias_command,
     allowed_axioms,
     is_error,
     judge_axioms,
     judge_proof,
     parse_axioms_message,
-    statement_check_command,
+    print_axioms_command,
+    read_trusted_namespace,
+    trusted_command,
 )
-from prover_cli.verify.statement import Candidate
+from prover_cli.verify.statement import BadRecord, Candidate, trusted_signature
 
 HTTP_MARGIN_S = 30.0  # the server's own header run and queueing come on top of the proof's timeout
 SERVER_MAX_WAIT_S = 60.0  # LEAN_SERVER_MAX_WAIT: a snippet waits this long for a REPL, then 429
@@ -107,51 +106,36 @@ class InFlight:
             self._cond.notify_all()
 
 
-def _alias(check_name: str, target: str) -> str:
-    return f"theorem {check_name} : type_of% @{target} := @{target}"
-
-
-def kimina_code(candidate: Candidate, check_name: str) -> str:
-    """The file for one proof: header, proof, the nonce alias, its axioms, its `#check`."""
+def _with_header(candidate: Candidate) -> str:
     header = candidate.header if candidate.header.endswith("\n") else candidate.header + "\n"
-    return (f"{header}\n{candidate.body.rstrip()}\n\n"
-            f"{_alias(check_name, candidate.target)}\n\n"
-            f"#print axioms {check_name}\n\n"
-            f"{statement_check_command(check_name)}\n")
+    return header + "\n" + trusted_command(trusted_signature(candidate.statement))
 
 
-def trusted_code(candidate: Candidate, check_name: str) -> str:
-    """The file that gives the trusted statement's printout: header, statement with `sorry`,
-    the nonce alias and its `#check` (the same command as in the proof's file)."""
-    header = candidate.header if candidate.header.endswith("\n") else candidate.header + "\n"
-    return (f"{header}\n{candidate.statement.rstrip()} sorry\n\n"
-            f"{_alias(check_name, candidate.target)}\n\n"
-            f"{statement_check_command(check_name)}\n")
+def kimina_code(candidate: Candidate, alias: str, namespace: str = "") -> str:
+    """The file for one proof: header, the trusted statement (without its `#print axioms`), the
+    proof, the nonce alias and its axioms (rules.alias_command)."""
+    trusted = _with_header(candidate)
+    trusted = trusted[:trusted.rindex(print_axioms_command(TRUSTED))].rstrip()
+    return f"{trusted}\n\n{candidate.body.rstrip()}\n\n{alias_command(namespace, candidate.target, alias)}\n"
 
 
-def _check_answers(messages: list[Any], check_name: str) -> list[dict[str, Any]]:
-    """Messages that answer `#check @<alias>`: they start with the nonce name (a proof cannot
-    print it: the name is drawn after the proof was written)."""
-    return [m for m in messages if isinstance(m, dict) and isinstance(m.get("data"), str)
-            and m["data"].lstrip().startswith(f"@{check_name} :")]
+def trusted_code(candidate: Candidate) -> str:
+    """The file that tells whether the trusted statement elaborates, and in which namespace."""
+    return _with_header(candidate) + "\n"
 
 
-def read_alias_type(messages: list[Any], check_name: str) -> tuple[str | None, str]:
-    """The type the one `#check @<alias>` answer prints (after `@<alias> : `), or (None, why)."""
-    answers = _check_answers(messages, check_name)
-    if len(answers) != 1 or answers[0].get("severity") not in ("info", "information"):
-        seen = f"{len(answers)} answers" if answers else "no answer"
-        return None, f"expected exactly one info message answering `#check @{check_name}`, got {seen}"
-    return answers[0]["data"].strip()[len(f"@{check_name} :"):].strip(), ""
-
-
-def _namespace_of_alias(messages: list[Any], check_name: str) -> str:
-    """`Ns.` when the trusted file's `#check` answer names `@Ns.<alias>` (a trusted header that
-    leaves `namespace Ns` open declares the alias, like the target, inside it), else ""."""
-    pattern = re.compile(rf"\A@((?:[^\s@:]+\.)?){re.escape(check_name)} :")
-    found = {m.group(1) for msg in messages if isinstance(msg, dict) and isinstance(msg.get("data"), str)
-             and (m := pattern.match(msg["data"].lstrip()))}
-    return found.pop() if len(found) == 1 else ""
+def judge_trusted(result: Any, candidate: Candidate) -> str | Verdict:
+    """The namespace prefix (`""` or `"Ns."`) the trusted header leaves open, from the reply to
+    `trusted_code`, or the record's `error` (a statement that does not elaborate in its header,
+    or an answer we cannot read)."""
+    response, failure = _response_of(result)
+    if failure is not None:
+        failure.reason = f"the trusted statement could not be checked: {failure.reason}"
+        return failure
+    namespace, why = read_trusted_namespace({**response, "env": 0})
+    if namespace is None:
+        return Verdict("error", f"the trusted statement does not elaborate in the header's environment: {why}")
+    return namespace
 
 
 def _response_of(result: Any) -> tuple[dict[str, Any] | None, Verdict | None]:
@@ -173,58 +157,48 @@ def _response_of(result: Any) -> tuple[dict[str, Any] | None, Verdict | None]:
     return response, None
 
 
-def judge_trusted(result: Any, candidate: Candidate, check_name: str) -> tuple[str, str] | Verdict:
-    """(namespace prefix, type printout) of the trusted statement from the reply to
-    `trusted_code`, or the record's `error` (a statement that does not elaborate in its header,
-    or an answer we cannot read). The prefix (`Ns.` for a header that leaves a namespace open)
-    is where the proof's file declares the alias too."""
-    response, failure = _response_of(result)
-    if failure is not None:
-        failure.reason = f"the trusted statement could not be checked: {failure.reason}"
-        return failure
-    messages = response.get("messages") or []
-    errors = [m for m in messages if is_error(m)]
-    if errors:
-        why = str(errors[0].get("data", "")).strip()[:300]
-        return Verdict("error", f"the trusted statement does not elaborate in the header's environment: {why}")
-    prefix = _namespace_of_alias(messages, check_name)
-    printed, why = read_alias_type(messages, prefix + check_name)
-    if printed is None:
-        return Verdict("error", f"`#check @{candidate.target}` of the trusted statement: {why}")
-    return prefix, printed
+def _alias_line(code: str) -> int | None:
+    """The line where the alias starts, counted as the server reports positions: in the body it
+    runs after splitting off the leading import (and blank) lines (server/split.py). Only used to
+    word the reason; a server that counts from the top of the file makes a proof error in the
+    last few lines before the alias read as the statement check's, never changes a verdict."""
+    lines = code.split("\n")
+    start = next((k for k, line in enumerate(lines) if line.startswith("theorem _root_._prover_same_")), None)
+    if start is None:
+        return None
+    skipped = 0
+    while skipped < len(lines) and (not lines[skipped].strip() or lines[skipped].strip().startswith("import ")):
+        skipped += 1
+    return start - skipped + 1
 
 
-def judge_kimina(result: Any, candidate: Candidate, check_name: str, allowed: set[str],
-                 expected: tuple[str, str] | None = None) -> Verdict:
-    """The verdict rules on one `results[i]` entry of the server's reply. `expected`: the trusted
-    statement's (namespace prefix, printout) (`judge_trusted`); None skips Lean's statement check
-    (unit tests only)."""
+def judge_kimina(result: Any, candidate: Candidate, alias: str, allowed: set[str], code: str = "") -> Verdict:
+    """The verdict rules on one `results[i]` entry of the server's reply to `kimina_code` (`code`):
+    no error (the proof's, or the alias's: Lean does not accept the target as a proof of the
+    trusted statement), no sorry, and exactly one `#print axioms` answer naming the nonce alias,
+    listing only allowed axioms."""
     response, failure = _response_of(result)
     if failure is not None:
         return failure
-    short_name = check_name
-    if expected is not None:
-        prefix, expected_type = expected
-        check_name = prefix + check_name   # the alias's full name, as the trusted file printed it
     messages = response.get("messages") or []
     sorries = response.get("sorries") or []
-    ours = [m for m in messages if _reported_name(m) == check_name]
-    checks = _check_answers(messages, check_name)
-    proof_messages = [m for m in messages if not any(m is o for o in ours + checks)]
+    ours = [m for m in messages if _reported_name(m) == alias]
+    others = [m for m in messages if not any(m is o for o in ours)]
+    alias_line = _alias_line(code) if code else None
+    if alias_line is not None:
+        errors = [m for m in others if is_error(m)]
+        late = [m for m in errors if isinstance(m.get("pos"), dict) and isinstance(m["pos"].get("line"), int)
+                and m["pos"]["line"] >= alias_line]
+        if errors and len(late) == len(errors):
+            said = " | ".join(str(m.get("data", "")).strip().replace("\n", " ⏎ ")[:400] for m in late)
+            return Verdict("rejected", f"statement check: Lean does not accept `{candidate.target}` as a proof of "
+                                       f"the trusted statement; Lean answered: {said}", others)
     # The server may drop `env`; the nonce answer (checked next) stands in for it.
     verdict = judge_proof({"env": response.get("env", -1) if isinstance(response.get("env"), int) else -1,
-                           "messages": proof_messages, "sorries": sorries})
+                           "messages": others, "sorries": sorries})
     if verdict is None:
-        verdict = judge_axioms(ours, check_name, allowed, proof_messages)
-    if verdict.status == "verified" and expected is not None:
-        printed, why = read_alias_type(messages, check_name)
-        if printed is None:
-            verdict = Verdict("rejected", f"statement check: {why}", verdict.messages, verdict.axioms)
-        elif printed != expected_type:
-            verdict = Verdict("rejected", "statement check: the target's type in the proof's environment is "
-                              f"not the trusted statement's (Lean printed {printed[:150]!r}, the trusted "
-                              f"statement gives {expected_type[:150]!r})", verdict.messages, verdict.axioms)
-    verdict.reason = verdict.reason.replace(short_name, f"{candidate.target} (alias)")
+        verdict = judge_axioms(ours, alias, allowed, others)
+    verdict.reason = verdict.reason.replace(alias, f"{candidate.target} (alias)")
     return verdict
 
 
@@ -239,8 +213,8 @@ class KiminaBackend:
     def __init__(self, verify_config: Any):
         self.config = verify_config
         self.allowed = allowed_axioms(verify_config)
-        # (header, statement, target) -> (namespace prefix, printout)
-        self._expected: dict[tuple[str, str, str], tuple[str, str]] = {}
+        # (header, statement, target) -> the namespace prefix the header leaves open
+        self._expected: dict[tuple[str, str, str], str] = {}
         self._failed: dict[tuple[str, str, str], Verdict] = {}  # the same, failed: kept for one run only
         self._canary_done = not getattr(verify_config, "canary", False)
         self.transport_factory = None
@@ -273,11 +247,11 @@ class KiminaBackend:
         batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
         self._failed = {}
         with ThreadPoolExecutor(max_workers=self.config.workers, thread_name_prefix="kimina") as pool:
-            # Each problem's trusted printout first, once (batches run in parallel: they would
+            # Each problem's trusted statement first, once (batches run in parallel: they would
             # all ask for it), then the proofs.
             problems = list({(c.header, c.statement, c.target): c for c in todo
                              if (c.header, c.statement, c.target) not in self._expected}.values())
-            for future in [pool.submit(self._trusted_printouts, problems[i:i + self.batch_size])
+            for future in [pool.submit(self._trusted_namespaces, problems[i:i + self.batch_size])
                            for i in range(0, len(problems), self.batch_size)]:
                 future.result()
             pending = {pool.submit(self.check_batch, batch): batch for batch in batches}
@@ -304,12 +278,12 @@ class KiminaBackend:
         return verdicts
 
     def check_batch(self, batch: list[Candidate], allowed: set[str] | None = None) -> list[Verdict]:
-        """Verdicts of one batch: Lean's printout of each problem's trusted statement (cached per
+        """Verdicts of one batch: each problem's trusted statement checked once (cached per
         problem), then one request for the proofs; after an HTTP 500, one request per proof."""
         return self._checked(batch, [self.allowed if allowed is None else allowed] * len(batch))
 
     def _checked(self, batch: list[Candidate], alloweds: list[set[str]]) -> list[Verdict]:
-        expected = self._trusted_printouts(batch)
+        expected = self._trusted_namespaces(batch)
         verdicts: list[Verdict | None] = [e if isinstance(e, Verdict) else None for e in expected]
         todo = [k for k, v in enumerate(verdicts) if v is None]
         for k, verdict in zip(todo, self._proofs([batch[k] for k in todo], [alloweds[k] for k in todo],
@@ -318,7 +292,7 @@ class KiminaBackend:
         return verdicts  # type: ignore[return-value]
 
     def _proofs(self, batch: list[Candidate], alloweds: list[set[str]],
-                expected: list[tuple[str, str]]) -> list[Verdict]:
+                expected: list[str]) -> list[Verdict]:
         if not batch:
             return []
         try:
@@ -332,8 +306,8 @@ class KiminaBackend:
         return [v for k in range(len(batch)) for v in self._proofs(batch[k:k + 1], alloweds[k:k + 1],
                                                                     expected[k:k + 1])]
 
-    def _trusted_printouts(self, batch: list[Candidate]) -> list[tuple[str, str] | Verdict]:
-        """Per candidate: the trusted statement's `#check` printout (cached per problem) or the
+    def _trusted_namespaces(self, batch: list[Candidate]) -> list[str | Verdict]:
+        """Per candidate: the namespace its trusted header leaves open (cached per problem) or the
         `error` verdict of a statement that does not elaborate. One request for the new problems."""
         keys = [(c.header, c.statement, c.target) for c in batch]
         new: dict[tuple[str, str, str], Candidate] = {}
@@ -348,7 +322,7 @@ class KiminaBackend:
                     failed[key] = printed   # for this run only: a later run asks again
                 else:
                     self._expected[key] = printed
-        out: list[tuple[str, str] | Verdict] = []
+        out: list[str | Verdict] = []
         for key, candidate in zip(keys, batch):
             if not candidate.statement:
                 out.append(Verdict("error", "internal: no trusted statement to check the target against"))
@@ -359,9 +333,13 @@ class KiminaBackend:
                 out.append(self._expected[key])
         return out
 
-    def _trusted_request(self, problems: list[Candidate]) -> list[tuple[str, str] | Verdict]:
-        names = [f"prover_check_{secrets.token_hex(8)}" for _ in problems]
-        codes = [trusted_code(c, name) if c.statement else "" for c, name in zip(problems, names)]
+    def _trusted_request(self, problems: list[Candidate]) -> list[str | Verdict]:
+        codes = []
+        for c in problems:
+            try:
+                codes.append(trusted_code(c) if c.statement else "")
+            except BadRecord:
+                codes.append("")   # judged below: no answer naming `_prover_trusted`
         try:
             results = self._results(codes)
         except (_ServerError, _Busy) as exc:
@@ -369,7 +347,7 @@ class KiminaBackend:
                 what = f"HTTP 500: {exc.message[:300]}" if isinstance(exc, _ServerError) else str(exc)
                 return [Verdict("error", f"the trusted statement could not be checked: Kimina server: {what}")]
             return [p for k in range(len(problems)) for p in self._trusted_request(problems[k:k + 1])]
-        return [judge_trusted(r, c, name) for r, c, name in zip(results, problems, names)]
+        return [judge_trusted(r, c) for r, c in zip(results, problems)]
 
     def _results(self, codes: list[str]) -> list[Any]:
         """One POST /verify with `codes`; the results in the same order (BackendError otherwise)."""
@@ -388,14 +366,15 @@ class KiminaBackend:
         return [by_id[str(k)] for k in range(len(codes))]
 
     def _request(self, batch: list[Candidate], alloweds: list[set[str]],
-                 expected: list[tuple[str, str]]) -> list[Verdict]:
-        names = [f"prover_axioms_{secrets.token_hex(8)}" for _ in batch]
+                 expected: list[str]) -> list[Verdict]:
+        names = [f"_prover_same_{secrets.token_hex(8)}" for _ in batch]
+        codes = [kimina_code(c, name, namespace) for c, name, namespace in zip(batch, names, expected)]
         start = time.monotonic()
-        results = self._results([kimina_code(c, name) for c, name in zip(batch, names)])
+        results = self._results(codes)
         elapsed_s = round(time.monotonic() - start, 4)
         verdicts = []
-        for result, candidate, name, allowed, printed in zip(results, batch, names, alloweds, expected):
-            verdict = judge_kimina(result, candidate, name, allowed, printed)
+        for result, candidate, name, allowed, code in zip(results, batch, names, alloweds, codes):
+            verdict = judge_kimina(result, candidate, name, allowed, code)
             verdict.time_s = elapsed_s
             verdicts.append(verdict)
         return verdicts

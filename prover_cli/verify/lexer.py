@@ -8,11 +8,16 @@ where code is. Two rules make disagreement harmless:
   Lean simply sees the code we scanned; if we think a region is code that Lean thinks is a comment,
   we scanned more than needed. Either way every token Lean reads went through the denylist.
 - Strings cannot be blanked (that would change the proof), so string lexing must match Lean's
-  exactly. We lex plain strings (`\\`-escapes), raw strings (`r"…"`, `r#"…"#`) and char literals
-  (`'a'`, `'\\n'`) as Lean does, and refuse (`LexError`) what we cannot lex with certainty: a
-  string with an unescaped `{` (Lean may read it as an interpolated string, whose `{…}` holds code
-  with its own nested strings: `s!"…"`, `m!"…"`, `throwError "…"`), and unterminated strings,
-  comments and `«…»` identifiers.
+  exactly, and until Lean itself classifies the text we refuse (`LexError`) every construct we do
+  not model exactly. Modelled: plain strings (`\\`-escapes), and char literals the way Lean's
+  `charLitFnAux` reads them: at a token start, `'`, then any one character (a newline included) or
+  one of Lean's escapes (`\\\\ \\" \\' \\n \\t \\r \\xHH \\uHHHH`), then `'`. Refused: a string with an
+  unescaped `{` (Lean may read it as an interpolated string, whose `{…}` holds code with its own
+  nested strings: `s!"…"`, `m!"…"`, `throwError "…"`); raw strings (`r"…"`, `r#"…"#`); a char
+  literal with an escape Lean does not know; `_` inside a numeral (`1_000`: read differently across
+  Lean versions); a string or char literal directly adjacent to a numeral or an identifier
+  (`2'"'`, `x"…"`, `'a'b`: where Lean's token boundaries depend on its token table); and
+  unterminated strings, comments and `«…»` identifiers.
 
 Identifier characters follow Lean's `isLetterLike` / `isSubScriptAlnum` exactly (ASCII letters,
 `_`, most Greek except `λ Π Σ`, the letter-like block that holds `ℕ ℝ`, subscripts, and `'`, `!`,
@@ -124,9 +129,7 @@ def lex(text: str) -> Lexed:
             tokens.append(Token("string", text[i:end], i, end))
             i = end
         elif ch == "r" and _raw_string_start(text, i):
-            end = _raw_string_end(text, i)
-            tokens.append(Token("string", text[i:end], i, end))
-            i = end
+            raise LexError("raw string literals (`r\"…\"`, `r#\"…\"#`) are not allowed", i)
         elif ch == "'" and (end := _char_literal_end(text, i)) is not None:
             tokens.append(Token("char", text[i:end], i, end))
             i = end
@@ -145,7 +148,23 @@ def lex(text: str) -> Lexed:
         else:
             tokens.append(Token("symbol", ch, i, i + 1))
             i += 1
+    _check_literal_neighbours(tokens)
     return Lexed(text=text, code=_blanked(text, comments), tokens=tokens)
+
+
+def _check_literal_neighbours(tokens: list[Token]) -> None:
+    """A string or char literal touching a numeral or an identifier (`2'"'`, `x"…"`, `'a'b`) is
+    refused: whether Lean reads one token or two there depends on its token table."""
+    for k, token in enumerate(tokens):
+        if token.kind not in ("string", "char"):
+            continue
+        before = tokens[k - 1] if k > 0 else None
+        after = tokens[k + 1] if k + 1 < len(tokens) else None
+        for other in (before, after):
+            if other is not None and other.kind in ("number", "ident") and (
+                    other.end == token.start or other.start == token.end):
+                raise LexError(f"a {token.kind} literal directly next to `{other.text[:20]}` is not allowed "
+                               "(separate them with a space)", token.start)
 
 
 def _blanked(text: str, comments: list[tuple[int, int]]) -> str:
@@ -198,38 +217,23 @@ def _raw_string_start(text: str, i: int) -> bool:
     return j < len(text) and text[j] == '"'
 
 
-def _raw_string_end(text: str, i: int) -> int:
-    j = i + 1
-    while text[j] == "#":
-        j += 1
-    hashes = j - (i + 1)
-    closing = '"' + "#" * hashes
-    end = text.find(closing, j + 1)
-    if end < 0:
-        raise LexError("unterminated raw string literal", i)
-    return end + len(closing)
-
-
 def _char_literal_end(text: str, i: int) -> int | None:
-    """`'a'`, `'\\n'`, `'\\x41'`, `'\\u0041'`; anything else is not a char literal (a symbol).
-
-    Only called at a token start (the `'` of `h'` belongs to the identifier), including right after
-    a numeral: Lean reads `2'"'` as `2` and the char `'"'`, and so must we, or a quote would flip
-    our idea of what is inside a string.
-    """
+    """Lean's `charLitFnAux` at a token start: `'`, one character (any, a newline included) or an
+    escape, `'`. `''` and a `'` not closed after one character are not char literals (Lean: a
+    parse error; we take a symbol and keep scanning, which can only scan more). An escape Lean
+    does not know is refused."""
     n = len(text)
-    if i + 2 < n and text[i + 1] != "\\" and text[i + 1] not in "\n'" and text[i + 2] == "'":
-        return i + 3
-    if i + 1 < n and text[i + 1] == "\\":
-        if i + 3 < n and text[i + 2] in _CHAR_ESCAPES and text[i + 3] == "'":
-            return i + 4
-        if text.startswith("x", i + 2) and all(c in _HEX for c in text[i + 3:i + 5]) \
-                and text[i + 5:i + 6] == "'":
-            return i + 6
-        if text.startswith("u", i + 2) and all(c in _HEX for c in text[i + 3:i + 7]) \
-                and text[i + 7:i + 8] == "'":
-            return i + 8
-    return None
+    if i + 1 >= n or text[i + 1] == "'":
+        return None
+    if text[i + 1] != "\\":
+        return i + 3 if i + 2 < n and text[i + 2] == "'" else None
+    if i + 3 < n and text[i + 2] in _CHAR_ESCAPES and text[i + 3] == "'":
+        return i + 4
+    if text.startswith("x", i + 2) and all(c in _HEX for c in text[i + 3:i + 5]) and text[i + 5:i + 6] == "'":
+        return i + 6
+    if text.startswith("u", i + 2) and all(c in _HEX for c in text[i + 3:i + 7]) and text[i + 7:i + 8] == "'":
+        return i + 8
+    raise LexError("a char literal with an escape Lean does not read as one character", i)
 
 
 def _number_end(text: str, i: int) -> int:
@@ -243,9 +247,11 @@ def _number_end(text: str, i: int) -> int:
             return j
         return i + 1  # `0x` with no digits: Lean errors; we take `0` and lex `x…` as an identifier
     j = i
-    while j < n and (text[j].isascii() and text[j].isdigit()
-                     or text[j] == "_" and j + 1 < n and text[j + 1].isascii() and text[j + 1].isdigit()):
-        j += 1  # `1_000`: newer Lean reads digit separators; taking them can only split more
+    while j < n and text[j].isascii() and text[j].isdigit():
+        j += 1
+    if j < n and text[j] == "_":
+        raise LexError("`_` inside or right after a numeral (`1_000`) is not allowed: Lean versions read "
+                       "it differently", i)
     if j + 1 < n and text[j] == "." and text[j + 1].isascii() and text[j + 1].isdigit():
         j += 1
         while j < n and text[j].isascii() and text[j].isdigit():

@@ -1,11 +1,14 @@
 """A pool of `verify.workers` REPL processes, each driven by one thread while a batch runs.
 
-Per process: the header runs once (its env is cached per header text), then every proof runs in
-that env (`"env": N`) followed by `#print axioms <target>` and Lean's statement check (`#check
-@target`, compared with the trusted statement's printout, made once per problem in the header's
-env and cached for the pool) in the env the proof produced. A proof gets `verify.timeout_s` of
-wall-clock time for its commands together. Before the first proof on a toolchain the canary runs
-(`canary.py`). A REPL killed by a signal from outside (the OOM killer) while checking a proof is
+Per process: the header runs once (its env is cached per header text); the trusted statement is
+declared once per problem in the header's env (`rules.trusted_command`, cached per process), and
+every proof of that problem runs in the env it returns, followed by Lean's statement and axiom
+check (`rules.alias_command`) in the env the proof produced. A proof gets `verify.timeout_s` of
+wall-clock time for its commands together. At each REPL start the toolchain's version is read and
+checked against what we send (`toolchain.py`). Before the first proof on a toolchain the canary
+runs (`canary.py`). After a record whose text could run code under the policy in force
+(`Candidate.may_run_code`: `native_decide` when allowed, a widened command) the process is
+recycled, as it is after `verify.max_proofs_per_process` proofs. A REPL killed by a signal from outside (the OOM killer) while checking a proof is
 not the proof's fault: the proof is retried once in a fresh process, and a second death is
 `error` naming the signal. Any other exception while checking one proof is that proof's `error`. On a timeout, crash, EOF,
 garbage or protocol error the whole process group is killed and the proof gets its verdict
@@ -30,17 +33,17 @@ from prover_cli.errors import BackendError
 from prover_cli.verify.repl import ReplDied, ReplFault, ReplProcess, ReplTimeout
 from prover_cli.verify.rules import (
     Verdict,
+    alias_command,
     allowed_axioms,
     is_error,
-    judge_axioms_response,
+    judge_alias,
     judge_proof,
-    judge_statement_check,
-    printed_name,
     protocol_problem,
-    read_check_printout,
-    statement_check_command,
+    read_trusted_namespace,
+    trusted_command,
 )
-from prover_cli.verify.statement import Candidate
+from prover_cli.verify.statement import BadRecord, Candidate, trusted_signature
+from prover_cli.verify.toolchain import check_capabilities
 from prover_cli.verify.transport import TransportFactory, local_transport_factory, signal_name
 
 OnVerdict = Callable[[Candidate, Verdict], None]
@@ -70,8 +73,8 @@ class ReplPool:
         self.allowed = allowed_axioms(verify_config)
         self.transport_factory = transport_factory or local_transport_factory(verify_config)
         self.processes = [ReplProcess(self.transport_factory()) for _ in range(verify_config.workers)]
-        self._expected: dict[tuple[str, str, str], str] = {}   # (header, statement, target) -> printout
         self._canary_done = not getattr(verify_config, "canary", False)
+        self.lean_version = None   # detected at each REPL start (toolchain.py)
 
     def run(self, candidates: Iterable[Candidate], on_verdict: OnVerdict) -> None:
         """Check every candidate; `on_verdict` is called in *this* thread as each verdict is known."""
@@ -142,8 +145,8 @@ class ReplPool:
             results.put((candidate, verdict))
 
     def check(self, proc: ReplProcess, candidate: Candidate, allowed: set[str] | None = None) -> Verdict:
-        """One proof on one process: header (cached), the trusted statement's printout (cached
-        per problem), proof command, `#print axioms`, `#check @target`.
+        """One proof on one process: header (cached), the trusted statement (cached per problem
+        and process), the proof command, then the statement and axiom check (`alias_command`).
 
         A REPL killed by a signal from outside (the OOM killer, `kill -9`) is not the proof's
         fault: the proof is retried once in a fresh process; a second such death is `error`.
@@ -161,39 +164,28 @@ class ReplPool:
                                   f"{second.reason}")
         verdict.time_s = round(time.monotonic() - start, 4)
         proc.proofs_done += 1
-        if proc.alive and proc.proofs_done >= self.config.max_proofs_per_process:
-            proc.kill()  # recycle: the next proof starts a fresh process
+        if proc.alive and (candidate.may_run_code or proc.proofs_done >= self.config.max_proofs_per_process):
+            # recycle: Lean's memory only grows; and code a proof ran (native_decide, a widened
+            # command) may have changed the process (output, linters): the next proof gets a fresh one
+            proc.kill()
         return verdict
 
     def _check_once(self, proc: ReplProcess, candidate: Candidate, allowed: set[str]) -> Verdict:
-        env = self._header_env(proc, candidate.header)
+        header_env = self._header_env(proc, candidate.header)
         try:
+            # the trusted statement, declared before any untrusted text (once per problem and process;
+            # the problem's cost, not the proof's: its own deadline)
+            trusted = self._trusted_env(proc, candidate, header_env)
+            if isinstance(trusted, Verdict):
+                return trusted
+            env, namespace = trusted
             deadline = time.monotonic() + self.config.timeout_s
             response = proc.request({"cmd": candidate.body, "env": env}, deadline)
             verdict = judge_proof(response)
-            expected: str | Verdict = ""
             if verdict is None:
-                # The trusted statement's printout (made once per problem, in the header's env)
-                # gives the target's full name (a trusted header may leave a namespace open),
-                # which `#print axioms` must name, and the type rule 4 compares last.
-                before = time.monotonic()
-                expected = self._trusted_printout(proc, candidate, env)
-                deadline += time.monotonic() - before   # the problem's cost, not the proof's
-                if isinstance(expected, Verdict):
-                    expected.messages = response.get("messages", [])
-                    return expected
-                full_name = printed_name(expected, candidate.target)
-                if full_name is None:
-                    return Verdict("error", f"`#check @{candidate.target}` of the trusted statement names another "
-                                   f"declaration: {expected[:150]!r}", response.get("messages", []))
-                axioms = proc.request({"cmd": f"#print axioms {candidate.target}", "env": response["env"]},
+                answer = proc.request({"cmd": alias_command(namespace, candidate.target), "env": response["env"]},
                                       deadline)
-                verdict = judge_axioms_response(axioms, full_name, allowed, response.get("messages", []))
-            if verdict.status == "verified":
-                proof_env = response["env"]
-                check = proc.request({"cmd": statement_check_command(candidate.target), "env": proof_env},
-                                     deadline)
-                verdict = judge_statement_check(check, candidate.target, expected, verdict)
+                verdict = judge_alias(answer, candidate.target, allowed, response.get("messages", []))
             if verdict.status == "error":
                 proc.kill()  # a protocol error leaves the process in a state we do not know
             return verdict
@@ -209,37 +201,34 @@ class ReplPool:
             return Verdict(exc.kind, f"no answer within verify.timeout_s = {self.config.timeout_s:g} s (REPL killed)")
         return Verdict(exc.kind, str(exc))
 
-    def _trusted_printout(self, proc: ReplProcess, candidate: Candidate, env: int) -> str | Verdict:
-        """`#check @target` of the trusted statement elaborated (with `sorry`) in the header-only
-        environment: what the proof's environment must print too. Cached per problem; a
-        statement that does not elaborate is the record's problem (`error`)."""
-        key = (candidate.header, candidate.statement, candidate.target)
-        cached = self._expected.get(key)
+    def _trusted_env(self, proc: ReplProcess, candidate: Candidate, header_env: int) -> tuple[int, str] | Verdict:
+        """The environment where the trusted statement is declared as `_prover_trusted` (the
+        proof runs there), and the namespace the header leaves open; cached per problem in this
+        process. A statement that does not elaborate is the record's problem (`error`)."""
+        key = (candidate.header, candidate.statement)
+        cached = proc.trusted_envs.get(key)
         if cached is not None:
             return cached
         if not candidate.statement:
             return Verdict("error", "internal: no trusted statement to check the target against")
-        deadline = time.monotonic() + self.config.timeout_s
-        declared = proc.request({"cmd": candidate.statement.rstrip() + " sorry", "env": env}, deadline)
-        problem = protocol_problem(declared)
-        errors = [] if problem else [m for m in declared.get("messages", []) if is_error(m)]
-        if problem or errors:
-            if problem:
+        try:
+            command = trusted_command(trusted_signature(candidate.statement))
+        except BadRecord as exc:
+            return Verdict("error", f"the trusted statement cannot be restated: {exc}")
+        response = proc.request({"cmd": command, "env": header_env}, time.monotonic() + self.config.timeout_s)
+        namespace, why = read_trusted_namespace(response)
+        if namespace is None:
+            if protocol_problem(response):
                 proc.kill()
-            why = problem or str(errors[0].get("data", "")).strip()[:300]
             return Verdict("error", f"the trusted statement does not elaborate in the header's environment: {why}")
-        check = proc.request({"cmd": statement_check_command(candidate.target), "env": declared["env"]}, deadline)
-        printout, why = read_check_printout(check, candidate.target)
-        if printout is None:
-            if protocol_problem(check):
-                proc.kill()
-            return Verdict("error", f"`#check @{candidate.target}` of the trusted statement: {why}")
-        self._expected[key] = printout
-        return printout
+        proc.trusted_envs[key] = (response["env"], namespace)
+        return response["env"], namespace
 
     def _header_env(self, proc: ReplProcess, header: str) -> int:
         if not proc.alive:
             proc.kill()  # reap a process that died between proofs
+            # the toolchain this REPL runs must have every form we send (BackendError naming it)
+            self.lean_version = check_capabilities(self.config)
             proc.start()
         env = proc.header_envs.get(header)
         if env is not None:

@@ -134,6 +134,7 @@ class ReplProcess:
             transport = LocalTransport(list(transport), project_dir or None, memory_limit_gb)
         self.transport = transport
         self.header_envs: dict[str, int] = {}   # header text -> env where it ran
+        self.trusted_envs: dict[tuple[str, str], tuple[int, str]] = {}   # (header, statement) -> (env, namespace)
         self.proofs_done = 0
         self._reader = ResponseReader()
 
@@ -149,6 +150,7 @@ class ReplProcess:
         self.transport.start()
         self._reader = ResponseReader()
         self.header_envs = {}
+        self.trusted_envs = {}
         self.proofs_done = 0
 
     def request(self, request: dict[str, Any], deadline: float) -> Any:
@@ -194,3 +196,4 @@ class ReplProcess:
         """Kill the REPL (its whole process group, locally) and release it. Safe to call twice."""
         self.transport.kill()
         self.header_envs = {}
+        self.trusted_envs = {}

@@ -17,18 +17,21 @@ verdict, and anything we cannot read is a failure (fail closed).
 2. No message has severity `error` (any severity other than `info`/`warning` counts as an error).
 3. No sorry: the `sorries` list is empty and no message says "declaration uses 'sorry'" in
    either quote style (Lean <= 4.27 writes 'sorry', later versions `sorry`).
-4. The target theorem exists under its own name and states the trusted statement: by
-   construction for `proof` input; checked in the text for `completion` input (`statement.py`);
-   the `#print axioms` answer must name exactly the target's full name as the trusted
-   statement's `#check` prints it (X, or `Ns.X` when the trusted header leaves `namespace Ns`
-   open; a `namespace` trick in the proof that makes `#print axioms X` resolve to `Foo.X` fails
-   here); and Lean itself compares the target's type:
-   `#check @X` (with `STATEMENT_CHECK_OPTIONS`) in the proof's environment must print exactly
-   what it prints for the trusted statement elaborated with `sorry` in the header-only
-   environment (an added hypothesis, a different name resolution, a renamed target: rejected;
-   any unexpected answer: rejected).
-5. `#print axioms <target>`, run in the environment the proof produced, answers with exactly one
-   info message `'X' depends on axioms: [..]` or `'X' does not depend on any axioms`, and every
+4. The target theorem states the trusted statement, and Lean says so: before the proof runs, the
+   trusted statement is declared in the header's environment as `_prover_trusted` (proved by an
+   axiom no policy allows: `trusted_command`); after it, Lean must accept `theorem
+   _root_._prover_same : type_of% @_root_.<Ns.>_prover_trusted := @_root_.<Ns.>X`
+   (`alias_command`), which the kernel checks: it holds exactly when the target X proves the
+   trusted statement, whatever binder kinds, universe names, open namespaces, pp options or Lean
+   version (an added hypothesis, an instance `variable`, a name resolved through another `open`,
+   a universe-specialised target, a renamed or namespaced target: an error, so `rejected`, and
+   the reason quotes Lean). `Ns.` is the namespace the trusted header leaves open, read from the
+   `#print axioms _prover_trusted` answer. For `completion` input the text check
+   (`statement.py`) comes first. No printout is compared: `#check` is not sent.
+5. `#print axioms _root_._prover_same` (under `pp.fullNames`, so an `open Classical` cannot
+   shorten `Classical.choice`), in the same command, answers with exactly one info message
+   `'_prover_same' depends on axioms: [..]` or `… does not depend on any axioms` (the alias's
+   axioms are the target's), and every
    axiom is in `verify.allowed_axioms` (plus the native-evaluation axioms, `NATIVE_AXIOMS` and
    `NATIVE_AUX_AXIOM`, when `verify.allow_native_decide`). A missing, duplicated or unparseable
    answer is `rejected`.
@@ -40,10 +43,11 @@ What this does not protect against
 - Bugs in Lean's kernel, in Mathlib's tactics or in the allowed axioms themselves.
 - Elaborator tricks that need none of the denied words and no command outside the allowlist.
   The text checks are syntactic; the axiom check (rule 5) is the backstop for sorry/axioms/native
-  code and the `#check` comparison (rule 4) for the statement, neither for
-  `debug.skipKernelTC`-like switches, which is why those are denied by name.
-- An unknown command keyword indented after a tactic block (see allowlist.py), and `#check`
-  printouts that are equal text for different types. Anything `verify.allow_commands` admits.
+  code and Lean's statement check (rule 4) for the statement, neither for
+  `debug.skipKernelTC`-like switches, which is why those are denied by name and code in tactic
+  configurations is refused (allowlist.py).
+- An unknown command keyword placed where Lean would not start a command by our reading of its
+  layout rules (allowlist.py); anything `verify.allow_commands` admits.
 - Resource abuse beyond the address-space limit and the wall-clock deadline: the REPL process is
   not sandboxed (file system, network). Run untrusted proofs in a container (the Modal image).
 - Results of the test stand-in (`tests/fake_repl.py`): it speaks the REPL protocol but is not
@@ -213,76 +217,84 @@ def judge_axioms(messages: list[dict[str, Any]], target: str, allowed: set[str],
 
 
 # --------------------------------------------------------------------------------------------
-# Rule 4b: the statement check Lean performs
+# Rule 4: Lean compares the target with the trusted statement
 # --------------------------------------------------------------------------------------------
 
-# `#check @NAME` prints `@NAME : <type>` (the term path of `elabCheckCore`: `@NAME` is not a
-# plain identifier, so no signature form). The options make the printout canonical:
-# - `pp.all`: every implicit argument and instance, universe levels, fully qualified names, no
-#   notation, no coercion arrows: an added instance hypothesis, another `π` or another `+`
-#   instance shows up as different text;
-# - `pp.maxSteps`: the default (5000) elides big terms as `⋯`, which would hide a difference.
-STATEMENT_CHECK_OPTIONS = ("set_option pp.all true in\n"
-                           "set_option pp.maxSteps 100000000 in\n")
+# Names of the declarations the verifier adds. They start with `_` so that Lean treats them as
+# internal (`Name.isInternal`: library search, `exact?`, completion skip them); the proof cannot
+# usefully name them either: `_prover_trusted` is proved by `_prover_hole`, an axiom no policy
+# allows, so a proof that uses either one fails rule 5.
+HOLE = "_prover_hole"
+TRUSTED = "_prover_trusted"
+SAME = "_prover_same"
+
+# `#print axioms` lists axioms with `MessageData.ofConstName` on some Lean versions, which an
+# `open Classical` shortens to `choice`; `pp.fullNames` keeps every name whole (and exists on
+# every Lean 4 release).
+PRINT_AXIOMS_OPTIONS = "set_option pp.fullNames true in\n"
 
 
-def statement_check_command(target: str) -> str:
-    return f"{STATEMENT_CHECK_OPTIONS}#check @{target}"
+def print_axioms_command(name: str) -> str:
+    return f"{PRINT_AXIOMS_OPTIONS}#print axioms {name}"
 
 
-def read_check_printout(response: Any, target: str) -> tuple[str | None, str]:
-    """The one `#check @target` printout in `response`, or (None, why not). Fail closed: any
-    error, no info message, or more than one message is a failure."""
+def trusted_command(signature: str) -> str:
+    """Declares the trusted statement as `_prover_trusted` (its binders and type as the record
+    states them, elaborated in the header's environment, before any untrusted text), proved by
+    the hole axiom so that no `sorry` message appears, and asks for its axioms: the answer names
+    it in full, which tells the namespace the trusted header leaves open (`Ns._prover_trusted`).
+
+    `signature` is the statement after its name, up to `:=` (statement.trusted_signature)."""
+    return (f"axiom {HOLE} {{p : Prop}} : p\n\n"
+            f"theorem {TRUSTED}{signature}:= {HOLE}\n\n"
+            f"{print_axioms_command(TRUSTED)}")
+
+
+def alias_command(namespace: str, target: str, alias: str = SAME) -> str:
+    """The statement check and the axiom check in one command: Lean elaborates and the kernel
+    checks `theorem _root_.<alias> : <the trusted statement's type> := <the target>`, so it holds
+    exactly when the target proves the trusted statement (up to definitional equality, which is
+    what a proof means), whatever the printer, binder kinds, universe names, open namespaces or
+    Lean version; then `#print axioms` of the alias lists the target's axioms. Both names are
+    absolute (`_root_.`), so nothing the proof declares or opens can capture them."""
+    return (f"theorem _root_.{alias} : type_of% @_root_.{namespace}{TRUSTED} := @_root_.{namespace}{target}\n\n"
+            f"{print_axioms_command('_root_.' + alias)}")
+
+
+def read_trusted_namespace(response: Any) -> tuple[str | None, str]:
+    """The namespace prefix (`""` or `"Ns."`) from the answer to `trusted_command`, or
+    (None, why): a protocol error, an error message (the statement does not elaborate in its
+    header), or not exactly one `#print axioms` answer naming `_prover_trusted`."""
     problem = protocol_problem(response)
     if problem:
         return None, problem
     messages = response.get("messages", [])
     errors = [m for m in messages if is_error(m)]
     if errors:
-        return None, f"Lean error: {_first_line(errors[0].get('data', ''))}"
-    infos = [m for m in messages if m.get("severity") in ("info", "information")]
-    if len(messages) != 1 or len(infos) != 1 or not isinstance(infos[0].get("data"), str):
-        seen = "; ".join(_first_line(m.get("data", ""), 80) for m in messages) or "no message"
-        return None, f"expected exactly one info message, got {len(messages)} ({seen})"
-    data = infos[0]["data"].strip()
-    if not data.startswith("@"):
-        return None, f"unexpected printout {_first_line(data, 120)!r}"
-    return data, ""
+        return None, f"{_where(errors[0]).strip()} {_first_line(errors[0].get('data', ''), 300)}".strip()
+    names = [p[0] for m in messages if m.get("severity") in ("info", "information")
+             and (p := parse_axioms_message(m.get("data"))) is not None]
+    if len(names) != 1 or not (names[0] == TRUSTED or names[0].endswith("." + TRUSTED)):
+        seen = "; ".join(_first_line(m.get("data", ""), 120) for m in messages) or "no message"
+        return None, f"expected one `#print axioms {TRUSTED}` answer, got: {seen}"
+    return names[0][:-len(TRUSTED)], ""
 
 
-def printed_name(printout: str, target: str) -> str | None:
-    """The full name in a `#check @NAME` printout (`@Ns.NAME : …`): NAME itself, or NAME inside
-    a namespace the *trusted* header left open (MOBench's `namespace GameState` preambles); None
-    for anything else. `#print axioms NAME` answers with this full name, so rule 4 compares it."""
-    name = printout[1:].split(" :", 1)[0] if printout.startswith("@") else ""
-    return name if name == target or name.endswith("." + target) else None
-
-
-def judge_statement_check(response: Any, target: str, expected: str, verdict: Verdict) -> Verdict:
-    """`verdict` (all other rules passed) unless the target's type in the proof's environment
-    differs from the trusted statement's type in the header-only environment."""
-    printout, why = read_check_printout(response, target)
-    if printout is None:
-        if protocol_problem(response):
-            return Verdict("error", f"`#check @{target}`: {why}", verdict.messages, verdict.axioms)
-        return Verdict("rejected", f"statement check: `#check @{target}` in the proof's environment: {why}",
-                       verdict.messages, verdict.axioms)
-    if printout != expected:
-        return Verdict("rejected", "statement check: the target's type in the proof's environment is not "
-                       f"the trusted statement's (Lean printed {_first_line(printout, 150)!r}, the trusted "
-                       f"statement gives {_first_line(expected, 150)!r})", verdict.messages, verdict.axioms)
-    return verdict
-
-
-def judge_axioms_response(response: Any, target: str, allowed: set[str],
-                          proof_messages: list[dict[str, Any]]) -> Verdict:
-    """Rules 4-5 when `#print axioms` ran as its own command (the REPL engine)."""
+def judge_alias(response: Any, target: str, allowed: set[str], proof_messages: list[dict[str, Any]],
+                alias: str = SAME) -> Verdict:
+    """Rules 4-5 on the answer to `alias_command`: an error is the statement check failing (Lean
+    does not accept the target as a proof of the trusted statement: another statement, another
+    name, a missing target); then exactly one `#print axioms` answer naming the alias, listing
+    only allowed axioms. The reason quotes what Lean answered."""
     problem = protocol_problem(response)
     if problem:
-        return Verdict("error", f"`#print axioms {target}`: {problem}", proof_messages)
+        return Verdict("error", f"statement check: {problem}", proof_messages)
     messages = response.get("messages", [])
     errors = [m for m in messages if is_error(m)]
     if errors:
-        return Verdict("rejected", f"`#print axioms {target}` failed: {_first_line(errors[0].get('data', ''))}",
-                       proof_messages)
-    return judge_axioms(messages, target, allowed, proof_messages)
+        said = " | ".join(_first_line(m.get("data", ""), 400) for m in errors)
+        return Verdict("rejected", f"statement check: Lean does not accept `{target}` as a proof of the trusted "
+                       f"statement; Lean answered: {said}", proof_messages)
+    verdict = judge_axioms([m for m in messages if not is_error(m)], alias, allowed, proof_messages)
+    verdict.reason = verdict.reason.replace(f"`#print axioms {alias}`", f"`#print axioms` of `{target}`")
+    return verdict

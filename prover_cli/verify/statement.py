@@ -19,8 +19,13 @@ and one untrusted part:
   (token by token, whitespace presence compared, amount ignored), and the file we send contains
   the *trusted* statement text there, followed by the candidate's proof. Only helper
   `theorem`/`lemma` declarations may precede it (nothing that can change what the statement means:
-  no `def`, `open`, `namespace`, `variable`, `set_option`, …), their names must not occur in the
-  statement, and no other declaration anywhere may be named like the target.
+  no `def`, `open` (but `open … in` for one helper, or for the target when the trusted header
+  opens those namespaces), `namespace`, `variable`, `set_option`, …), their names must not occur
+  in the statement, and no other declaration anywhere may be named like the target. A header
+  `open` line of namespaces the trusted header opens is a header line too.
+
+Lean then compares the target with the trusted statement (rules.py, rule 4): `trusted_signature`
+gives the statement's binders and type, which rules.trusted_command declares under another name.
 
 Everything untrusted goes through the denylist first (`denylist.py`), and what is sent to Lean is
 the comment-blanked text the denylist saw (`lexer.py` explains why).
@@ -32,7 +37,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from prover_cli.verify.allowlist import RESOURCE_OPTIONS, check_characters, check_commands
+from prover_cli.verify.allowlist import (
+    RESOURCE_OPTIONS,
+    check_characters,
+    check_commands,
+    code_commands_used,
+    opened_namespaces,
+)
 from prover_cli.verify.denylist import scan_tokens
 from prover_cli.verify.lexer import LexError, Lexed, Token, lex, line_col
 
@@ -55,6 +66,7 @@ class Candidate:
     body: str
     target: str
     statement: str = ""
+    may_run_code: bool = False   # the text could run code under the policy: recycle the REPL after it
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,7 @@ BEFORE_TARGET_FORBIDDEN = frozenset({
 TARGET_MODIFIERS = frozenset({"private", "protected", "noncomputable", "partial", "nonrec", "unsafe"})
 
 HEADER_LINE = re.compile(r"(import|open|set_option)\b")
-LOCAL_SET_OPTION = re.compile(r"set_option\b.*\bin\s*$")   # `set_option … in`: applies to what follows
+LOCAL_SET_OPTION = re.compile(r"(set_option|open)\b.*\bin\s*$")   # `… in`: applies to what follows (the body)
 SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -148,10 +160,30 @@ def candidate_from_record(record: dict[str, Any], default_header: str, *,
     policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
     f = check_fields(record, default_header)
     if f.kind == "proof":
-        body = assemble_proof(f.statement, f.untrusted, policy=policy)
+        body = assemble_proof(f.statement, f.untrusted, policy=policy, header=f.header)
     else:
         body = assemble_completion(f.statement, f.trusted, f.target, f.header, f.untrusted, policy=policy)
-    return Candidate(id=f.id, header=f.header, body=body, target=f.target, statement=f.statement)
+    return Candidate(id=f.id, header=f.header, body=body, target=f.target, statement=f.statement,
+                     may_run_code=may_run_code(body, policy))
+
+
+def may_run_code(body: str, policy: TextPolicy) -> bool:
+    """Whether text that passed the checks could still run code of its own in the REPL under this
+    policy: compiled code through `native_decide` (when allowed), or a command that
+    `verify.allow_commands` admits beyond the inert ones. The pool recycles the process after such
+    a record: code can write into the protocol stream and register process-global state."""
+    from prover_cli.verify.allowlist import INERT_COMMANDS
+
+    if not policy.allow_native_decide and not set(policy.allow_commands) - INERT_COMMANDS:
+        return False   # the default policy: nothing in checked text runs code of its own
+    try:
+        lexed = lex(body)
+    except LexError:
+        return True
+    if policy.allow_native_decide and any(part in ("native_decide", "native", "ofReduceBool", "reduceBool")
+                                          for t in lexed.code_tokens() for part in t.components):
+        return True
+    return bool(code_commands_used(lexed, policy.allow_commands))
 
 
 def _lex_trusted(statement: str) -> Lexed:
@@ -159,6 +191,17 @@ def _lex_trusted(statement: str) -> Lexed:
         return lex(statement)
     except LexError as exc:
         raise BadRecord(f"cannot read `formal_statement`: {exc}") from None
+
+
+def trusted_signature(statement: str) -> str:
+    """The trusted statement after its name, up to (not including) its final `:=`: the binders,
+    universe parameters (`.{u}`) and type, as written. `rules.trusted_command` declares it under
+    another name; BadRecord when the statement is not `theorem NAME … :=` (`target_name`)."""
+    lexed = _lex_trusted(statement)
+    target_name(lexed)
+    tokens = lexed.code_tokens()
+    colon = tokens[-3] if tokens[-1].text == "by" else tokens[-2]
+    return lexed.code[tokens[1].end:colon.start]
 
 
 def target_name(trusted: Lexed) -> str:
@@ -183,20 +226,31 @@ def target_name(trusted: Lexed) -> str:
 # --------------------------------------------------------------------------------------------
 
 def assemble_proof(statement: str, proof: str, *, allow_native_decide: bool = False,
-                   policy: TextPolicy | None = None) -> str:
+                   policy: TextPolicy | None = None, header: str = "") -> str:
     policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
     lexed = _lex_untrusted(proof, "proof", policy)
     _deny(lexed, policy.allow_native_decide, "proof")
-    _allow(lexed, policy, "proof")
+    _allow(lexed, policy, "proof", header=header, in_tactic_block=statement.rstrip().endswith("by"),
+           declaration_opens=False)
     separator = "" if statement.endswith(("\n", " ")) else "\n"
     return statement + separator + lexed.code
 
 
-def _allow(lexed: Lexed, policy: TextPolicy, what: str, skip: list[tuple[int, int]] = ()) -> None:
+def _allow(lexed: Lexed, policy: TextPolicy, what: str, skip: list[tuple[int, int]] = (), header: str = "",
+           in_tactic_block: bool = False, declaration_opens: bool = True) -> None:
     """The allowlist (`allowlist.py`): characters, then commands."""
-    problem = check_characters(lexed) or check_commands(lexed, allow_commands=policy.allow_commands, skip=skip)
+    problem = check_characters(lexed) or check_commands(
+        lexed, allow_commands=policy.allow_commands, skip=skip, in_tactic_block=in_tactic_block,
+        declaration_opens=declaration_opens)
     if problem is not None:
         raise Rejected(problem.describe(f" of the {what}"))
+
+
+def _header_opens(header: str) -> frozenset[str]:
+    try:
+        return opened_namespaces(lex(header).code)
+    except LexError:
+        return frozenset()
 
 
 def _lex_untrusted(text: str, what: str, policy: TextPolicy | None = None) -> Lexed:
@@ -297,11 +351,12 @@ def assemble_completion(statement: str, trusted: Lexed, target: str, header: str
     # header) and the candidate's copy of the trusted statement (replaced by it below).
     try:
         _allow(lexed, policy, "completion's lean block",
-               skip=header_spans + dropped + [(keyword.start, proof_start)])
+               skip=header_spans + dropped + [(keyword.start, proof_start)], header=header)
     except Rejected as exc:   # say where a near-copy of the trusted header broke off
         raise Rejected(f"{exc}{copy.near}") from None
     _check_before_target(before, block, statement_tokens=trusted.code_tokens(),
-                         allowed=set(policy.allow_commands), near_copy=copy.near)
+                         allowed=set(policy.allow_commands), near_copy=copy.near, code=lexed.code,
+                         header_opens=_header_opens(header))
     _check_first_command(lexed, body_start, block, set(policy.allow_commands))
     return (lexed.code[body_start:keyword.start] + statement.rstrip()
             + lexed.code[proof_start:])
@@ -349,16 +404,21 @@ def _check_header_lines(code: str, spans: list[tuple[int, int]], header: str) ->
     """Every header line of the block (dropped for the trusted header) must be a line of the
     trusted header: a different `open` or `set_option` there is a different problem."""
     try:
-        trusted_lines = {line.strip() for line in lex(header).code.splitlines() if line.strip()}
+        trusted_code = lex(header).code
     except LexError as exc:
         raise BadRecord(f"cannot read the header: {exc}") from None
+    trusted_lines = {line.strip() for line in trusted_code.splitlines() if line.strip()}
+    opened = opened_namespaces(trusted_code)
     for a, b in spans:
         line = code[a:b].strip()
         words = line.split()
         # A resource limit with another value is harmless (the line is dropped anyway): models
-        # echo the DeepSeek header (`maxHeartbeats 400000`) where a dataset says 0.
+        # echo the DeepSeek header (`maxHeartbeats 400000`) where a dataset says 0. An `open` of
+        # namespaces the trusted header opens anyway changes nothing (`open Real` under `open
+        # BigOperators Real Nat …`).
         resource_limit = len(words) == 3 and words[0] == "set_option" and words[1] in RESOURCE_OPTIONS
-        if not line.startswith("import") and line not in trusted_lines and not resource_limit:
+        reopen = words[:1] == ["open"] and len(words) > 1 and set(words[1:]) <= opened
+        if not line.startswith("import") and line not in trusted_lines and not resource_limit and not reopen:
             number = code.count("\n", 0, a) + 1
             raise Rejected(f"header line {number} of the completion's lean block, `{line[:80]}`, is not "
                            "a line of the trusted header (only identical header lines are allowed)")
@@ -378,10 +438,22 @@ def _last_part(token: Token) -> str:
 
 
 def _check_before_target(before: list[Token], block: str, statement_tokens: list[Token],
-                         allowed: set[str] = frozenset(), near_copy: str = "") -> None:
-    for token in before:
+                         allowed: set[str] = frozenset(), near_copy: str = "", code: str = "",
+                         header_opens: frozenset[str] = frozenset()) -> None:
+    from prover_cli.verify.allowlist import _is_local_open, open_names
+
+    for k, token in enumerate(before):
         if token.text in allowed:
             continue
+        if token.text == "open" and code and _is_local_open(before, k, code):
+            names = open_names(before, k)
+            if k + len(names) + 2 == len(before) and not set(names) <= header_opens:
+                # `open X in` right before the target applies to the target's statement
+                line = line_col(block, token.start)[0]
+                raise Rejected(f"`open {' '.join(names)} in` at line {line} applies to the target theorem, and "
+                               "the trusted header does not open all of these namespaces (that could change "
+                               "what the statement means)")
+            continue   # `open … in`: one tactic, or one helper declaration
         if (token.kind == "ident" and token.text.rstrip("?!") in BEFORE_TARGET_FORBIDDEN) or token.kind == "hash":
             line = line_col(block, token.start)[0]
             raise Rejected(f"`{token.text}` at line {line} precedes the target theorem: only helper "
@@ -410,7 +482,7 @@ class TrustedCopy:
 
 # Tokens after which untrusted text may follow the trusted header in one file: they start a
 # command and cannot continue the one before (a term, a binder list, an `open` list).
-FIRST_COMMANDS = frozenset({"theorem", "lemma", "set_option"})
+FIRST_COMMANDS = frozenset({"theorem", "lemma", "set_option", "open"})
 
 
 def _trusted_commands(header: str) -> tuple[list[Token], list[int]]:

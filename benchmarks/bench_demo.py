@@ -33,6 +33,7 @@ CPU heavy: runs execute in `--jobs` processes (default 2) under `nice`, one torc
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -49,14 +50,40 @@ ARMS = {"es": ("es", []), "grpo": ("grpo", []),
         "es-sampled": ("es", ["es.member_temperature={generate_temperature}"])}
 
 
-WALL_FILE = "bench-wall-s.txt"  # beside a finished run: its wall seconds, and the sign it is complete
+def finished(run_dir: Path, wanted) -> bool:
+    """A run in `--out` that an earlier bench completed with this config: its `final/`, its last
+    iteration, and every key of its `config.toml` equal to `wanted`'s, the other method's section
+    aside (a key the run's config predates counts as its default, as `train grpo --resume` does)."""
+    from prover_cli.config import SECTIONS, tomllib
+
+    metrics = run_dir / "metrics.jsonl"
+    if not (run_dir / "final").is_dir() or not (run_dir / "config.toml").exists() or not metrics.exists():
+        return False
+    last = json.loads(metrics.read_text(encoding="utf-8").splitlines()[-1])
+    method = last["method"]
+    stored = tomllib.loads((run_dir / "config.toml").read_text(encoding="utf-8"))
+    current = tomllib.loads(wanted.to_toml())
+    defaults = tomllib.loads(type(wanted)().to_toml())
+    for section in SECTIONS:
+        if section == {"es": "grpo", "grpo": "es"}[method]:
+            continue  # the ES keys never reach GRPO's training, nor GRPO's ES's
+        for key, value in current.get(section, {}).items():
+            if stored.get(section, {}).get(key, defaults[section].get(key)) != value:
+                return False
+    return last["iteration"] == (wanted.es.iterations if method == "es" else wanted.grpo.steps)
+
+
+def run_seconds(run_dir: Path) -> float:
+    """A run's own time from its metrics: training (`time/elapsed_s`) plus its held-out evaluations."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    return lines[-1]["time/elapsed_s"] + sum(x.get("eval/wall_s", 0.0) for x in lines)
 
 
 def run_arm(config_path: Path, overrides: list[str], seed: int, arm: str, out: Path, threads: int) -> tuple[float, bool]:
-    """Train one arm of one seed in a fresh, niced process: (wall seconds, reused).
+    """Train one arm of one seed in a fresh, niced process: (its seconds, reused).
 
-    A run left complete in `--out` by an earlier bench with the very same resolved config is
-    reused, not trained again (an interrupted bench picks up where it stopped)."""
+    A run left complete in `--out` by an earlier bench with the same config is reused, not
+    trained again (an interrupted bench picks up where it stopped)."""
     from prover_cli.config import load_config
     from prover_cli.warmstart import grpo_eval_every
 
@@ -67,23 +94,18 @@ def run_arm(config_path: Path, overrides: list[str], seed: int, arm: str, out: P
     if method == "grpo":
         common.append(f"run.eval_every={grpo_eval_every(load_config(config_path, common))}")
     run_dir = out / arm
-    wanted = load_config(config_path, [*common, f"run.dir={run_dir}"]).to_toml()
-    done_file = run_dir / WALL_FILE
-    if done_file.exists() and (run_dir / "config.toml").read_text(encoding="utf-8") == wanted:
-        return float(done_file.read_text()), True
+    if finished(run_dir, load_config(config_path, [*common, f"run.dir={run_dir}"])):
+        return run_seconds(run_dir), True
     shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished or different run: start it over
     sets = [arg for item in common for arg in ("--set", item)]
     command = ["nice", "-n", "10", sys.executable, "-m", "prover_cli", "train", method, "--config", str(config_path),
                *sets, "--set", f"run.dir={run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}
-    started = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"seed {seed} {arm}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    wall = time.perf_counter() - started
-    done_file.write_text(f"{wall:.1f}\n")
-    return wall, False
+    return run_seconds(run_dir), False
 
 
 def prepare(config_path: Path, overrides: list[str], seed: int, out: Path) -> None:
@@ -179,7 +201,7 @@ def main() -> None:
     per_arm = ", ".join(f"{arm} {sum(w) / len(w):.0f} s" for arm, w in walls.items())
     print(f"\nwall: {wall / 60:.1f} min for {len(jobs) - reused} runs in {args.jobs} processes "
           f"({threads} torch thread{'s' if threads > 1 else ''} each){f', {reused} reused from --out' if reused else ''}; "
-          f"one run (its own wall time, evaluations included): {per_arm}")
+          f"one run (training + its evaluations, from its metrics): {per_arm}")
     if args.out:
         print(f"runs in {args.out}; report: {report_path}")
 

@@ -698,7 +698,7 @@ def build_figure(runs: list[dict[str, Any]]):
         for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
             axis.set(title=f"{what} vs {xlabel.split(' (')[0]}", xlabel=xlabel, ylabel=what)
             axis.set_xlim(left=0)
-            axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1]) if key != "reward/mean" else None)
+            axis.set_ylim(bottom=0, top=min(1.0, axis.get_ylim()[1]) if key != "reward/mean" else None)  # rates: <= 1
             axis.grid(alpha=0.3)
             if axis.get_legend_handles_labels()[0]:
                 axis.legend(fontsize="small")

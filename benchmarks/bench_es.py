@@ -151,7 +151,7 @@ def bench_ledger_and_replay(cache_dir: Path) -> None:
         config = config_from_dict({
             "model": {"name": "tiny", "cache_dir": str(cache_dir), "device": "cpu", "dtype": "float32"},
             "data": {"task": "toy"},
-            "generate": {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8},
+            "generate": {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "n": 1},  # greedy: one sample
             "es": {"population": 30, "sigma": 0.01, "learning_rate": 0.01, "iterations": iterations,
                    "problems_per_iteration": 8},
             "run": {"dir": f"{tmp}/run", "seed": 1},

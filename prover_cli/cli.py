@@ -10,9 +10,12 @@ inside the library.
 Exit codes, one rule (README "Using it" says the same):
   0  success
   1  the work failed: a library error (`Error:` line), malformed input lines (reported, the rest
-     processed), an output locked by another process, a machine fault (disk full, permissions)
+     processed), an output locked by another process, a machine fault (disk full, permissions:
+     path, operation, errno and the command that resumes the run)
   2  usage or config error: a bad option, argument, config key or value, or `--set`
-  130  interrupted (Ctrl-C); the command that resumes the run is printed
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP: prover_cli/signals.py); the command that resumes
+       the run (or reruns it) is printed
+Anything else is a bug: "unexpected …", with the traceback behind PROVER_DEBUG=1.
 """
 
 from __future__ import annotations
@@ -26,8 +29,7 @@ import typer
 from typer.exceptions import TyperException
 
 from prover_cli.backends import check_backend  # stdlib only: validates --backend before anything runs
-from prover_cli.errors import (ConfigError, ProverError, decode_error_from, is_machine_fault,
-                               machine_error_from)
+from prover_cli.errors import ConfigError, ProverError, decode_error_from
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -54,42 +56,103 @@ RESUME_WITH = {"train_es": "--resume", "train_grpo": "--resume", "verify": "", "
 
 
 def _command(fn):
-    """Map errors to one `Error:` line and the exit-code rule above; tracebacks behind PROVER_DEBUG."""
+    """Map errors to one `Error:` line and the exit-code rule above; tracebacks behind PROVER_DEBUG.
+
+    SIGTERM and SIGHUP are handled like Ctrl-C while the command runs (prover_cli/signals.py)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from prover_cli.out import Out
+        from prover_cli.signals import stop_signals_as_interrupt
 
-        try:
-            return fn(*args, **kwargs)
-        except ConfigError as exc:  # the config or --set is wrong: a usage error
-            Out().error(str(exc), getattr(exc, "hint", None))
-            raise typer.Exit(EXIT_USAGE) from None
-        except ProverError as exc:
-            Out().error(str(exc), getattr(exc, "hint", None))
-            raise typer.Exit(EXIT_FAILURE) from None
-        except KeyboardInterrupt:
-            Out().interrupted(resume_command(fn.__name__))
-            _forget_the_interrupt()
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except (typer.Exit, typer.Abort, TyperException):
-            raise  # usage errors keep click's exit code 2
-        except UnicodeDecodeError as exc:  # a text file read whole, outside the line-by-line readers
-            if os.environ.get("PROVER_DEBUG"):
-                raise
-            error = decode_error_from(exc)
-            Out().error(str(error), error.hint)
-            raise typer.Exit(EXIT_FAILURE) from None
-        except OSError as exc:
-            if os.environ.get("PROVER_DEBUG") or not is_machine_fault(exc):
-                return _unexpected(exc)
-            error = machine_error_from(exc)  # disk full, permissions...: not a bug to report
-            Out().error(str(error), error.hint)
-            raise typer.Exit(EXIT_FAILURE) from None
-        except Exception as exc:
-            return _unexpected(exc)
+        with stop_signals_as_interrupt():  # held until the error is reported: a 2nd signal cannot cut that
+            return _run_command(fn, args, kwargs)
 
     return wrapper
+
+
+def _run_command(fn, args, kwargs):
+    from prover_cli.errors import MachineError, write_fault_from
+    from prover_cli.out import Out
+
+    try:
+        return fn(*args, **kwargs)
+    except ConfigError as exc:  # the config or --set is wrong: a usage error
+        Out().error(str(exc), getattr(exc, "hint", None))
+        raise typer.Exit(EXIT_USAGE) from None
+    except MachineError as exc:  # a full disk, permissions...: the work so far is kept
+        Out().error(str(exc), _with_resume_hint(exc.hint, fn.__name__))
+        raise typer.Exit(EXIT_FAILURE) from None
+    except ProverError as exc:
+        Out().error(str(exc), getattr(exc, "hint", None))
+        raise typer.Exit(EXIT_FAILURE) from None
+    except KeyboardInterrupt as exc:
+        _report_interrupt(fn.__name__, exc)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (typer.Exit, typer.Abort, TyperException):
+        raise  # usage errors keep click's exit code 2
+    except UnicodeDecodeError as exc:  # a text file read whole, outside the line-by-line readers
+        if os.environ.get("PROVER_DEBUG"):
+            raise
+        error = decode_error_from(exc)
+        Out().error(str(error), error.hint)
+        raise typer.Exit(EXIT_FAILURE) from None
+    except RecursionError as exc:  # a JSON or TOML document nested too deeply, read by a library
+        return _unexpected(exc) if os.environ.get("PROVER_DEBUG") else _input_too_deep(exc)
+    except Exception as exc:
+        # disk full, permissions...: an OSError, or a library's own error around one (safetensors, torch.save)
+        fault = None if os.environ.get("PROVER_DEBUG") else write_fault_from(exc)
+        if fault is None:
+            return _unexpected(exc)  # a bug to report
+        Out().error(str(fault), _with_resume_hint(fault.hint, fn.__name__))
+        raise typer.Exit(EXIT_FAILURE) from None
+
+
+def _with_resume_hint(hint: str | None, command_name: str) -> str | None:
+    """A machine fault's hint, then the exact command that continues the run once it is fixed."""
+    command = resume_command(command_name)
+    if command is None:
+        return hint
+    verb = "resume with" if command_name in RESUME_WITH else "then rerun (it starts over)"
+    return f"{hint + '; ' if hint else ''}{verb}: {command}"
+
+
+def _report_interrupt(command_name: str, interrupt: BaseException) -> None:
+    """`Interrupted (SIGTERM).` and the command that resumes the run. After SIGHUP the terminal
+    may be gone: then nothing can be printed, and stdout/stderr are pointed at /dev/null so the
+    interpreter's last flush cannot fail either (the exit status still says 130)."""
+    from prover_cli.out import Out
+    from prover_cli.signals import signal_of
+
+    try:
+        Out().interrupted(resume_command(command_name), why=signal_of(interrupt),
+                          starts_over=command_name not in RESUME_WITH)
+    except (OSError, ValueError):
+        _silence_std_streams()
+    _forget_the_interrupt()
+
+
+def _silence_std_streams() -> None:
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError, AttributeError):
+                pass
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _input_too_deep(exc: RecursionError):
+    from prover_cli.errors import _file_in_traceback
+    from prover_cli.out import Out
+
+    where = _file_in_traceback(exc) or "an input file"
+    Out().error(f"{where}: nested too deeply to read (JSON or TOML structures more than ~1000 levels deep)")
+    raise typer.Exit(EXIT_FAILURE) from None
 
 
 def _forget_the_interrupt() -> None:
@@ -116,15 +179,16 @@ def _unexpected(exc: BaseException):
 
 
 def resume_command(command_name: str) -> str | None:
-    """The exact command line that continues an interrupted run, or None if it does not resume."""
+    """The exact command line that continues an interrupted run (for the commands that do not
+    resume, the one that starts it over); None outside a `prover` command."""
     import shlex
 
     from prover_cli.lock import current_command
 
-    if command_name not in RESUME_WITH:
-        return None
     argv = shlex.split(current_command())
-    extra = RESUME_WITH[command_name]
+    if not argv:
+        return None
+    extra = RESUME_WITH.get(command_name, "")
     if extra and extra not in argv:
         argv.append(extra)
     return shlex.join(argv)
@@ -412,7 +476,7 @@ def report(
     from prover_cli.out import Out
 
     out = Out(json_mode=json_mode)
-    result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir)
+    result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out)
     _render(out, result, "report")
 
 

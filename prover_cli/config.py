@@ -35,6 +35,14 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 from prover_cli.errors import ConfigError
 
 DEFAULT_MODEL = "AI-MO/Kimina-Prover-Preview-Distill-1.5B"
+# Bounds where a library would overflow (docs/config.md gives them per key).
+INT64_MAX = 2**63 - 1               # TOML integers are 64-bit; every integer key stays inside
+SEED_MAX = 2**32 - 1                # numpy's seed range (transformers' set_seed feeds it run.seed)
+TIMEOUT_MAX_S = 1e6                 # poll() takes an int of milliseconds
+MEMORY_LIMIT_MAX_GB = float(2**20)  # RLIMIT_AS is a 64-bit byte count
+MAX_LINE_BYTES_MAX = 2**32
+ES_SCALE_MIN, ES_SCALE_MAX = 1e-30, 1e3   # fp32 neither flushes it to 0 nor overflows sigma*eps in fp16
+
 DEFAULT_HEADER = (
     "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
     "open BigOperators Real Nat Topology Rat\n"
@@ -78,7 +86,7 @@ class ModelConfig:
                                 "goedel-v1", "goedel-v2", "kimina-preview", "kimina-prover", "plain", "kimina",
                                 "deepseek"))
     cache_dir: str = _key(".prover-cache", "Where built artifacts (the tiny model) are kept.")
-    tiny_seed: int = _key(0, "Seed of the tiny random model's weights (only for `name = \"tiny\"`).", min=0)
+    tiny_seed: int = _key(0, "Seed of the tiny random model's weights (only for `name = \"tiny\"`).", min=0, max=SEED_MAX)
 
 
 @dataclass
@@ -124,7 +132,7 @@ class GenerateConfig:
     temperature: float = _key(1.0, "Sampling temperature; 0 means greedy.", min=0.0)
     top_p: float = _key(0.95, "Nucleus sampling mass.", min=0.0, max=1.0, min_exclusive=True)
     max_tokens: int = _key(8192, "Maximum new tokens per sample.", min=1)
-    seed: int = _key(0, "Sampling seed (combined with the problem and sample index).", min=0)
+    seed: int = _key(0, "Sampling seed (combined with the problem and sample index).", min=0, max=SEED_MAX)
     batch_size: int = _key(16, "Prompts per transformers `generate` call.", min=1)
     split: str = _key("", "Only generate for problems of this split (empty = all).")
     gpu_memory_utilization: float = _key(0.85, "vLLM: fraction of GPU memory the engine may take.", min=0.05, max=1.0)
@@ -141,9 +149,9 @@ class VerifyConfig:
     project_dir: str = _key("", "Lake project with Mathlib where `repl_command` runs (empty = current directory).")
     header: str = _key(DEFAULT_HEADER, "Header used when a proof has none; run once per REPL process.")
     workers: int = _key(4, "REPL processes in the pool.", min=1)
-    timeout_s: float = _key(60.0, "Wall-clock limit per proof, seconds.", min=0.0, min_exclusive=True)
-    header_timeout_s: float = _key(600.0, "Wall-clock limit for running the header (`import Mathlib`), seconds.", min=0.0, min_exclusive=True)
-    memory_limit_gb: float = _key(16.0, "Address-space limit per REPL process, GiB (0 = none); it counts the memory-mapped Mathlib .olean files (several GiB), so keep it well above their size.", min=0.0)
+    timeout_s: float = _key(60.0, "Wall-clock limit per proof, seconds (at most 10^6: a deadline `poll` can wait for).", min=0.0, min_exclusive=True, max=TIMEOUT_MAX_S)
+    header_timeout_s: float = _key(600.0, "Wall-clock limit for running the header (`import Mathlib`), seconds (at most 10^6).", min=0.0, min_exclusive=True, max=TIMEOUT_MAX_S)
+    memory_limit_gb: float = _key(16.0, "Address-space limit per REPL process, GiB (0 = none; at most 2^20, a limit the kernel can hold in bytes); it counts the memory-mapped Mathlib .olean files (several GiB), so keep it well above their size.", min=0.0, max=MEMORY_LIMIT_MAX_GB)
     max_proofs_per_process: int = _key(200, "Recycle a REPL process after this many proofs (Lean leaks memory).", min=1)
     allowed_axioms: list[str] = _key(["propext", "Classical.choice", "Quot.sound"],
                                      "Axioms a verified proof may depend on (`#print axioms`).")
@@ -169,8 +177,10 @@ class ESConfig:
     """Evolution Strategies. Defaults from the ES-at-scale paper (population 30, sigma 1e-3, lr 5e-4, z-score)."""
 
     population: int = _key(30, "Members per iteration (with `antithetic`, an even number: +eps/-eps pairs).", min=2)
-    sigma: float = _key(1e-3, "Noise scale of each perturbation.", min=0.0, min_exclusive=True)
-    learning_rate: float = _key(5e-4, "Step size of the update theta += lr * mean(f_i * eps_i).", min=0.0, min_exclusive=True)
+    sigma: float = _key(1e-3, "Noise scale of each perturbation (applied in fp32: 1e-30 to 1e3, so sigma * eps neither "
+                        "rounds to 0 nor overflows fp16/bf16 weights).", min=ES_SCALE_MIN, max=ES_SCALE_MAX)
+    learning_rate: float = _key(5e-4, "Step size of the update theta += lr * mean(f_i * eps_i) (an fp32 coefficient: "
+                                "1e-30 to 1e3).", min=ES_SCALE_MIN, max=ES_SCALE_MAX)
     antithetic: bool = _key(True, "Evaluate +eps and -eps pairs (lower-variance gradient estimate).")
     fitness_shaping: str = _key("zscore", "Reward normalisation: `zscore` or `centered_rank`.",
                                 choices=("zscore", "centered_rank"))
@@ -266,9 +276,9 @@ class ModalConfig:
 class IOConfig:
     """Reading input files (JSONL, TOML): limits that keep one broken line from costing the whole file."""
 
-    max_line_bytes: int = _key(16 * 1024 * 1024, "Longest JSONL line read, bytes (default 16 MiB); a longer line is "
-                               "reported as malformed by its line number and skipped without being loaded whole.",
-                               min=1024)
+    max_line_bytes: int = _key(16 * 1024 * 1024, "Longest JSONL line read, bytes (default 16 MiB, at most 4 GiB); a "
+                               "longer line is reported as malformed by its line number and skipped without being "
+                               "loaded whole.", min=1024, max=MAX_LINE_BYTES_MAX)
 
 
 @dataclass
@@ -276,7 +286,8 @@ class RunConfig:
     """Where a run writes, and its seed."""
 
     dir: str = _key("runs/default", "Run directory (ledger, metrics, verdicts, final model).")
-    seed: int = _key(0, "Run seed: every other seed is derived from it.", min=0)
+    seed: int = _key(0, "Run seed: every other seed is derived from it (at most 2^32 - 1: TRL seeds numpy with it).",
+                     min=0, max=SEED_MAX)
     eval_every: int = _key(0, "Held-out evaluation of the current weights (ES: the unperturbed center) every this many "
                            "iterations/steps and after the last one, logged as `eval/*` in metrics.jsonl "
                            "(prover_cli/heldout.py); 0 = never.", min=0)
@@ -454,6 +465,8 @@ def _check_value(where: str, value: Any, annotation: Any, meta: Any) -> Any:
                 also = "; use inf for no limit" if meta.get("allow_inf") else ""
                 raise ConfigError(f"{where}: must be a finite number{also}")
             return value
+    if annotation is int and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ConfigError(f"{where}: must fit in a 64-bit integer (TOML's integers)")
     choices = meta.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"{where}: must be one of {', '.join(map(repr, choices))}")
@@ -497,12 +510,6 @@ def _cross_checks(config: Config) -> None:
             f"with es.antithetic = true ({_from(config, 'es.antithetic')}: members come in +eps/-eps pairs); "
             "use an even population or set es.antithetic = false"
         )
-    if config.es.member_temperature == 0 and config.es.samples_per_problem > 1:
-        raise ConfigError(
-            f"{_where(config, 'es.samples_per_problem')}: with es.member_temperature = 0 "
-            f"({_from(config, 'es.member_temperature')}: greedy) every sample of a problem is the same; "
-            "set es.samples_per_problem = 1 (score more problems instead) or a member temperature > 0"
-        )
     for k in config.eval.k:
         if k < 1:
             raise ConfigError(f"{_where(config, 'eval.k')}: every k must be >= 1")
@@ -511,6 +518,7 @@ def _cross_checks(config: Config) -> None:
                 f"{_where(config, 'eval.k')}: k = {k} exceeds eval.n = {config.eval.n} ({_from(config, 'eval.n')}) "
                 "samples per problem; raise eval.n or drop that k"
             )
+    _greedy_checks(config)
     if not config.verify.repl_command:
         raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
     from prover_cli.tracking import parse_report_to  # stdlib only: no tracker is imported here
@@ -518,6 +526,28 @@ def _cross_checks(config: Config) -> None:
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
                     where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
+
+
+def _greedy_checks(config: Config) -> None:
+    """Greedy decoding (temperature 0) gives one answer per prompt: asking for several samples of
+    it would make identical copies (vLLM) or fail at the first generate call (transformers)."""
+    pairs = [("generate.n", "generate.temperature"), ("es.samples_per_problem", "es.member_temperature"),
+             ("run.eval_n", "run.eval_temperature")]
+    for count_key, temperature_key in pairs:
+        count = getattr(getattr(config, count_key.split(".")[0]), count_key.split(".")[1])
+        temperature = getattr(getattr(config, temperature_key.split(".")[0]), temperature_key.split(".")[1])
+        if temperature == 0 and count > 1:
+            raise ConfigError(f"{_where(config, count_key)}: more than one sample per problem with greedy decoding "
+                              f"({_where(config, temperature_key)}) gives {count} identical samples; "
+                              f"set {count_key} = 1, or a {temperature_key} above 0")
+
+
+def check_eval_sampling(config: Config) -> None:
+    """`prover eval` samples eval.n per problem at generate.temperature: refused for greedy n > 1."""
+    if config.generate.temperature == 0 and config.eval.n > 1:
+        raise ConfigError(f"{_where(config, 'eval.n')}: `prover eval` samples eval.n per problem at "
+                          f"{_where(config, 'generate.temperature')} (greedy): {config.eval.n} identical samples; "
+                          "set eval.n = 1 (and eval.k = [1]), or generate.temperature above 0")
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -578,12 +608,15 @@ def config_reference() -> str:
         "TOML, so `--set es.sigma=0.002`, `--set verify.repl_command='[\"repl\"]'`; anything that is not",
         "valid TOML is taken as a string: `--set model.name=tiny`).",
         "",
-        "Cross-key rules: `es.population` must be even when `es.antithetic = true`;",
-        "`es.samples_per_problem` must be 1 when `es.member_temperature = 0` (greedy samples are all alike);",
-        "every `eval.k` must be <= `eval.n`; `verify.repl_command` must not be empty.",
+        "Cross-key rules: `es.population` must be even when `es.antithetic = true`; every `eval.k`",
+        "must be <= `eval.n`; `verify.repl_command` must not be empty; greedy decoding (temperature 0)",
+        "takes one sample per problem: `generate.n` must be 1 when `generate.temperature = 0`,",
+        "`es.samples_per_problem` when `es.member_temperature = 0`, `run.eval_n` when",
+        "`run.eval_temperature = 0`, and `prover eval` needs `eval.n = 1` then.",
         "",
         "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
-        "(\"inf = no limit\"). An error names the key and where its value came from (the `--set` as",
+        "(\"inf = no limit\"); integers fit in 64 bits, and keys a library would overflow have an upper",
+        "bound (shown below). An error names the key and where its value came from (the `--set` as",
         "typed, the file, or the default); config and usage errors exit with status 2.",
     ]
     for name, cls in SECTIONS.items():

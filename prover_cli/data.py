@@ -209,6 +209,8 @@ def _read_local_file(path: Path, name: str | None) -> SourceFile:
             if exc.msg == "Extra data":  # JSON Lines under a .json name, as some hub files are
                 return SourceFile(name, [(n, obj, split, where) for n, obj in read_jsonl(path)])
             raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InputError(f"{path}: not valid JSON (nested too deeply)") from None
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):
@@ -596,6 +598,16 @@ def default_header(config: Any) -> str:
     return family_header(family) or config.verify.header
 
 
+def _bad_line_reason(row: BadLine) -> str:
+    """The reason a row is counted under: what read_jsonl found wrong with its line."""
+    for prefix in ("not valid UTF-8", "not valid JSON"):
+        if row.reason.startswith(prefix):
+            return prefix
+    if "io.max_line_bytes" in row.reason:
+        return "line longer than io.max_line_bytes"
+    return "not a JSON object"
+
+
 def _map_rows(rows: list[Row], preset: str, label: str, config: Any, limit: int, reporter: Reporter) -> Report:
     mapper = MAPPERS[preset]
     ctx = _Context(config, default_header(config))
@@ -615,7 +627,7 @@ def _map_rows(rows: list[Row], preset: str, label: str, config: Any, limit: int,
             if index % 1000 == 0:  # rich redraws per call: advance in chunks on 100k-row datasets
                 progress.advance(1000)
             if isinstance(row, BadLine):
-                drop("not valid JSON" if row.reason.startswith("not valid JSON") else "not a JSON object", row_no, where)
+                drop(_bad_line_reason(row), row_no, where)
                 continue
             problem = mapper(row, split, ctx)
             if isinstance(problem, Drop):

@@ -7,6 +7,9 @@ reading a traceback.
 
 from __future__ import annotations
 
+import os
+import re
+
 
 class ProverError(Exception):
     """Base class: a failure the user can act on. `hint` names the next thing to try."""
@@ -129,6 +132,73 @@ def machine_error_from(exc: OSError) -> MachineError:
             operation = found
             break
     return MachineError.from_os_error(exc, path, operation)
+
+
+# How libraries that write with their own I/O say the machine refused a write: safetensors (Rust)
+# wraps the OS error ("I/O error: No space left on device (os error 28)"); torch's zip writer
+# (torch.save, Trainer checkpoints) loses the errno ("file write failed", "unexpected pos N vs M").
+_OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")
+_TORCH_WRITE_FAILURES = ("file write failed", "PytorchStreamWriter failed", "unexpected pos ")
+# Locals that name the file or directory a library was writing (safetensors `filename`, torch
+# `f`, transformers `save_directory`): the innermost one is the path the message names.
+_PATH_LOCALS = ("filename", "f", "file", "path", "save_directory", "output_dir")
+
+
+def write_fault_from(exc: BaseException) -> "MachineError | None":
+    """A MachineError when `exc` is the machine refusing a write (disk full, quota, file too
+    large, read-only, I/O error), whoever raised it: an OSError with such an errno, safetensors'
+    SafetensorError, torch's zip-writer RuntimeError. None for anything else (a bug to report).
+
+    Names the path (the exception's, else the innermost file being written in the traceback),
+    the operation and the errno; torch does not keep the errno, so it is inferred from the file
+    system (no space left: ENOSPC; the file at the process's file-size limit: EFBIG; else EIO)."""
+    import errno as _errno
+
+    if isinstance(exc, OSError):
+        return machine_error_from(exc) if is_machine_fault(exc) else None
+    text = str(exc)
+    found = _OS_ERROR_IN_TEXT.search(text)
+    operation = "read" if "deserializ" in text else "write"
+    if type(exc).__name__ == "SafetensorError" and found:
+        number = int(found.group(1) or found.group(2))
+        if _errno.errorcode.get(number, "") not in MACHINE_ERRNO_NAMES:
+            return None
+        error = OSError(number, os.strerror(number))
+    elif isinstance(exc, RuntimeError) and any(marker in text for marker in _TORCH_WRITE_FAILURES):
+        path = _path_in_traceback(exc)
+        number = _inferred_write_errno(path)
+        error = OSError(number, os.strerror(number))
+    else:
+        return None
+    return MachineError.from_os_error(error, _path_in_traceback(exc) or "(unknown path)", operation)
+
+
+def _path_in_traceback(exc: BaseException) -> str | None:
+    import traceback
+
+    for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        for name in _PATH_LOCALS:
+            value = frame.f_locals.get(name)
+            if isinstance(value, (str, os.PathLike)) and str(value):
+                return os.fspath(value)
+    return None
+
+
+def _inferred_write_errno(path: str | None) -> int:
+    import errno as _errno
+    import resource
+
+    if path is not None:
+        directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+        try:
+            stats = os.statvfs(directory)
+            if stats.f_bavail * stats.f_frsize < (1 << 20):
+                return _errno.ENOSPC
+        except OSError:
+            pass
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        return _errno.EFBIG  # this process may not write files past a size (`ulimit -f`)
+    return _errno.EIO
 
 
 def _file_in_traceback(exc: BaseException) -> str | None:

@@ -19,7 +19,9 @@ papers quote, which equals pass@n only when every problem has n samples.
 A sample is correct only when its verdict is `verified` (fail closed: `rejected`, `timeout`,
 `error`, or anything else counts as wrong). Records are grouped by `problem_id`; without one,
 by `id` minus a trailing `/<sample index>` (our sample ids are `<problem_id>/<sample_idx>`).
-Repeated ids count once (the first). Splits come from each record's `split` (or the problems
+The last line of an id is its verdict (`prover verify` appends a recheck; the earlier line is
+superseded). A malformed line (not JSON, no `verdict`, no id) is reported by number and the
+rest are scored; the command then exits 1. Splits come from each record's `split` (or the problems
 file, when eval generated the samples); records without one are scored under `all`.
 
 Where files go: beside the input, or into `--out`, never into a default run directory.
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from prover_cli.errors import ConfigError, InputError, NotBuiltError
-from prover_cli.jsonl import ResumableWriter, load_jsonl_strict
+from prover_cli.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 ALL = "all"
@@ -85,31 +87,65 @@ _SAMPLE_SUFFIX = re.compile(r"/\d+$")
 
 def group_verdicts(records: Iterable[dict[str, Any]], label: str,
                    splits: dict[str, str] | None = None) -> tuple[dict[str, ProblemScore], int]:
-    """(problem id -> n, c, split), and how many repeated ids were ignored."""
-    problems: dict[str, ProblemScore] = {}
-    seen: set[str] = set()
-    repeated = 0
+    """(problem id -> n, c, split), and how many lines a later line of the same id superseded.
+
+    The last line of an id is its verdict: `prover verify` appends a new line when it rechecks a
+    record (its fields or the verifier policy changed), so an earlier line of that id is stale."""
+    latest: dict[Any, tuple[str, dict[str, Any]]] = {}
+    superseded = 0
     for index, record in enumerate(records, start=1):
         rid = record.get("id")
         pid = record.get("problem_id")
         if not isinstance(pid, str) or not pid:
-            if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
+            if not _usable_id(rid):
                 raise InputError(f"{label}: record {index} has neither `problem_id` nor `id`")
             pid = _SAMPLE_SUFFIX.sub("", str(rid))
         if "verdict" not in record:
             raise InputError(f"{label}: record {index} ({rid!r}) has no `verdict`")
-        if rid is not None:
-            if str(rid) in seen:
-                repeated += 1
-                continue
-            seen.add(str(rid))
+        key: Any = str(rid) if rid is not None else ("line", index)
+        if key in latest:
+            superseded += 1
+            del latest[key]  # the later line takes the id's place, in file order
+        latest[key] = (pid, record)
+    problems: dict[str, ProblemScore] = {}
+    for pid, record in latest.values():
         score = problems.setdefault(pid, ProblemScore())
         score.n += 1
         score.c += record["verdict"] == "verified"
         if score.split is None:
             split = (splits or {}).get(pid) or record.get("split")
             score.split = split if isinstance(split, str) and split else None
-    return problems, repeated
+    return problems, superseded
+
+
+def _usable_id(rid: Any) -> bool:
+    return isinstance(rid, (str, int)) and not isinstance(rid, bool) and str(rid) != ""
+
+
+def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(records eval can score, malformed lines as {"line", "reason"}) of a verdicts file.
+
+    One bad line costs that line: it is reported by number and the rest are scored. `keep(record)`
+    filters the usable records (eval keeps the samples of the problems it generated)."""
+    from prover_cli.jsonl import BadLine, read_jsonl
+
+    records, malformed = [], []
+    for line_no, record in read_jsonl(path):
+        if isinstance(record, BadLine):
+            reason = record.reason
+        elif not isinstance(record.get("verdict"), str):
+            reason = "no `verdict` string" if "verdict" not in record else \
+                f"`verdict` is {type(record['verdict']).__name__}, expected a string"
+        elif not (isinstance(record.get("problem_id"), str) and record["problem_id"]) and not _usable_id(record.get("id")):
+            reason = "neither a `problem_id` nor an `id` (string or integer)"
+        elif record.get("id") is not None and not _usable_id(record["id"]):
+            reason = f"`id` is {type(record['id']).__name__}, expected a string or integer"
+        else:
+            if keep is None or keep(record):
+                records.append(record)
+            continue
+        malformed.append({"line": line_no, "reason": reason})
+    return records, malformed
 
 
 def score(problems: dict[str, ProblemScore], ks: list[int], label: str, n_key: str = "eval.n") -> dict[str, Any]:
@@ -182,15 +218,22 @@ def run_eval(config: Any, *, model: str | None = None, ledger: str | Path | None
         if dry_run:
             raise ConfigError("--dry-run plans a generating eval; --verdicts only scores what exists")
         path = Path(verdicts)
-        records = load_jsonl_strict(path)
-        problems, repeated = group_verdicts(records, str(path))
+        records, malformed = read_verdicts(path)
+        log_malformed(reporter, path, malformed)
+        if not records:
+            raise InputError(f"{path}: no verdicts to score" + (f" ({len(malformed)} malformed line(s))" if malformed else ""))
+        problems, superseded = group_verdicts(records, str(path))
         ks, skipped = _ks_within_samples(problems, ks, str(path))
         plot_dir = Path(out) if out else path.parent
         title = _plot_title(_record_model(records), path.parent.name or str(path.parent))
-        return _report(problems, repeated, ks, str(path), plot_dir, config.eval.plot, title=title,
-                       extra={"verdicts": str(path), **({"skipped_k": skipped} if skipped else {})})
+        result = _report(problems, superseded, ks, str(path), plot_dir, config.eval.plot, title=title,
+                         extra={"verdicts": str(path), **({"skipped_k": skipped} if skipped else {})})
+        return with_malformed(result, path, malformed)
     if model is not None and ledger is not None:
         raise ConfigError("--model and --ledger both name the weights to evaluate: pass one")
+    from prover_cli.config import check_eval_sampling
+
+    check_eval_sampling(config)  # greedy with eval.n > 1: identical samples, or transformers refuses
     if ks[-1] > config.eval.n:
         raise ConfigError(f"--k {','.join(map(str, ks))}: k = {ks[-1]} exceeds eval.n = {config.eval.n} "
                           "samples per problem; raise eval.n or lower k")
@@ -243,7 +286,13 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
     from prover_cli.generate import generate_samples, load_problems
 
     problems_path = eval_problems_path(config)
-    problems = load_problems(problems_path, split=config.eval.split)
+    bad_problems: list[dict[str, Any]] = []  # reported and skipped; the command then exits 1
+    problems = load_problems(problems_path, split=config.eval.split, malformed=bad_problems,
+                             task_name=config.data.task)
+    log_malformed(reporter, problems_path, bad_problems)
+    if not problems:
+        raise InputError(f"{problems_path}: no usable problem in split {config.eval.split!r} "
+                         f"({len(bad_problems)} malformed line(s))")
     base = out if out is not None else problems_path.parent / "eval"  # beside the input, never ./runs/default
 
     model_path, model_label = model, model or config.model.name
@@ -268,8 +317,7 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
         if before != identity:
             raise ConfigError(f"{eval_dir}: holds the files of another eval setting ({meta}); "
                               "pass another --out, or leave --out out to get a folder per setting")
-    eval_dir.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps(identity, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(meta, json.dumps(identity, indent=2) + "\n")  # whole or not at all: a resume reads it
     samples_path, verdicts_path = eval_dir / "samples.jsonl", eval_dir / "verdicts.jsonl"
 
     generated = generate_samples(config, problems, samples_path, n=config.eval.n, model=model_path,
@@ -282,20 +330,22 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
         _score_with_task(config, samples_path, verdicts_path, reporter)
 
     wanted = {f"{p['id']}/{j}" for p in problems for j in range(config.eval.n)}
-    records = [r for r in load_jsonl_strict(verdicts_path) if str(r.get("id")) in wanted]
+    records, bad_verdicts = read_verdicts(verdicts_path, keep=lambda r: str(r.get("id")) in wanted)
+    log_malformed(reporter, verdicts_path, bad_verdicts)
     splits = {p["id"]: p.get("split") for p in problems}
-    scored, repeated = group_verdicts(records, str(verdicts_path), splits=splits)
+    scored, superseded = group_verdicts(records, str(verdicts_path), splits=splits)
     missing = sorted(set(splits) - set(scored))
     if missing:
         raise InputError(f"{verdicts_path}: no verdicts for {len(missing)} problem(s), e.g. {missing[0]!r}; "
                          "rerun `prover eval` to complete them")
     title = _plot_title(model_label, f"{problems_path} ({config.eval.split}), n={config.eval.n}, "
                                      f"T={config.generate.temperature:g}")
-    return _report(scored, repeated, ks, str(verdicts_path), eval_dir, config.eval.plot, title=title, extra={
+    result = _report(scored, superseded, ks, str(verdicts_path), eval_dir, config.eval.plot, title=title, extra={
         "model": model_label, "samples_path": str(samples_path), "verdicts": str(verdicts_path),
         "eval_dir": str(eval_dir), "samples_written": generated["samples_written"],
         "tokens_per_s": generated["tokens_per_s"], "family": generated.get("family"),
     })
+    return with_malformed(with_malformed(result, problems_path, bad_problems), verdicts_path, bad_verdicts)
 
 
 def _stage(module_name: str, attr: str) -> Any:
@@ -346,7 +396,7 @@ def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, repor
 # Report: tables, the dict, the plot
 # --------------------------------------------------------------------------------------------
 
-def _report(problems: dict[str, ProblemScore], repeated: int, ks: list[int], label: str, plot_dir: Path,
+def _report(problems: dict[str, ProblemScore], superseded: int, ks: list[int], label: str, plot_dir: Path,
             plot: bool, extra: dict[str, Any], title: str = "pass@k") -> dict[str, Any]:
     per_split = score(problems, ks, label)
     overall = per_split[ALL]
@@ -363,7 +413,7 @@ def _report(problems: dict[str, ProblemScore], repeated: int, ks: list[int], lab
     result.update({key: overall[key] for key in ("problems", "samples", "verified")})
     result.update({f"pass@{k}": overall[f"pass@{k}"] for k in ks})
     result["solved_any"] = overall["solved_any"]
-    result["repeated_ids_ignored"] = repeated
+    result["superseded_lines"] = superseded  # earlier lines of an id a later line rechecked
     result["per_split"] = per_split
     result.update(extra)
     if plot:

@@ -35,8 +35,14 @@ from prover_cli.progress import NULL_REPORTER, Reporter
 # Fields a sample record sets itself; a problem's own fields are copied around them.
 SAMPLE_FIELDS = ("id", "problem_id", "sample_idx", "completion", "raw_completion", "finish_reason",
                  "prompt_tokens", "completion_tokens", "seed", "model", "family")
-# What each task needs from a problem to prompt and to score it.
-REQUIRED_FIELDS = {"lean": ("formal_statement",), "countdown": ("numbers", "target")}
+# What each task reads from a problem to prompt and to score it: field -> (type, required).
+# "ints" is a non-empty list of integers. Optional fields may also be missing or null.
+PROBLEM_FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "lean": {"formal_statement": (str, True), "header": (str, False), "informal_statement": (str, False),
+             "informal_prefix": (str, False)},
+    "countdown": {"numbers": ("ints", True), "target": (int, True), "prompt_style": (str, False)},
+    "toy": {"prompt": (str, True)},
+}
 
 
 def generate_file(config: Any, *, problems_path: str | Path | None = None, out_path: str | Path | None = None,
@@ -45,26 +51,29 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
 
     `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
     across calls); by default one is loaded for `model` / `model.name`."""
+    from prover_cli.jsonl import log_malformed, with_malformed
+
     path = Path(problems_path) if problems_path else config.problems_path
     malformed: list[dict[str, Any]] = []  # bad lines are reported and skipped; the run then exits 1
-    problems = load_problems(path, split=config.generate.split or None, malformed=malformed)
-    for item in malformed:
-        reporter.log(f"{path}:{item['line']}: {item['reason']}")
+    problems = load_problems(path, split=config.generate.split or None, malformed=malformed,
+                             task_name=config.data.task)
+    log_malformed(reporter, path, malformed)
+    if malformed and not problems:  # nothing usable: a wrong file or data.task, not a few bad lines
+        first = malformed[0]
+        raise InputError(f"{path}: no usable problem: all {len(malformed)} line(s) are malformed, e.g. line "
+                         f"{first['line']}: {first['reason']}",
+                         hint="prepare the problems for this task, or set data.task to match them")
     out = Path(out_path) if out_path else config.run_dir / "samples.jsonl"
     result = generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
                               problems_label=str(path), sampler=sampler)
-    if malformed:
-        result.update(ok=False, malformed_lines=len(malformed), malformed=malformed)
-        result.setdefault("tables", []).append({"title": f"malformed lines of {path.name} (skipped)",
-                                                "columns": ["line", "problem"],
-                                                "rows": [[m["line"], m["reason"]] for m in malformed]})
-    return result
+    return with_malformed(result, path, malformed)
 
 
-def load_problems(path: Path, split: str | None = None,
-                  malformed: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Problems of `path` (of `split` if given). A bad line or duplicate id is an error naming the
-    line, or, when a `malformed` list is given, appended to it ({"line", "reason"}) and skipped."""
+def load_problems(path: Path, split: str | None = None, malformed: list[dict[str, Any]] | None = None,
+                  task_name: str | None = None) -> list[dict[str, Any]]:
+    """Problems of `path` (of `split` if given). A bad line, a duplicate id, or (with `task_name`)
+    a problem without the fields that task reads is an error naming the line, or, when a
+    `malformed` list is given, appended to it ({"line", "reason"}) and skipped."""
     from prover_cli.jsonl import BadLine, read_jsonl
 
     if not path.exists():
@@ -91,6 +100,10 @@ def load_problems(path: Path, split: str | None = None,
         seen[pid] = line_no
         splits.add(problem.get("split"))
         if split is None or problem.get("split") == split:
+            defect = problem_defect(problem, task_name) if task_name else None
+            if defect:
+                bad(line_no, f"problem {pid!r}: {defect}")
+                continue
             problems.append(problem)
     if split is not None and not problems:
         present = ", ".join(sorted(str(s) for s in splits)) or "none"
@@ -201,13 +214,35 @@ def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs
     return new_tokens
 
 
+def problem_defect(problem: dict[str, Any], task_name: str) -> str | None:
+    """Why `problem` cannot be prompted or scored by task `task_name` (a missing or wrong-typed field), or None."""
+    for key, (kind, required) in PROBLEM_FIELDS.get(task_name, {}).items():
+        value = problem.get(key)
+        if value is None:
+            if required:
+                return f"lacks `{key}`, needed by data.task = {task_name!r}"
+            continue
+        if kind == "ints":
+            ok = isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
+            expected = "a non-empty list of integers"
+        else:
+            ok = isinstance(value, kind) and not isinstance(value, bool)
+            expected = {str: "a string", int: "an integer"}[kind]
+        if not ok:
+            return f"`{key}` is {type(value).__name__}, expected {expected} (data.task = {task_name!r})"
+    if task_name == "countdown" and problem.get("prompt_style") is not None:
+        from prover_cli.tasks.countdown import PROMPTS
+
+        if problem["prompt_style"] not in PROMPTS:
+            return f"`prompt_style` {problem['prompt_style']!r} is not one of {', '.join(PROMPTS)}"
+    return None
+
+
 def _check_fields(problems: list[dict[str, Any]], task_name: str, label: str) -> None:
-    required = REQUIRED_FIELDS.get(task_name, ())
     for problem in problems:
-        missing = [key for key in required if key not in problem]
-        if missing:
-            raise InputError(f"{label}: problem {problem['id']!r} lacks {', '.join(missing)} needed by "
-                             f"data.task = {task_name!r}",
+        defect = problem_defect(problem, task_name)
+        if defect:
+            raise InputError(f"{label}: problem {problem.get('id')!r} {defect}",
                              hint="prepare the problems for this task, or set data.task to match them")
 
 

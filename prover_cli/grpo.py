@@ -6,7 +6,8 @@
 
 What happens, top to bottom:
 1. problems: `problems.jsonl` filtered to `data.train_split` (countdown and toy problems are
-   generated from `run.seed` when the file is missing; a missing Lean file is an error);
+   generated from `run.seed` when `data.problems` is left empty and the run has none; a file
+   that does not exist is otherwise an error);
 2. dataset: one already chat-templated `prompt` string per problem plus the problem's columns;
 3. reward: the task's batched `rewards(problems, completions, config)` in TRL's reward signature,
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
@@ -146,10 +147,12 @@ def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
     `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve."""
     import shutil
 
+    from prover_cli.model_dir import save_tokenizer
+
     tmp = final_dir.with_name(final_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)  # safetensors (the transformers >= 4.x default)
-    tokenizer.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp)  # as loaded: no padding state from sampling
     shutil.rmtree(final_dir, ignore_errors=True)
     tmp.rename(final_dir)
 
@@ -161,27 +164,40 @@ _TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_s
 def finished_run(config: Any, checkpoint: Path, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     """--resume on a run whose newest checkpoint is at `grpo.steps`: report it, train nothing.
 
-    Only a missing `final/` (a kill during the final save) is rebuilt, from that checkpoint's
-    model files; metrics.jsonl, the checkpoints and an existing `final/` are left as they are."""
-    import shutil
-
+    `final/` must be that checkpoint's model. A kill after the checkpoint but before the final
+    save leaves it missing, or (a run extended with a higher grpo.steps) holding the previous
+    end's weights: then it is rebuilt from the checkpoint's model files. A `final/` that already
+    holds the checkpoint's weights is left untouched, as are metrics.jsonl and the checkpoints."""
     from prover_cli.metrics import METRICS_FILE
+    from prover_cli.model_dir import same_weights
 
     run_dir, final_dir = config.run_dir, config.run_dir / "final"
     steps = config.grpo.steps
     reporter.log(f"{run_dir}: the run is complete ({checkpoint.name} is at grpo.steps = {steps}); nothing to train. "
                  "Raise grpo.steps and pass --resume to train further.")
     if not final_dir.is_dir():
-        tmp = final_dir.with_name(final_dir.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(checkpoint, tmp, ignore=lambda d, names: [n for n in names if n in _TRAINING_STATE_FILES
-                                                                    or n.startswith("rng_state")])
-        tmp.rename(final_dir)
+        _final_from_checkpoint(checkpoint, final_dir)
         reporter.log(f"{final_dir}: was missing; written from {checkpoint}")
+    elif not same_weights(final_dir, checkpoint):
+        _final_from_checkpoint(checkpoint, final_dir)
+        reporter.log(f"{final_dir}: did not hold the weights of {checkpoint.name} (a kill before the final save); "
+                     f"rewritten from it")
     records = [r for r in read_metrics(run_dir) if r.get("iteration", 0) <= steps]
     result = summarize(records, final_dir, run_dir / METRICS_FILE, resumed_from=steps)
     result["complete"] = True
     return result
+
+
+def _final_from_checkpoint(checkpoint: Path, final_dir: Path) -> None:
+    """final/ := the checkpoint's model files (not its training state), whole or not at all."""
+    import shutil
+
+    tmp = final_dir.with_name(final_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoint, tmp, ignore=lambda d, names: [n for n in names if n in _TRAINING_STATE_FILES
+                                                                or n.startswith("rng_state")])
+    shutil.rmtree(final_dir, ignore_errors=True)
+    tmp.rename(final_dir)
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,6 +234,7 @@ def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) ->
         truncate_metrics(run_dir, 0)
         return None
     check_resume_config(config, run_dir / "config.toml")
+    check_checkpoint(checkpoint)
     step = checkpoint_step(checkpoint)
     if step > config.grpo.steps:
         raise ConfigError(f"{checkpoint}: the checkpoint is at step {step}, past grpo.steps = {config.grpo.steps}",
@@ -263,6 +280,25 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
     return None
 
 
+def check_checkpoint(checkpoint: Path) -> None:
+    """InputError naming a file of the checkpoint to resume from that the Trainer could not read
+    (a hand-damaged or cut one; a kill mid-save leaves no trainer_state.json and is skipped)."""
+    import zipfile
+
+    from prover_cli.model_dir import check_safetensors
+
+    for path in sorted(checkpoint.iterdir()):
+        if path.suffix == ".safetensors":
+            check_safetensors(path)
+        elif path.suffix in (".pt", ".pth", ".bin"):  # torch.save files are zip archives
+            try:
+                with zipfile.ZipFile(path):
+                    pass
+            except (zipfile.BadZipFile, OSError) as exc:
+                raise InputError(f"{path}: not a readable torch.save file ({exc})",
+                                 hint=f"move {checkpoint.name} away to resume from the checkpoint before it") from None
+
+
 def check_resume_config(config: Any, stored_path: Path) -> None:
     """ConfigError naming every key whose value differs from the run's `config.toml`."""
     from prover_cli.config import tomllib  # tomli on Python 3.10
@@ -293,7 +329,15 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn last line from a kill (start_or_resume cuts it on a resume that trains)
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def resumable_trainer_class():
@@ -336,37 +380,21 @@ def resumable_trainer_class():
 # --------------------------------------------------------------------------------------------
 
 def load_train_problems(config: Any, reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
-    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing."""
-    from prover_cli.jsonl import load_jsonl_strict, write_jsonl_atomic
+    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing
+    (only where `data.problems` is left empty: a named file that does not exist is an error)."""
+    from prover_cli.jsonl import write_jsonl_atomic
+    from prover_cli.tasks import run_problems
 
     path = config.problems_path
-    if not path.exists():
-        generated = generate_problems(config)
-        if generated is None:
-            raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task})",
-                             hint="run `prover prepare-data` first, or set data.problems")
-        write_jsonl_atomic(path, generated)  # the run's problems stay inspectable and reusable
-        reporter.log(f"{path}: generated {len(generated)} {config.data.task} problems (seed {config.run.seed})")
-    problems = [p for p in load_jsonl_strict(path) if p.get("split") == config.data.train_split]
+    all_problems, _, generated = run_problems(config)
+    if generated:
+        write_jsonl_atomic(path, all_problems)  # the run's problems stay inspectable and reusable
+        reporter.log(f"{path}: generated {len(all_problems)} {config.data.task} problems (seed {config.run.seed})")
+    problems = [p for p in all_problems if p.get("split") == config.data.train_split]
     if not problems:
         raise InputError(f"{path}: no problems with split {config.data.train_split!r} (data.train_split)",
                          hint="check data.train_split against the `split` field of the problems")
     return problems
-
-
-def generate_problems(config: Any) -> list[dict[str, Any]] | None:
-    """Seeded problems of the tasks that need no dataset (as `prepare-data` makes them); None for Lean."""
-    d = config.data
-    if d.task == "countdown":
-        from prover_cli.tasks import countdown
-
-        return countdown.generate_problems(d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
-                                           seed=config.run.seed, prompt=d.countdown_prompt)
-    if d.task == "toy":
-        from prover_cli.tasks import toy
-
-        return toy.generate_problems(toy.DEFAULT_COUNT, seed=config.run.seed)
-    return None
 
 
 def problem_columns(problems: list[dict[str, Any]]) -> list[str]:

@@ -97,18 +97,10 @@ def heldout_problems(config: Any) -> list[dict[str, Any]]:
 
 
 def _all_problems(config: Any) -> tuple[list[dict[str, Any]], str]:
-    from prover_cli.jsonl import load_jsonl_strict
+    from prover_cli.tasks import run_problems  # the problems training reads or generates
 
-    path = config.problems_path
-    if path.exists():
-        return load_jsonl_strict(path), str(path)
-    from prover_cli.grpo import generate_problems  # the generator training uses for countdown/toy
-
-    generated = generate_problems(config)
-    if generated is None:
-        raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task})",
-                         hint="run `prover prepare-data` first, or set data.problems")
-    return generated, f"{config.data.task} problems generated from run.seed = {config.run.seed}"
+    problems, source, _ = run_problems(config)
+    return problems, source
 
 
 # --------------------------------------------------------------------------------------------

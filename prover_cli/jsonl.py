@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from prover_cli.errors import InputError, MachineError
+from prover_cli.lock import claim_identity
 
 # The longest line a reader holds in memory; `io.max_line_bytes` in the config sets it (the cli
 # calls `configure`). A proof is a few KiB; a 50 MB line is a broken file, not a record.
@@ -175,6 +176,11 @@ class ResumableWriter:
             self._handle = self.path.open("a", encoding="utf-8")
         except OSError as exc:
             raise MachineError.from_os_error(exc, self.path, "open for appending") from None
+        try:
+            claim_identity(self.path)  # the output exists now: lock the file itself too (prover_cli/lock.py)
+        except BaseException:
+            self._handle.close()
+            raise
         return self
 
     def _drop_torn_tail(self) -> None:
@@ -225,18 +231,70 @@ class ResumableWriter:
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
     """Write a whole file at once: temp file + rename, so readers never see half of it."""
+    write_text_atomic(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` whole: a temp file beside it, fsynced, renamed over it, and the
+    rename made durable. A kill or a full disk leaves the old file or the new one, never a cut
+    one (a resume can always read it); a failure is a MachineError naming the path and errno."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MachineError.from_os_error(exc, path.parent, "create directory") from None
     tmp = path.with_name(path.name + ".tmp")
     try:
         with tmp.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:
+        _remove_quietly(tmp)
         raise MachineError.from_os_error(exc, tmp, "write") from None
     try:
         os.replace(tmp, path)
     except OSError as exc:
+        _remove_quietly(tmp)
         raise MachineError.from_os_error(exc, path, f"move {tmp.name} into place as") from None
+    fsync_directory(path.parent)
+    claim_identity(path)
+
+
+def fsync_directory(directory: str | Path) -> None:
+    """Make a rename in `directory` durable (best effort: some file systems refuse a directory fsync)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+# -- malformed input lines: reported by number, the rest processed, the command exits 1 -------------
+
+def log_malformed(reporter: Any, path: str | Path, malformed: list[dict[str, Any]]) -> None:
+    """One `path:line: reason` log line per malformed input line (as each command reads its input)."""
+    for item in malformed:
+        reporter.log(f"{path}:{item['line']}: {item['reason']}")
+
+
+def with_malformed(result: dict[str, Any], path: str | Path, malformed: list[dict[str, Any]]) -> dict[str, Any]:
+    """`result` marked for the skipped lines of `path`: listed, in a table, and `ok` false (exit 1)."""
+    if malformed:
+        result.update(ok=False, malformed_lines=len(malformed), malformed=malformed)
+        result.setdefault("tables", []).append({"title": f"malformed lines of {Path(path).name} (skipped)",
+                                                "columns": ["line", "problem"],
+                                                "rows": [[m["line"], m["reason"]] for m in malformed]})
+    return result

@@ -19,9 +19,18 @@ Why flock and a lock file beside the target:
 - the holder writes its pid and command into the file, which is all the second process needs
   for a useful error.
 
-The file is removed on release while still locked; an acquirer that opened the old file checks
-that the path still names the inode it locked, and retries if not, so removal never lets two
-writers in. Within one process the lock is re-entrant (eval calls generate and verify inside).
+The file is removed on release while still locked (and only while the path still names the file
+we locked); an acquirer that opened the old file checks that the path still names the inode it
+locked, and retries if not, so removal never lets two writers in. Within one process the lock is
+re-entrant (eval calls generate and verify inside).
+
+What a path-named lock file cannot see, and what else is locked for it:
+- the target's identity: the holder also takes an flock on the target itself (its inode, a file
+  or a directory) once it exists, so a hard link to the same file under another name, or a lock
+  file deleted by hand, does not let a second writer in. Who holds it is read from /proc/locks;
+- nesting: an output inside a directory another prover process holds (`prover verify --out
+  runs/es/x.jsonl` while `train es` writes runs/es) is refused, and so is a directory that holds
+  an output another process writes (checked over the directory's first few levels).
 Advisory only: it stops prover processes, not other programs. With `--backend modal` the cli
 holds it on the launching machine around the remote call (and the pull of its outputs); the
 containers writing the Volume take no lock there.
@@ -55,6 +64,10 @@ class LockedError(ProverError):
 # Paths this process holds: real path of the target -> [depth, fd of the lock file].
 _HELD: dict[str, list[int]] = {}
 _HELD_GUARD = threading.Lock()
+# Targets' identities this process has flocked: (st_dev, st_ino) -> fd; and which target holds which.
+_IDENTITIES: dict[tuple[int, int], int] = {}
+_IDENTITY_OF: dict[str, tuple[int, int]] = {}
+NESTED_SCAN_DEPTH = 4  # how deep a held directory is searched for outputs another process writes
 
 
 def lock_path(target: str | Path) -> Path:
@@ -92,19 +105,142 @@ def output_lock(target: str | Path) -> Iterator[dict[str, Any] | None]:
         return
 
     path = lock_path(target)
+    _check_nesting(Path(key))  # before creating anything (the lock file's directory)
     fd, previous = _acquire(path, target)
-    with _HELD_GUARD:
-        _HELD[key] = [1, fd]
+    try:
+        _check_nesting(Path(key))  # and again once locked: a holder that started meanwhile
+        with _HELD_GUARD:
+            _HELD[key] = [1, fd]
+        claim_identity(key)
+    except BaseException:
+        with _HELD_GUARD:
+            _HELD.pop(key, None)
+        _release(key, path, fd)
+        raise
     try:
         yield previous
     finally:
         with _HELD_GUARD:
             del _HELD[key]
+        _release(key, path, fd)
+
+
+def _release(key: str, path: Path, fd: int) -> None:
+    identity = _IDENTITY_OF.pop(key, None)
+    if identity is not None:
+        os.close(_IDENTITIES.pop(identity))
+    if _same_file(fd, path):  # a lock file deleted by hand and made anew is another holder's now
         try:
             os.unlink(path)  # while still locked: see the module docstring
         except OSError:
             pass  # already gone, or a read-only parent: the flock is what matters
+    os.close(fd)
+
+
+def claim_identity(path: str | Path) -> None:
+    """Flock the identity (inode) of every target this process holds that is `path` or one of its
+    ancestors and exists now, if not done yet: writers call it once they have created their
+    output, so a target that did not exist at locking time is covered too. LockedError when
+    another process holds that inode (through a hard link, or a lock file deleted by hand)."""
+    real = Path(os.path.realpath(path))
+    with _HELD_GUARD:
+        pending = [key for key in _HELD if key not in _IDENTITY_OF and (real == Path(key) or Path(key) in real.parents)]
+    for key in pending:
+        try:
+            fd = os.open(key, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue  # not there yet, or not readable: the lock file beside it still holds
+        identity = _identity(fd)
+        if identity in _IDENTITIES:  # this process holds it already (the same file under two names)
+            os.close(fd)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockedError(f"{key}: in use by another prover process (the same file, through a hard link or "
+                              f"after its lock file {lock_path(key)} was deleted): {_describe(_flock_holder(identity))}"
+                              ) from None
+        except OSError:
+            os.close(fd)
+            continue  # a file system without flock on this file: the lock file beside it still holds
+        _IDENTITIES[identity] = fd
+        _IDENTITY_OF[key] = identity
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino
+
+
+def _flock_holder(identity: tuple[int, int]) -> dict[str, Any] | None:
+    """The pid and command line of the process holding an flock on that inode (Linux /proc/locks)."""
+    device, inode = identity
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != wanted:
+            continue
+        pid = int(fields[4])
+        if pid == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+            command = shlex.join(arg.decode("utf-8", "replace") for arg in argv)
+        except OSError:
+            command = "?"
+        return {"pid": pid, "command": command}
+    return None
+
+
+def _check_nesting(target: Path) -> None:
+    """LockedError when `target` lies inside a directory another process holds, or (a directory)
+    holds an output another process writes."""
+    for ancestor in target.parents:
+        if ancestor.parent == ancestor:
+            break
+        holder = _held_elsewhere(lock_path(ancestor), ancestor)
+        if holder is not False:
+            raise LockedError(f"{target}: inside {ancestor}, which another prover process writes: {_describe(holder)}")
+    if not target.is_dir():
+        return
+    base_depth = len(target.parts)
+    for directory, subdirs, files in os.walk(target):
+        if len(Path(directory).parts) - base_depth >= NESTED_SCAN_DEPTH:
+            subdirs.clear()
+        subdirs[:] = [name for name in subdirs if not name.startswith(".")]  # .venv, .git, caches
+        for name in files:
+            if name.startswith(".") and name.endswith(".lock"):
+                inner = Path(directory) / name[1:-len(".lock")]
+                holder = _held_elsewhere(Path(directory) / name, inner)
+                if holder is not False:
+                    raise LockedError(f"{target}: holds {inner}, which another prover process writes: "
+                                      f"{_describe(holder)}")
+
+
+def _held_elsewhere(path: Path, target: Path) -> dict[str, Any] | None | bool:
+    """False when no other process holds the lock file `path` (of `target`); else its holder's record."""
+    if str(target) in _HELD or not path.is_file():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd, wait_s=1.0)
         os.close(fd)
+        return holder
+    except OSError:
+        os.close(fd)
+        return False
+    os.close(fd)  # closing drops the shared lock: it was only a test
+    return False
 
 
 @contextmanager

@@ -73,6 +73,8 @@ def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
 
 def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
     """On resume: drop lines after `last_iteration` (written after the last ledger commit)."""
+    from prover_cli.jsonl import write_text_atomic
+
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return
@@ -82,16 +84,19 @@ def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line from a kill
-        if record.get("iteration", 0) <= last_iteration:
+        if isinstance(record, dict) and record.get("iteration", 0) <= last_iteration:
             kept.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def write_resolved_config(config: Any) -> Path:
-    """Write the resolved config into the run directory when a run starts."""
+    """Write the resolved config into the run directory when a run starts: whole or not at all
+    (temp file, then rename), since a resume compares the config with it."""
+    from prover_cli.jsonl import write_text_atomic
+
     path = Path(config.run.dir) / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(config.to_toml(), encoding="utf-8")
+    write_text_atomic(path, config.to_toml())
+    from prover_cli.lock import claim_identity
+
+    claim_identity(path.parent)  # the run dir exists now: lock its identity too (prover_cli/lock.py)
     return path

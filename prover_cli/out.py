@@ -125,11 +125,15 @@ class Out:
         if hint:
             self.err.print(f"[dim]Hint: {escape(hint)}[/dim]", soft_wrap=True)
 
-    def interrupted(self, resume_command: str | None) -> None:
-        """Ctrl-C: say so, and print the exact command that continues the run."""
-        self.err.print("[yellow]Interrupted.[/yellow]", soft_wrap=True)
+    def interrupted(self, resume_command: str | None, *, why: str | None = None, starts_over: bool = False) -> None:
+        """Ctrl-C, SIGTERM or SIGHUP (`why`): say so, and print the exact command that continues
+        the run (or, for a command that does not resume, the one that starts it over)."""
+        self.err.print(f"[yellow]Interrupted{f' ({why})' if why else ''}.[/yellow]", soft_wrap=True)
         if resume_command:
-            self.err.print(f"Resume with: {escape(resume_command)}", soft_wrap=True)
+            if starts_over:
+                self.err.print(f"Rerun with (it starts over): {escape(resume_command)}", soft_wrap=True)
+            else:
+                self.err.print(f"Resume with: {escape(resume_command)}", soft_wrap=True)
 
     def plain(self, line: str) -> None:
         """One unstyled line on stderr (progress in logs)."""

@@ -71,8 +71,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import BadLine, load_jsonl_strict, read_jsonl
+from prover_cli.jsonl import BadLine, load_jsonl_strict, log_malformed, read_jsonl, with_malformed, write_text_atomic
 from prover_cli.metrics import METRICS_FILE, required_keys, training_records
+from prover_cli.progress import NULL_REPORTER
 from prover_cli.stats import mean_interval, paired_difference
 
 REPORT_JSON = "report.json"
@@ -89,13 +90,19 @@ _EVAL_NUMERIC_KEYS = (EVAL_RATE, "eval/verified_rate_lo", "eval/verified_rate_hi
 _ARM_IGNORED_KEYS = ("snapshot_every", "save_every")  # how often a run saves, not what it trains
 
 
-def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Compare runs: tables, `report.json` and `report.png` in a new `out_dir`."""
+def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
+                reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """Compare runs: tables, `report.json` and `report.png` in a new `out_dir`.
+
+    A malformed metrics line is reported by file and line and left out; the rest is reported
+    and the command exits 1 (`ok` false)."""
     if not run_dirs:
         raise InputError("prover report needs at least one run directory")
     runs = [load_run(Path(d)) for d in run_dirs]
     arms = group_arms(runs)
     check_comparable(runs, arms)
+    for run in runs:
+        log_malformed(reporter, run["dir"] / METRICS_FILE, run["malformed"])
 
     summaries = [summarize_run(run) for run in runs]
     arm_summaries = [summarize_arm(arm) for arm in arms]
@@ -104,9 +111,9 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
     json_path, png_path = out / REPORT_JSON, out / REPORT_PNG
     task = runs[0]["task"]
     unchecked = [str(run["dir"]) for run in runs if run["problem_sets"] is None]
-    json_path.write_text(json.dumps({"task": task, "runs": summaries, "arms": arm_summaries, "differences": diffs,
-                                     "problem_sets_unchecked": unchecked}, indent=2, sort_keys=True) + "\n",
-                         encoding="utf-8")
+    write_text_atomic(json_path, json.dumps({"task": task, "runs": summaries, "arms": arm_summaries,
+                                             "differences": diffs, "problem_sets_unchecked": unchecked},
+                                            indent=2, sort_keys=True) + "\n")
     plot_runs(runs, png_path)
     single = all(len(arm["runs"]) == 1 for arm in arms)
     tables = [summary_table(summaries) if single else arm_training_table(arm_summaries)]
@@ -130,6 +137,8 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
         result["note"] = ("one run per arm: its intervals cover the held-out problems and samples, not the luck of "
                           "training, so they cannot say which method is better; report several seeds per method "
                           "(benchmarks/bench_demo.py runs 10 of the demo)")
+    for run in runs:
+        with_malformed(result, run["dir"] / METRICS_FILE, run["malformed"])
     return result
 
 
@@ -172,7 +181,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run directory (it does not exist or is a file)")
     config = read_config(run_dir / "config.toml")
-    records = read_metrics(run_dir / METRICS_FILE)
+    malformed: list[dict[str, Any]] = []  # reported and skipped; the report then exits 1
+    records = read_metrics(run_dir / METRICS_FILE, malformed)
     data = config.get("data", {})
     task = data.get("task")
     for line_no, record in records:
@@ -201,6 +211,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "records": kept,
         "base": kept[0] if kept[0]["iteration"] == 0 else None,
         "problem_sets": problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept)),
+        "malformed": malformed,
     }
 
 
@@ -215,32 +226,50 @@ def read_config(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
 
 
-def read_metrics(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) pairs; strictly increasing iterations, every required key a number."""
+def read_metrics(path: Path, malformed: list[dict[str, Any]] | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) pairs; strictly increasing iterations, every required key a number.
+
+    A malformed line (not JSON, a key missing or not a finite number) is an InputError naming the
+    file and line, or, when a `malformed` list is given, appended to it ({"line", "reason"}) and
+    skipped. Iterations that do not increase mean two runs in one file: always an error."""
     if not path.exists():
         raise InputError(f"{path}: not found; is this the directory of a `prover train` run?")
     records: list[tuple[int, dict[str, Any]]] = []
     for line_no, record in read_jsonl(path):
         where = f"{path}:{line_no}"
-        if isinstance(record, BadLine):
-            raise InputError(f"{where}: {record.reason}")
-        missing = [key for key in required_keys(record) if key not in record]
-        if missing:
-            raise InputError(f"{where}: missing {', '.join(missing)}")
-        for key in ("iteration", *(k for k in (*_NUMERIC_KEYS, *_EVAL_NUMERIC_KEYS) if k in record)):
-            value = record[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InputError(f"{where}: {key} = {value!r}: expected a finite number")
-        if BY_PROBLEM in record and not _valid_by_problem(record[BY_PROBLEM]):
-            raise InputError(f"{where}: {BY_PROBLEM} must map problem ids to [verified samples, greedy verified] "
-                             "pairs of non-negative integers")
+        reason = _metrics_defect(record)
+        if reason is not None:
+            if malformed is None:
+                raise InputError(f"{where}: {reason}")
+            malformed.append({"line": line_no, "reason": reason})
+            continue
         if records and record["iteration"] <= records[-1][1]["iteration"]:
             raise InputError(f"{where}: iteration {record['iteration']} after iteration "
                              f"{records[-1][1]['iteration']}; the file mixes two runs")
         records.append((line_no, record))
     if not records:
-        raise InputError(f"{path}: no iterations recorded yet")
+        raise InputError(f"{path}: no iterations recorded yet" + (f" ({len(malformed)} malformed line(s))"
+                                                                  if malformed else ""))
     return records
+
+
+def _metrics_defect(record: Any) -> str | None:
+    """Why a metrics.jsonl line cannot be reported, or None (iteration 0: the base's evaluation)."""
+    if isinstance(record, BadLine):
+        return record.reason
+    missing = [key for key in required_keys(record) if key not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for key in ("iteration", *(k for k in (*_NUMERIC_KEYS, *_EVAL_NUMERIC_KEYS) if k in record)):
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{key} = {value!r}: expected a finite number"
+    for key in ("method", "task"):
+        if not isinstance(record[key], str):
+            return f"{key} = {record[key]!r}: expected a string"
+    if BY_PROBLEM in record and not _valid_by_problem(record[BY_PROBLEM]):
+        return f"{BY_PROBLEM} must map problem ids to [verified samples, greedy verified] pairs of non-negative integers"
+    return None
 
 
 def _valid_by_problem(value: Any) -> bool:

@@ -205,9 +205,10 @@ class _Wandb:
         if resumed_from and id_path.exists():
             run_id = id_path.read_text(encoding="utf-8").strip()
         else:
+            from prover_cli.jsonl import write_text_atomic
+
             run_id = secrets.token_hex(8)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            id_path.write_text(run_id + "\n", encoding="utf-8")
+            write_text_atomic(id_path, run_id + "\n")  # whole or not at all: a resume reads it back
         if self.wandb.run is None:
             # $WANDB_DIR when set (outside a Modal Volume: wandb-core keeps its files open there)
             self.wandb.init(project=project_name("wandb"), name=run_name(config), id=run_id, resume="allow",

@@ -109,7 +109,7 @@ def test_malformed_override(bad):
 def test_override_is_validated_too_and_blamed_on_the_set():
     with pytest.raises(ConfigError) as err:
         load_config(None, ["es.sigma=-1.0"])
-    assert str(err.value) == "--set es.sigma=-1.0: must be > 0.0"
+    assert str(err.value) == "--set es.sigma=-1.0: must be >= 1e-30"
 
 
 def test_set_errors_name_the_set_even_with_a_config_file(tmp_path):

@@ -89,7 +89,7 @@ def v1_rows(path):
     (lambda d: d["noise"].update(version=0), "noise"),
     (lambda d: d.pop("run_seed"), "lacks `run_seed`"),
     (lambda d: d.pop("master_dtype"), "lacks `master_dtype`"),
-    (lambda d: d.update(reward_denominator=0), "reward_denominator must be a positive integer"),
+    (lambda d: d.update(reward_denominator=0), "`reward_denominator` = 0: must be a positive integer"),
     (lambda d: d["iterations"][1].pop(), "iteration 2: expected \\[fingerprint, rewards\\]"),
     (lambda d: d["iterations"][1].__setitem__(1, "1f4"), "iteration 2: rewards '1f4': 3 characters"),
     (lambda d: d["iterations"][0].__setitem__(1, "1f4 x"), "iteration 1: rewards"),

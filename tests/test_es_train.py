@@ -418,7 +418,7 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
 
 def test_cli_train_es_and_replay_seeds(tmp_path, cache_dir):
     overrides = ["--set", "model.name=tiny", "--set", f"model.cache_dir={json.dumps(str(cache_dir))}",
-                 "--set", "model.device=cpu", "--set", "data.task=toy", "--set", "generate.temperature=0.0",
+                 "--set", "model.device=cpu", "--set", "data.task=toy", "--set", "generate.temperature=0.0", "--set", "generate.n=1",
                  "--set", "generate.max_tokens=6", "--set", "es.population=2", "--set", "es.iterations=2",
                  "--set", "es.problems_per_iteration=2", "--set", f"run.dir={json.dumps(str(tmp_path / 'run'))}"]
     trained = runner.invoke(app, ["train", "es", *overrides, "--json"])

@@ -119,7 +119,7 @@ def test_evaluate_heldout_gives_both_metrics_with_fixed_sampling(tmp_path):
 
 
 def test_at_temperature_zero_the_two_metrics_are_one_evaluation(tmp_path):
-    config = config_for(tmp_path, "run.eval_n=4", "run.eval_temperature=0", "run.eval_problems=4")
+    config = config_for(tmp_path, "run.eval_n=1", "run.eval_temperature=0", "run.eval_problems=4")
     sampler = FakeSampler()
     record = evaluate_heldout(sampler, config, task=FakeTask())
     assert len(sampler.calls) == 1 and sampler.calls[0][1].n == 1  # greedy samples would all be alike

@@ -187,3 +187,74 @@ def test_a_ctrl_c_that_lands_in_exec_of_a_string_still_exits_130(tmp_path):
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
     assert run.returncode == 130, run.stderr
     assert "Interrupted." in run.stderr
+
+
+# -- the target's identity and nesting (issue 25) ----------------------------------------------------
+
+def _verify_args(proofs: Path, out: Path) -> list[str]:
+    return ["verify", str(proofs), "--out", str(out), "--set",
+            f"verify.repl_command={json.dumps(fake_repl_command())}", "--set", "verify.workers=1",
+            "--set", "verify.memory_limit_gb=0", "--set", "verify.canary=false"]
+
+
+def test_a_hard_link_or_a_deleted_lock_file_does_not_let_a_second_writer_in(tmp_path):
+    """The holder flocks the output file itself: another name for it (a hard link) and a lock
+    file deleted by hand are both refused, naming the holder's pid (read from /proc/locks)."""
+    from typer.testing import CliRunner
+
+    from prover_cli.cli import app
+
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("")
+    link = tmp_path / "also-verdicts.jsonl"
+    os.link(out, link)
+    proofs = proofs_file(tmp_path / "samples.jsonl", 2)
+    child = start_holder(out)
+    try:
+        runner = CliRunner()
+        through_link = runner.invoke(app, _verify_args(proofs, link))
+        assert through_link.exit_code == 1, through_link.stderr
+        assert "hard link" in through_link.stderr and f"pid {child.pid}" in through_link.stderr
+        lock_path(out).unlink()   # deleted by hand while the holder runs
+        after_delete = runner.invoke(app, _verify_args(proofs, out))
+        assert after_delete.exit_code == 1, after_delete.stderr
+        assert f"pid {child.pid}" in after_delete.stderr and "unexpected" not in after_delete.stderr
+        assert out.read_text() == ""   # neither wrote a verdict
+        assert not lock_path(out).exists() and not lock_path(link).exists()   # and they left no lock file
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def test_outputs_inside_a_held_run_dir_and_run_dirs_holding_a_held_output_are_refused(tmp_path):
+    """verify/generate/replay-seeds writing inside a run dir `train es` holds would mix into its
+    files; so would `train es` on a run dir that holds an output another command writes."""
+    from typer.testing import CliRunner
+
+    from prover_cli.cli import app
+
+    run_dir = tmp_path / "runs" / "es"
+    run_dir.mkdir(parents=True)
+    proofs = proofs_file(tmp_path / "samples.jsonl", 2)
+    runner = CliRunner()
+    child = start_holder(run_dir)
+    try:
+        for args in (_verify_args(proofs, run_dir / "verdicts.jsonl"),
+                     ["generate", "--problems", str(proofs), "--out", str(run_dir / "sub" / "samples.jsonl")],
+                     ["replay-seeds", str(tmp_path / "ledger.json"), "--out", str(run_dir / "replayed")]):
+            result = runner.invoke(app, args)
+            assert result.exit_code == 1, (args, result.stderr)
+            assert f"inside {run_dir}" in " ".join(result.stderr.split()) and f"pid {child.pid}" in result.stderr
+        assert sorted(p.name for p in run_dir.iterdir()) == []
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    child = start_holder(run_dir / "eval" / "verdicts.jsonl")
+    try:
+        result = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs" / "toy.toml"),
+                                     "--set", f"run.dir={run_dir}"])
+        assert result.exit_code == 1, result.stderr
+        assert "which another prover process writes" in result.stderr and f"pid {child.pid}" in result.stderr
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)

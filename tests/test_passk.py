@@ -50,12 +50,12 @@ def verdicts(pid, statuses, split=None, with_problem_id=True):
 
 
 def test_grouping_falls_back_to_id_and_anything_but_verified_fails():
-    records = (verdicts("a", ["verified", "rejected", "timeout", "error"], split="test")
+    records = (verdicts("a", ["rejected", "rejected", "timeout", "error"], split="test")
                + verdicts("b", ["rejected", "rejected", "rejected", "rejected"], split="test", with_problem_id=False)
                + verdicts("c", ["verified", "verified", "verified", "verified"], split="valid")
-               + [{"id": "a/0", "problem_id": "a", "verdict": "rejected"}])   # a repeated id counts once
-    problems, repeated = group_verdicts(records, "v.jsonl")
-    assert repeated == 1
+               + [{"id": "a/0", "problem_id": "a", "verdict": "verified"}])   # the last line of an id is its verdict
+    problems, superseded = group_verdicts(records, "v.jsonl")
+    assert superseded == 1
     assert {pid: (p.n, p.c, p.split) for pid, p in problems.items()} == {
         "a": (4, 1, "test"), "b": (4, 0, "test"), "c": (4, 4, "valid")}
     result = score(problems, [1, 2, 4], "v.jsonl")

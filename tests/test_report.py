@@ -222,12 +222,19 @@ def test_missing_metrics_names_the_file(tmp_path, two_runs):
     ('{"iteration": 3, "method": "es"}', r"missing task, reward/mean"),
     ('[1, 2]', r"expected a JSON object"),
 ])
-def test_malformed_metrics_line_names_file_and_line(two_runs, bad_line, message):
+def test_malformed_metrics_line_costs_that_line_only(tmp_path, two_runs, bad_line, message):
+    """A bad line is reported by file and line, the rest is reported, and the command exits 1."""
     es, grpo = two_runs
-    with (es / "metrics.jsonl").open("a") as handle:
-        handle.write(bad_line + "\n")
-    with pytest.raises(InputError, match=re.escape(f"{es / 'metrics.jsonl'}:4: ") + message):
-        report_runs(run_dirs=[es, grpo])
+    lines = (es / "metrics.jsonl").read_text().splitlines()
+    lines.insert(1, bad_line)   # between iterations 1 and 2: both still reported
+    (es / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    result = report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "r")
+    assert result["ok"] is False and result["malformed_lines"] == 1
+    assert result["malformed"][0]["line"] == 2 and re.search(message, result["malformed"][0]["reason"])
+    assert result["runs"][0]["iterations"] == 3   # every good line of the run is still there
+    cli = runner.invoke(app, ["report", str(es), str(grpo), "--out", str(tmp_path / "r2")])
+    assert cli.exit_code == 1 and "unexpected" not in cli.stderr
+    assert f"{es / 'metrics.jsonl'}:2:" in " ".join(cli.stderr.split())
 
 
 def test_repeated_iteration_is_refused(two_runs):

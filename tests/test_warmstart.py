@@ -87,7 +87,7 @@ def test_the_built_base_is_partly_skilled_on_held_out_problems(warm_cache, tmp_p
     from prover_cli.warmstart import base_heldout
 
     config = load_config(DEMO_CONFIG, [f"model.cache_dir={warm_cache}", f"run.dir={tmp_path}",
-                                               f"data.problems={tmp_path / 'problems.jsonl'}"])
+                                       "data.problems="])   # <run.dir>/problems.jsonl: generated from run.seed
     result = base_heldout(config)
     assert result["eval/problems"] >= 20 and result["eval/samples"] == result["eval/problems"] * config.run.eval_n
     assert 0.0 < result["eval/verified_rate"] < 1.0

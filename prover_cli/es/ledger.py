@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -44,6 +45,7 @@ REWARD_DECIMALS = 3
 REWARD_DENOMINATOR = 10 ** REWARD_DECIMALS  # rewards are stored as numerator / 1000, exactly
 FINGERPRINT_CHARS = 16  # 64 bits: a wrong replay passes a check with probability 2^-64
 MASTER_DTYPE = "float32"  # es/weights.py keeps the master in fp32 whatever the model's dtype
+UNIT_REWARD_TASKS = ("lean", "countdown", "toy")  # built-in tasks: every reward lies in [0, 1]
 # Header keys that may change when a run is resumed (everything else must match the config).
 RESUMABLE_CHANGES = ("es.iterations", "created_by")
 # Header keys added after version 2 was first written, and their value in ledgers that lack them.
@@ -217,9 +219,11 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
         raise InputError(f"{path}: cannot read ledger: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"{path}: not a prover ES ledger (expected \"format\": \"{FORMAT}\")")
-    if data.get("version") not in READABLE_VERSIONS:
+    if data.get("version") not in READABLE_VERSIONS or isinstance(data.get("version"), bool):
         raise InputError(f"{path}: ledger version {data.get('version')!r}; this prover reads versions "
                          f"{', '.join(map(str, READABLE_VERSIONS))}",
                          hint="replay it with the prover version that wrote it (see `created_by`)")
@@ -232,19 +236,96 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     for key in required:
         if key not in data:
             raise InputError(f"{path}: ledger header lacks `{key}`")
+    _check_header(data, path)
     rows = data.pop("iterations")
     population = data["es"]["population"]
     if not isinstance(rows, list):
         raise InputError(f"{path}: `iterations` must be a list")
+    chars = data.get("fingerprint_chars", FINGERPRINT_CHARS)
+    bounded = data.get("task") in UNIT_REWARD_TASKS
     if data["version"] == 1:
-        records = [_read_v1(row, index, population, f"{path}: iteration {index}") for index, row in enumerate(rows, 1)]
+        records = [_read_v1(row, index, population, chars, f"{path}: iteration {index}")
+                   for index, row in enumerate(rows, 1)]
     else:
         denominator = data["reward_denominator"]
-        if not isinstance(denominator, int) or isinstance(denominator, bool) or denominator < 1:
-            raise InputError(f"{path}: reward_denominator must be a positive integer, got {denominator!r}")
-        records = [_read_v2(row, index, population, denominator, f"{path}: iteration {index}")
+        records = [_read_v2(row, index, population, denominator, chars, f"{path}: iteration {index}")
                    for index, row in enumerate(rows, 1)]
+    if bounded:  # a member's reward is a mean of rewards in [0, 1] for the built-in tasks
+        for record in records:
+            outside = [r for r in record["rewards"] if not 0 <= r <= 1]
+            if outside:
+                raise InputError(f"{path}: iteration {record['i']}: reward {outside[0]:g} outside [0, 1], the reward "
+                                 f"range of task {data['task']!r}; edited by hand?")
     return data, records
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return type(value) is int and value >= low
+
+
+def _is_hex(value: Any, length: int | None = None) -> bool:
+    return (isinstance(value, str) and bool(value) and all(c in "0123456789abcdef" for c in value)
+            and (length is None or len(value) == length))
+
+
+def _is_positive_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value > 0
+
+
+# What every header value replay or resume reads must be: key path -> (test, what it must be).
+_HEADER_RULES: tuple[tuple[str, Any, str], ...] = (
+    ("base_model", lambda v: isinstance(v, dict), "an object"),
+    ("base_model.name", lambda v: isinstance(v, str) and bool(v), "a model name (a non-empty string)"),
+    ("base_model.revision", lambda v: isinstance(v, str), "a string"),
+    ("base_model.sha256", lambda v: _is_hex(v, 64), "64 lowercase hex digits"),
+    ("dtype", lambda v: isinstance(v, str) and bool(v), "a dtype name"),
+    ("run_seed", lambda v: _is_int(v), "a non-negative integer"),
+    ("es", lambda v: isinstance(v, dict), "an object"),
+    ("es.population", lambda v: _is_int(v, 2), "an integer >= 2"),
+    ("es.sigma", _is_positive_number, "a finite number > 0"),
+    ("es.learning_rate", _is_positive_number, "a finite number > 0"),
+    ("es.antithetic", lambda v: isinstance(v, bool), "true or false"),
+    ("es.fitness_shaping", lambda v: v in ("zscore", "centered_rank"), "\"zscore\" or \"centered_rank\""),
+    ("es.iterations", lambda v: _is_int(v, 1), "an integer >= 1"),
+)
+_OPTIONAL_HEADER_RULES: tuple[tuple[str, Any, str], ...] = (
+    ("base_model.tiny_seed", lambda v: _is_int(v), "a non-negative integer"),
+    ("master_dtype", lambda v: v is None or (isinstance(v, str) and bool(v)), "a dtype name"),
+    ("reward_denominator", lambda v: _is_int(v, 1), "a positive integer"),
+    ("fingerprint_chars", lambda v: _is_int(v, 16) and v <= 64, "an integer from 16 to 64"),
+    ("es.problems_per_iteration", lambda v: _is_int(v, 1), "an integer >= 1"),
+    ("es.samples_per_problem", lambda v: _is_int(v, 1), "an integer >= 1"),
+    ("es.snapshot_every", lambda v: _is_int(v), "a non-negative integer"),
+    ("task", lambda v: isinstance(v, str), "a string"),
+    ("sampling", lambda v: isinstance(v, dict), "an object"),
+)
+
+
+def _check_header(data: dict[str, Any], path: Path) -> None:
+    """InputError naming the first header field replay or resume could not use (a wrong type, a
+    value out of range), so a bad ledger never fails midway with a TypeError or KeyError."""
+    missing = object()
+
+    def value_at(dotted: str) -> Any:
+        value: Any = data
+        for part in dotted.split("."):
+            if not isinstance(value, dict) or part not in value:
+                return missing
+            value = value[part]
+        return value
+
+    for dotted, test, what in (*_HEADER_RULES, *_OPTIONAL_HEADER_RULES):
+        value = value_at(dotted)
+        if value is missing:
+            if (dotted, test, what) in _HEADER_RULES:
+                raise InputError(f"{path}: ledger header lacks `{dotted}`")
+            continue
+        if not test(value):
+            shown = json.dumps(value)[:60] if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+            raise InputError(f"{path}: ledger header `{dotted}` = {shown}: must be {what}")
+    if data["es"]["antithetic"] and data["es"]["population"] % 2:
+        raise InputError(f"{path}: ledger header `es.population` = {data['es']['population']}: must be even with "
+                         "`es.antithetic` = true (members come in +eps/-eps pairs)")
 
 
 def _finish(record: dict[str, Any]) -> dict[str, Any]:
@@ -253,22 +334,34 @@ def _finish(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def _read_v2(row: Any, index: int, population: int, denominator: int, where: str) -> dict[str, Any]:
+def _read_v2(row: Any, index: int, population: int, denominator: int, chars: int, where: str) -> dict[str, Any]:
     if not isinstance(row, list) or len(row) not in (2, 3) or not all(isinstance(v, str) for v in row):
         raise InputError(f"{where}: expected [fingerprint, rewards] or [fingerprint, rewards, snapshot] strings")
-    if not row[0] or any(c not in "0123456789abcdef" for c in row[0]):
-        raise InputError(f"{where}: fingerprint {row[0]!r} is not lowercase hex")
+    _check_fingerprint(row[0], chars, where)
     try:
         numerators = decode_rewards(row[1], population)
     except ValueError as exc:
         raise InputError(f"{where}: rewards {row[1][:40]!r}: {exc}") from None
+    if encode_rewards(numerators) != row[1]:  # e.g. doubled digits: read as other, wider numbers
+        raise InputError(f"{where}: rewards {row[1][:40]!r}: not as prover writes them "
+                         f"({encode_rewards(numerators)[:40]!r} for the same values); edited by hand?")
     record = {"i": index, "fp": row[0], "rewards": [n / denominator for n in numerators], "numerators": numerators}
     if len(row) == 3:
+        if not _is_hex(row[2], 64):
+            raise InputError(f"{where}: snapshot {row[2][:70]!r} is not a sha256 (64 lowercase hex digits)")
         record["snap"] = row[2]
     return _finish(record)
 
 
-def _read_v1(row: Any, index: int, population: int, where: str) -> dict[str, Any]:
+def _check_fingerprint(value: Any, chars: int, where: str) -> None:
+    if not _is_hex(value):
+        raise InputError(f"{where}: fingerprint {value!r} is not lowercase hex")
+    if len(value) != chars:
+        raise InputError(f"{where}: fingerprint {value!r} has {len(value)} characters, the header's "
+                         f"fingerprint_chars = {chars}; a shorter one would check almost nothing")
+
+
+def _read_v1(row: Any, index: int, population: int, chars: int, where: str) -> dict[str, Any]:
     """Version 1: {"i": 12, "r": ".25 0 1 ...", "fp": "...", "skip": 1, "snap": "..."}."""
     if not isinstance(row, dict) or row.get("i") != index:
         raise InputError(f"{where}: expected a record with \"i\": {index}")
@@ -276,12 +369,17 @@ def _read_v1(row: Any, index: int, population: int, where: str) -> dict[str, Any
         rewards = [float(text) for text in row["r"].split()]
     except (KeyError, AttributeError, ValueError):
         raise InputError(f"{where}: `r` must be a string of space-separated numbers") from None
+    if not all(math.isfinite(r) for r in rewards):
+        raise InputError(f"{where}: `r` holds a reward that is not a finite number")
     if len(rewards) != population:
         raise InputError(f"{where}: {len(rewards)} rewards for a population of {population}")
     if not isinstance(row.get("fp"), str) or not row["fp"]:
         raise InputError(f"{where}: missing fingerprint `fp`")
+    _check_fingerprint(row["fp"], chars, where)
     record = {"i": index, "fp": row["fp"], "rewards": rewards}
     if row.get("snap"):
+        if not _is_hex(row["snap"], 64):
+            raise InputError(f"{where}: snapshot {str(row['snap'])[:70]!r} is not a sha256 (64 lowercase hex digits)")
         record["snap"] = row["snap"]
     return _finish(record)
 

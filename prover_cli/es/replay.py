@@ -33,6 +33,8 @@ def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, u
     from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer, resolve_device
 
     ledger_path, out_dir = Path(ledger_path), Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--out {out_dir}: is a file; replay writes a model directory", hint="pass a new directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
         raise InputError(f"--out {out_dir}: exists and is not a model directory; it would be replaced",
                          hint="pass a new or empty directory")

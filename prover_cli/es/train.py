@@ -80,27 +80,14 @@ def sampling_seed(run_seed: int, iteration: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def load_problems(config: Any) -> list[dict[str, Any]]:
-    from prover_cli.jsonl import load_jsonl_strict
+    """The `data.train_split` problems of the run (prover_cli.tasks.run_problems: the file, or
+    countdown/toy problems generated from run.seed when data.problems is left empty)."""
+    from prover_cli.tasks import run_problems
 
-    path, task, data = config.problems_path, config.data.task, config.data
-    if path.exists():
-        problems, source = load_jsonl_strict(path), str(path)
-    elif task == "countdown":
-        from prover_cli.tasks.countdown import generate_problems
-
-        problems = generate_problems(data.countdown_problems, data.countdown_numbers, data.countdown_max_number,
-                                     seed=config.run.seed, prompt=data.countdown_prompt)
-        source = f"countdown problems generated from run.seed = {config.run.seed}"
-    elif task == "toy":
-        from prover_cli.tasks.toy import DEFAULT_COUNT, generate_problems
-
-        problems, source = generate_problems(DEFAULT_COUNT, seed=config.run.seed), "generated toy problems"
-    else:
-        raise InputError(f"{path}: problems file not found (data.problems); "
-                         "run `prover prepare-data --config <config>` to create it")
-    train = [p for p in problems if p.get("split") == data.train_split]
+    problems, source, _ = run_problems(config)
+    train = [p for p in problems if p.get("split") == config.data.train_split]
     if not train:
-        raise InputError(f"{source}: no problems in split {data.train_split!r} (data.train_split)")
+        raise InputError(f"{source}: no problems in split {config.data.train_split!r} (data.train_split)")
     return train
 
 
@@ -290,7 +277,11 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped)
 
     final_dir = run_dir / "final"
-    _save_final(sampler, final_dir)
+    if resumed_from < es.iterations or not _final_holds(final_dir, weights):
+        _save_final(sampler, final_dir)
+    else:  # a finished run resumed: final/ already holds these weights; rewriting it would change nothing useful
+        reporter.log(f"{run_dir}: the run is complete ({resumed_from} iterations = es.iterations) and {final_dir} "
+                     "holds its weights; nothing to do. Raise es.iterations and pass --resume to train further.")
     last = _last_metrics(run_dir)
     return {
         "ok": True,
@@ -342,6 +333,14 @@ def _last_metrics(run_dir: Path) -> dict[str, Any]:
     path = run_dir / METRICS_FILE
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return json.loads(lines[-1]) if lines else {}
+
+
+def _final_holds(final_dir: Path, weights: Any) -> bool:
+    """Whether final/ holds the master weights bit for bit (a kill before the last save leaves
+    it missing, or holding an earlier end of an extended run)."""
+    from prover_cli.model_dir import holds_weights
+
+    return final_dir.is_dir() and holds_weights(final_dir, weights.base)
 
 
 def _save_snapshot(weights: Any, run_dir: Path) -> str:

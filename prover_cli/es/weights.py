@@ -183,6 +183,8 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
     Loading it with another dtype (`model.dtype = "bfloat16"`) casts once, as for any checkpoint;
     nothing the master accumulated below bf16 resolution is lost on disk.
     """
+    from prover_cli.model_dir import save_tokenizer
+
     out_dir = Path(out_dir)
     # Map each state-dict entry to the master through the parameter it is: tied weights (one
     # tensor under two names) stay one tensor, so save_pretrained still drops the duplicate.
@@ -190,7 +192,7 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
     state = {key: by_pointer.get(tensor.data_ptr(), tensor) for key, tensor in model.state_dict().items()}
     model.save_pretrained(out_dir, state_dict=state)
     set_config_dtype(out_dir / "config.json", weights.master_dtype)
-    tokenizer.save_pretrained(out_dir)
+    save_tokenizer(tokenizer, out_dir)  # as loaded: no padding state from sampling
 
 
 def set_config_dtype(config_path: Path, dtype: str) -> None:

@@ -40,7 +40,13 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
 
     from prover_cli.tiny_model import resolve_model_path
 
+    from prover_cli.errors import InputError
+    from prover_cli.model_dir import check_model_dir
+
     path = model_path or resolve_model_path(model_config.name, model_config.cache_dir, model_config.tiny_seed)
+    local = Path(path).is_dir()
+    if local:
+        check_model_dir(path)  # a corrupt, empty or missing file is named here, not deep in transformers
     revision = None if Path(path).exists() else model_config.revision
     device = device or resolve_device(model_config.device)
     dtype = resolve_dtype(model_config.dtype, device)
@@ -50,6 +56,12 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
     except OSError as exc:
         raise BackendError(f"cannot load model {path!r}: {exc}",
                            hint="check model.name, or use model.name = \"tiny\" for an offline test model") from None
+    except Exception as exc:  # a file check_model_dir passed that transformers still refuses: name the model
+        if not local:
+            raise BackendError(f"cannot load model {path!r}: {type(exc).__name__}: {exc}") from None
+        raise InputError(f"{path}: cannot load this model directory ({type(exc).__name__}: {exc})",
+                         hint="compare it with a directory `save_pretrained` wrote: config.json, the weights, "
+                              "the tokenizer files") from None
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -144,8 +156,10 @@ class TransformersSampler:
 
             save_model_dir(self.model, self.tokenizer, self._es_weights, out_dir)
             return
+        from prover_cli.model_dir import save_tokenizer
+
         self.model.save_pretrained(out_dir)
-        self.tokenizer.save_pretrained(out_dir)
+        save_tokenizer(self.tokenizer, out_dir)
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id

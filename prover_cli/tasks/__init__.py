@@ -48,3 +48,42 @@ def get_task(name: str) -> Task:
     if name not in _REGISTRY:
         raise ConfigError(f"data.task = {name!r}: unknown task; known: {', '.join(sorted(set(_BUILTIN) | set(_REGISTRY)))}")
     return _REGISTRY[name]()
+
+
+def generate_problems(config: Any) -> list[dict[str, Any]] | None:
+    """Seeded problems of the tasks that need no dataset (as `prepare-data` makes them); None for Lean."""
+    d = config.data
+    if d.task == "countdown":
+        from prover_cli.tasks import countdown
+
+        return countdown.generate_problems(d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
+                                           seed=config.run.seed, prompt=d.countdown_prompt)
+    if d.task == "toy":
+        from prover_cli.tasks import toy
+
+        return toy.generate_problems(toy.DEFAULT_COUNT, seed=config.run.seed)
+    return None
+
+
+def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
+    """(every problem of the run, where they came from, whether they were generated).
+
+    The problems file when it exists. Without one, countdown and toy generate theirs from
+    `run.seed`, but only when `data.problems` is left empty (`<run.dir>/problems.jsonl`): a path
+    the user named that does not exist is an error for every task, never a silent switch to
+    generated problems."""
+    from prover_cli.errors import InputError
+    from prover_cli.jsonl import load_jsonl_strict
+
+    path = config.problems_path
+    if path.exists():
+        return load_jsonl_strict(path), str(path), False
+    if config.data.problems:
+        raise InputError(f"{path}: problems file not found (data.problems = {config.data.problems!r})",
+                         hint="fix the path, or write it with `prover prepare-data`; countdown and toy generate "
+                              "their problems when data.problems is left empty")
+    generated = generate_problems(config)
+    if generated is None:
+        raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task}); "
+                         "run `prover prepare-data --config <config>` to create it, or set data.problems")
+    return generated, f"{config.data.task} problems generated from run.seed = {config.run.seed}", True

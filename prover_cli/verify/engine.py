@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, Callable, Iterable
 from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
+from prover_cli.signals import stop_signals_as_interrupt
 from prover_cli.verify.rules import VERDICTS, Verdict
 from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
@@ -282,7 +281,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
     verifier = Verifier(verify_config, transport_factory=transport_factory)
-    with ResumableWriter(out_path) as writer, _sigterm_as_interrupt():
+    with ResumableWriter(out_path) as writer, stop_signals_as_interrupt():  # SIGTERM/SIGHUP: as Ctrl-C
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0
         for line_no, r in records:
@@ -341,23 +340,3 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
                        "rows": [[m["line"], m["reason"]] for m in malformed]})
     summary["tables"] = tables
     return summary
-
-
-class _sigterm_as_interrupt:
-    """While `prover verify` runs, SIGTERM (what `timeout`, `docker stop` and schedulers send)
-    is handled like Ctrl-C: KeyboardInterrupt in the main thread, so the pool kills its REPLs
-    and the verdicts written so far stay. (REPLs also die with us however we die: transport.py.)"""
-
-    def __enter__(self) -> "_sigterm_as_interrupt":
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handler)
-        return self
-
-    @staticmethod
-    def _handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)

@@ -8,9 +8,11 @@ wall-clock time for its commands together. At each REPL start the toolchain's ve
 checked against what we send (`toolchain.py`). Before the first proof on a toolchain the canary
 runs (`canary.py`). After a record whose text could run code under the policy in force
 (`Candidate.may_run_code`: `native_decide` when allowed, a widened command) the process is
-recycled, as it is after `verify.max_proofs_per_process` proofs. A REPL killed by a signal from outside (the OOM killer) while checking a proof is
-not the proof's fault: the proof is retried once in a fresh process, and a second death is
-`error` naming the signal. Any other exception while checking one proof is that proof's `error`. On a timeout, crash, EOF,
+recycled, as it is after `verify.max_proofs_per_process` proofs. A REPL killed by a signal from
+outside (the OOM killer) while checking a proof, or while running the header before it, is not
+the proof's fault: the proof is retried once in a fresh process; a second death is `error` naming
+the signal (during the header again: a BackendError, since the machine, not a proof, is at
+fault). Any other exception while checking one proof is that proof's `error`. On a timeout, crash, EOF,
 garbage or protocol error the whole process group is killed and the proof gets its verdict
 (`timeout` or `error`); the next proof on that worker starts a fresh process (header re-run).
 After `verify.max_proofs_per_process` proofs a process is recycled the same way, because Lean's
@@ -55,13 +57,15 @@ class _Fatal:
 
 
 class _KilledFromOutside(Exception):
-    """The REPL died of a signal we did not send while checking a proof (retry it once)."""
+    """The REPL died of a signal we did not send while checking a proof or running its header
+    (retry the proof once, in a fresh process)."""
 
-    def __init__(self, number: int, reason: str):
+    def __init__(self, number: int, reason: str, during_header: bool = False):
         super().__init__(reason)
         self.number = number
         self.reason = reason
         self.signal_name = signal_name(number)
+        self.during_header = during_header
 
 
 class ReplPool:
@@ -148,8 +152,9 @@ class ReplPool:
         """One proof on one process: header (cached), the trusted statement (cached per problem
         and process), the proof command, then the statement and axiom check (`alias_command`).
 
-        A REPL killed by a signal from outside (the OOM killer, `kill -9`) is not the proof's
-        fault: the proof is retried once in a fresh process; a second such death is `error`.
+        A REPL killed by a signal from outside (the OOM killer, `kill -9`), during the proof or
+        the header before it, is not the proof's fault: the proof is retried once in a fresh
+        process; a second such death is `error` (during the header: a BackendError).
         """
         allowed = self.allowed if allowed is None else allowed
         start = time.monotonic()
@@ -159,6 +164,11 @@ class ReplPool:
             try:
                 verdict = self._check_once(proc, candidate, allowed)
             except _KilledFromOutside as second:
+                if second.during_header:  # nothing of the proof's ran: the machine is killing REPLs
+                    raise BackendError(f"the REPL was killed by {second.signal_name} while running the header, "
+                                       f"after a first kill ({first.signal_name}) and one retry: {second.reason}",
+                                       hint="if the REPLs are killed for memory, raise verify.memory_limit_gb or "
+                                            "lower verify.workers; run `prover doctor`") from None
                 verdict = Verdict("error", f"the REPL was killed by {second.signal_name} while checking this "
                                   f"proof, twice (retried once in a fresh REPL after {first.signal_name}): "
                                   f"{second.reason}")
@@ -241,7 +251,10 @@ class ReplPool:
             raise BackendError(f"the header did not finish within verify.header_timeout_s = {timeout_s:g} s "
                                f"(header starts {header[:60]!r})") from None
         except ReplFault as exc:
+            number = proc.exit_signal() if isinstance(exc, ReplDied) else None
             proc.kill()
+            if number is not None:  # killed from outside (the OOM killer, kill -9): retried once, as a proof is
+                raise _KilledFromOutside(number, str(exc), during_header=True) from None
             raise BackendError(f"the REPL failed while running the header: {exc}",
                                hint="run `prover doctor`; if the REPL was killed for memory, raise "
                                     "verify.memory_limit_gb") from None

@@ -10,7 +10,9 @@ REPL starts, so it can reap all of it. Then:
 - a thread blocks reading WATCH_FD, the read end of a pipe whose only write end `prover` holds.
   EOF there means `prover` is gone (exited, crashed, SIGKILLed): it SIGKILLs the REPL's group;
 - the REPL child also gets `PR_SET_PDEATHSIG = SIGKILL` (Linux), for the case where this wrapper
-  alone is killed;
+  alone is killed; since that reaches the command (`lake`) but not what it started (`repl`), a
+  forked *sentinel* holds a pipe whose only write end this wrapper holds, and SIGKILLs the REPL's
+  group when it reads EOF: when the wrapper is gone, killed or not;
 - the main thread waits for the REPL, SIGKILLs what is left of its group, reaps every descendant
   and exits with the REPL's exit code, or with 128 + N after writing `repl_watchdog: killed by
   signal N` to stderr when a signal killed it (the OOM killer's SIGKILL, a `kill -9` from
@@ -90,6 +92,22 @@ def main(argv):
         except OSError:
             pass
 
+    # The sentinel: a fork of this wrapper that outlives it just long enough to kill the REPL's
+    # group when the wrapper dies, however it dies (PR_SET_PDEATHSIG reaches the REPL command,
+    # not the processes it started: `lake env repl` -> `repl`).
+    sentinel_r, sentinel_w = os.pipe()   # close-on-exec, and the REPL was forked before it exists
+    if os.fork() == 0:
+        try:
+            os.close(sentinel_w)
+            os.close(watch_fd)
+            while os.read(sentinel_r, 1):
+                pass
+        except OSError:
+            pass
+        kill_group()   # EOF: the wrapper is gone (or done): so is the REPL's group
+        os._exit(0)
+    os.close(sentinel_r)
+
     import _thread
 
     def watch():
@@ -103,6 +121,7 @@ def main(argv):
     _thread.start_new_thread(watch, ())
     _, status = os.waitpid(pid, 0)
     kill_group()       # whatever the REPL started and left behind
+    os.close(sentinel_w)   # the sentinel's turn: it kills the (empty) group and exits; reaped below
     while True:        # reap it all (we are its subreaper)
         try:
             os.waitpid(-1, 0)

@@ -11,8 +11,9 @@ LocalTransport:
 - it runs under an address-space limit (`verify.memory_limit_gb`, RLIMIT_AS);
 - it dies with its parent: the command runs under `repl_watchdog.py`, which holds the read end of
   a pipe whose only write end we hold, and SIGKILLs the REPL's process group when that pipe
-  reaches EOF, i.e. when we are gone, however we died (SIGKILL included). The REPL itself also
-  gets `PR_SET_PDEATHSIG` (for when the wrapper alone is killed). The wrapper, not us, sets the
+  reaches EOF, i.e. when we are gone, however we died (SIGKILL included). When the wrapper alone
+  is killed, the REPL command gets `PR_SET_PDEATHSIG` and a sentinel forked by the wrapper kills
+  the whole group, so `repl` under `lake env` dies too. The wrapper, not us, sets the
   parent-death signal because the kernel sends it when the *thread* that forked exits, and our
   pool starts processes from worker threads that end with each batch;
 - a REPL killed by a signal (OOM killer, `kill -9`) is reported as such (`exit_signal()`), so the

@@ -350,6 +350,11 @@ def train_es(
     resume: bool = typer.Option(False, "--resume", help="Continue from <run.dir>/ledger.json."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (and, on Modal, the cost) without running."),
     detach: bool = typer.Option(False, "--detach", help="Modal: keep running after this terminal closes."),
+    probe: bool = typer.Option(False, "--probe", help="Instead of training: score the center and the population "
+                               "under several sampling seeds at es.sigma, /3 and x3, and print the signal share and "
+                               "curvature of each (the cost in samples first). Writes nothing."),
+    probe_seeds: int = typer.Option(4, "--probe-seeds", min=2, help="--probe: scorings per member (fresh problems "
+                                    "and sampling seed each)."),
     config: Optional[Path] = ConfigOpt, overrides: Optional[List[str]] = SetOpt,
     json_mode: bool = JsonOpt, backend: str = BackendOpt,
 ):
@@ -357,9 +362,16 @@ def train_es(
 
     Examples:
       prover train es --config configs/demo.toml
+      prover train es --config configs/demo.toml --probe
       prover train es --config configs/kimina-es.toml --backend modal --dry-run
     """
     cfg, out = _setup(config, overrides, json_mode)
+    if probe:  # a diagnostic, in this process: no ledger, no run directory, no lock
+        if backend != "local" or resume or dry_run or detach:
+            raise typer.BadParameter("--probe runs alone, in this process (--backend local; on a GPU machine for "
+                                     "a vLLM config): drop --backend modal, --resume, --dry-run and --detach")
+        _run("local", "probe_es", cfg, out, "train es --probe", seeds=probe_seeds)
+        return
     if dry_run:
         _run("local", "plan", cfg, out, "plan", command="train_es", backend=backend)
         return

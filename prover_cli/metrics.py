@@ -15,6 +15,8 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `time/elapsed_s` | cumulative wall seconds |
 | `es/update_norm` | ES only: L2 norm of the update applied (0 when skipped) |
 | `es/skipped` | ES only: true when all rewards were equal and no update was made |
+| `es/signal_var`, `es/noise_var` | ES only: this iteration's variance of the update's units' true rewards (pair differences with antithetic pairs; can read < 0) and the sampling-noise variance of one unit's reward, unbiased estimates from its sample rewards (prover_cli/es/signal.py, docs/ledger.md); absent with 1 sample per member |
+| `es/signal_share` | ES only: the share of signal in the update's rewards, pooled over the last 5 iterations: sum signal_var / sum (signal_var + noise_var); 1 = signal, 0 = noise, below 0.5 mostly noise (the run warns once 5 iterations are pooled); absent while no reward varied |
 | `grpo/loss`, `grpo/grad_norm`, `grpo/kl`, ... | GRPO only: TRL's own numbers for the step |
 | `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/heldout.py), sampled: `run.eval_n` samples per problem at `run.eval_temperature`, verified samples / samples |
 | `eval/verified_rate_lo`, `eval/verified_rate_hi` | its 95% interval (Wilson with the design effect of samples sharing a problem; prover_cli/stats.py) |

@@ -36,7 +36,9 @@ Outputs:
   greedy verified rate, each vs iteration, vs thousands of samples, vs wall-clock time: one
   curve per arm (its mean over seeds) with its 95% band, and the base as a star at 0. Iterations
   are integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever fits the
-  longest run), and the title names the task, the model(s) and the arms.
+  longest run), and the title names the task, the model(s) and the arms; for ES runs a fourth
+  row, the signal share of the update (`es/signal_share`, pooled over the last 5 iterations;
+  es/signal.py) on the same axes, with the 0.5 line below which the update is mostly noise.
 - tables: per run (one run per arm) or per arm (training numbers), then held-out base -> final
   with gains, then the paired differences.
 
@@ -88,6 +90,8 @@ _EVAL_NUMERIC_KEYS = (EVAL_RATE, "eval/verified_rate_lo", "eval/verified_rate_hi
                       "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate",
                       "eval/reward_mean", "eval/samples", "eval/problems")
 _ARM_IGNORED_KEYS = ("snapshot_every", "save_every")  # how often a run saves, not what it trains
+SIGNAL_KEYS = ("es/signal_share", "es/signal_var", "es/noise_var")  # ES only (es/signal.py)
+SIGNAL_SHARE = SIGNAL_KEYS[0]
 
 
 def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
@@ -260,7 +264,8 @@ def _metrics_defect(record: Any) -> str | None:
     missing = [key for key in required_keys(record) if key not in record]
     if missing:
         return f"missing {', '.join(missing)}"
-    for key in ("iteration", *(k for k in (*_NUMERIC_KEYS, *_EVAL_NUMERIC_KEYS) if k in record)):
+    optional = (*_EVAL_NUMERIC_KEYS, *SIGNAL_KEYS)
+    for key in ("iteration", *(k for k in (*_NUMERIC_KEYS, *optional) if k in record)):
         value = record[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{key} = {value!r}: expected a finite number"
@@ -386,6 +391,8 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "heldout_problems": final.get("eval/problems"),
         "heldout_samples": final.get("eval/samples"),
         "heldout_evaluations": len(evals),
+        # ES: the signal share of the last iterations at the end (None for GRPO, or before any estimate)
+        "es_signal_share": next((r[SIGNAL_SHARE] for r in reversed(records) if SIGNAL_SHARE in r), None),
     }
 
 
@@ -691,7 +698,8 @@ def _training_curve(arm: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def build_figure(runs: list[dict[str, Any]]):
-    """Training reward, held-out sampled and greedy verified rate (rows), each vs iteration, samples, time.
+    """Training reward, held-out sampled and greedy verified rate (rows; and the ES signal share), each vs
+    iteration, samples, time.
 
     One curve per arm (the mean over its seeds); held-out curves with their 95% band and the base
     as a star at 0."""
@@ -703,9 +711,10 @@ def build_figure(runs: list[dict[str, Any]]):
 
     arms = group_arms(runs)
     unit, per_unit = time_unit(max(run["records"][-1]["time/elapsed_s"] for run in runs))
+    signal_runs = [run for run in runs if any(SIGNAL_SHARE in r for r in run["records"])]
     rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate, sampled"),
             (GREEDY_RATE, "held-out verified rate, greedy"))
-    fig, axes = plt.subplots(len(rows), 3, figsize=(15, 4 * len(rows)))
+    fig, axes = plt.subplots(len(rows) + bool(signal_runs), 3, figsize=(15, 4 * (len(rows) + bool(signal_runs))))
     for row, (key, what) in zip(axes, rows):
         bases = []
         for arm in arms:
@@ -735,7 +744,31 @@ def build_figure(runs: list[dict[str, Any]]):
                 axis.text(0.5, 0.5, "no held-out evaluation\n(run.eval_every = 0)", ha="center", va="center",
                           transform=axis.transAxes, color="gray")
         row[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
+    if signal_runs:
+        plot_signal(axes[len(rows)], signal_runs, unit, per_unit)
     models = sorted({run["model"] for run in runs})
     fig.suptitle(f"{runs[0]['task']} with {', '.join(models)}: " + " vs ".join(arm["display"] for arm in arms))
     fig.tight_layout()
     return fig
+
+
+def plot_signal(row: Any, runs: list[dict[str, Any]], unit: str, per_unit: float) -> None:
+    """ES signal share (pooled over the last iterations), vs iteration, samples, time."""
+    from matplotlib.ticker import MaxNLocator
+
+    from prover_cli.es.signal import NOISE_BELOW, WINDOW
+
+    for run in runs:
+        records = [r for r in run["records"] if SIGNAL_SHARE in r]
+        xs = ([r["iteration"] for r in records], [r["samples/total"] / 1000 for r in records],
+              [r["time/elapsed_s"] / per_unit for r in records])
+        for axis, x in zip(row, xs):
+            axis.plot(x, [r[SIGNAL_SHARE] for r in records], marker=".", label=f"{run['name']} (last {WINDOW} iterations)")
+    for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
+        axis.axhline(NOISE_BELOW, color="gray", linestyle="--", linewidth=1, label=f"below {NOISE_BELOW}: mostly noise")
+        axis.set(title=f"ES signal share vs {xlabel.split(' (')[0]}", xlabel=xlabel,
+                 ylabel="signal share of the update", ylim=(-1.05, 1.05))
+        axis.set_xlim(left=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    row[0].xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -229,3 +229,34 @@ def test_transport_factory_is_passed_on_by_verify_records_and_verify_file(verify
     assert summary["verified"] == 1 and len(made) == 3
     with pytest.raises(BackendError):   # and without the factory the configured command is what runs
         verify_records([record], config)
+
+
+def test_ctrl_c_while_a_worker_is_still_starting_its_repl_stops_at_once(verify_config):
+    """A Ctrl-C that lands while a worker is between spawning its REPL and learning its process
+    group used to find nothing to signal: the worker then waited out `verify.header_timeout_s`
+    (seen as a 120 s hang of a real `prover verify` under load). The pool signals until every
+    worker has returned."""
+    import signal
+    import threading
+
+    from prover_cli.verify.statement import candidate_from_record
+    from prover_cli.verify.transport import LocalTransport
+
+    config = verify_config(workers=1, header_timeout_s=60.0)
+    starting = threading.Event()
+
+    class SlowToStart(LocalTransport):
+        def start(self) -> None:
+            starting.set()
+            time.sleep(1.0)   # the window: the interrupt lands here, before any process exists
+            super().start()
+
+    never = ["sh", "-c", "sleep 600", *fake_repl_command()]   # a REPL that never answers its header
+    pool = ReplPool(config, lambda: SlowToStart(never, None, 0.0))
+    threading.Thread(target=lambda: (starting.wait(10), time.sleep(0.3), os.kill(os.getpid(), signal.SIGINT)),
+                     daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pool.run([candidate_from_record(proof("a"), config.header)], lambda candidate, verdict: None)
+    assert time.monotonic() - start < 1.0 + 2 * MARGIN_S
+    assert not any(proc.alive for proc in pool.processes)

@@ -31,6 +31,10 @@ Where we depart from the paper, and why:
   ledger keeps the true rewards; the header says they were shuffled and replay does the same.
 - Member rewards are rounded to 3 decimals before normalising: the ledger stores them exactly
   (integer numerators over 1000), and training uses exactly what replay will read.
+
+Every iteration also estimates how much of its update is signal rather than sampling noise
+(`es/signal_share`, es/signal.py) from the sample rewards it already has, and warns when the last
+few iterations were mostly noise; `prover train es --probe` (es/probe.py) measures it before training.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.noise import fp32
+from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
 from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout, heldout_problems
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -104,16 +109,21 @@ def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int,
 # ---------------------------------------------------------------------------------------------
 
 def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
-                       iteration: int, member: int) -> list[str]:
-    """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers."""
+                       iteration: int, member: int, *, sigma: float | None = None,
+                       seed: int | None = None) -> list[str]:
+    """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers.
+
+    `sigma` and `seed` replace es.sigma and the iteration's sampling seed (the probe, es/probe.py)."""
     from prover_cli.samplers import SamplingParams
 
     es, gen = config.es, config.generate
     prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
+    if seed is None:
+        seed = sampling_seed(config.run.seed, iteration)
     params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=gen.top_p,
-                            max_tokens=gen.max_tokens, seed=sampling_seed(config.run.seed, iteration))
+                            max_tokens=gen.max_tokens, seed=seed)
     noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
-    weights.perturb(noise_seed, sign * fp32(es.sigma))
+    weights.perturb(noise_seed, sign * fp32(es.sigma if sigma is None else sigma))
     try:
         return [s.text for samples in sampler.generate(prompts, params) for s in samples]
     finally:
@@ -232,6 +242,8 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     write_resolved_config(config)
     last = _last_metrics(run_dir)
     samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
+    signal_parts = _logged_signal_parts(run_dir)  # (es/signal_var, es/noise_var) so far: pooled over the last few
+    warning = None
     resumed_from = len(records)
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
@@ -250,6 +262,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
                                                                  iteration, reporter, generate_population)
             texts = [reward_text(r) for r in member_rewards]
+            signal_parts.append(iteration_variances(sample_rewards, es.population, es.antithetic))
             norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
                                           header["es"])
             fingerprint = weights.fingerprint()
@@ -268,13 +281,22 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 "time/wall_s": wall_s, "time/elapsed_s": elapsed_s,
                 "es/update_norm": norm, "es/skipped": skipped,
             }
+            share = pooled_share(signal_parts)
+            if signal_parts[-1] is not None:
+                metrics.update({"es/signal_var": signal_parts[-1][0], "es/noise_var": signal_parts[-1][1]})
+            if share is not None:
+                metrics["es/signal_share"] = share
             if eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
                 metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
             append_metrics(run_dir, metrics)
             tracker.log(metrics)
             records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
             write_ledger(ledger_path, header, records)
-            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped)
+            alert = noise_warning(signal_parts, config)
+            if alert and not warning:  # said once each time it starts; the progress line flags it throughout
+                reporter.log(f"Warning (iteration {iteration}): {alert}")
+            warning = alert
+            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(share, warning))
 
     final_dir = run_dir / "final"
     if resumed_from < es.iterations or not _final_holds(final_dir, weights):
@@ -283,11 +305,14 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         reporter.log(f"{run_dir}: the run is complete ({resumed_from} iterations = es.iterations) and {final_dir} "
                      "holds its weights; nothing to do. Raise es.iterations and pass --resume to train further.")
     last = _last_metrics(run_dir)
+    summary_warning = noise_warning(signal_parts, config, minimum=1)  # however short the run
     return {
         "ok": True,
         "iterations": len(records),
         "resumed_from": resumed_from,
         "reward/mean_last": last.get("reward/mean"),
+        "signal_share": pooled_share(signal_parts),
+        **({"warning": summary_warning} if summary_warning else {}),
         "ledger": str(ledger_path),
         "ledger_bytes_per_iteration": round(bytes_per_iteration(header, records), 1),
         "final": str(final_dir),
@@ -333,6 +358,14 @@ def _last_metrics(run_dir: Path) -> dict[str, Any]:
     path = run_dir / METRICS_FILE
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return json.loads(lines[-1]) if lines else {}
+
+
+def _logged_signal_parts(run_dir: Path) -> list[tuple[float, float] | None]:
+    """(es/signal_var, es/noise_var) of every iteration in metrics.jsonl (None where undefined)."""
+    path = run_dir / METRICS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [(r["es/signal_var"], r["es/noise_var"]) if "es/noise_var" in r else None for r in records]
 
 
 def _final_holds(final_dir: Path, weights: Any) -> bool:

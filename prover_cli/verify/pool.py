@@ -99,11 +99,11 @@ class ReplPool:
         threads = [threading.Thread(target=self._work, args=(proc, jobs, results, stop),
                                     name=f"repl-worker-{k}", daemon=True)
                    for k, proc in enumerate(self.processes[:total])]
-        for thread in threads:
-            thread.start()
         fatal: BaseException | None = None
         finished = False
         try:
+            for thread in threads:   # inside the try: a Ctrl-C here still stops the started ones
+                thread.start()
             for _ in range(total):
                 item = results.get()
                 if isinstance(item, _Fatal):
@@ -114,13 +114,16 @@ class ReplPool:
                 finished = True
         finally:
             stop.set()
-            if not finished:
-                # Stopping early (fatal error, Ctrl-C, a failing callback): signal the process
-                # groups so workers blocked on a read see EOF now instead of at their deadline.
-                for proc in self.processes:
-                    proc.signal_kill()
             for thread in threads:
-                thread.join()
+                while thread.ident is not None and thread.is_alive():
+                    if not finished:
+                        # Stopping early (fatal error, Ctrl-C, a failing callback): signal the
+                        # process groups so workers blocked on a read see EOF now instead of at
+                        # their deadline; again until they return, since a worker that was still
+                        # starting its REPL had no process group to signal the first time.
+                        for proc in self.processes:
+                            proc.signal_kill()
+                    thread.join(0.2)
         if fatal is not None:
             raise fatal
 

@@ -1,0 +1,170 @@
+"""`prover train es --probe`: before training, does the configured ES budget see any signal?
+
+    prover train es --config configs/demo.toml --probe
+    prover train es --config configs/demo.toml --probe --probe-seeds 8 --set es.problems_per_iteration=32
+
+It scores the unperturbed center and the population of iteration 1 (the pairs training scores
+first) at es.sigma and its two neighbours (es.sigma / 3 and x 3), each S times
+(`--probe-seeds`, default 4). Scoring s uses the problems and the sampling seed of training
+iteration s, the same for the center and every member, so each scoring is what one training
+iteration would see (scoring 1 at es.sigma is exactly iteration 1's rewards). Per sigma:
+
+- **signal share**: ICC(3,1) of the units x scorings table of mean rewards (es/signal.py): the
+  share of the variance of one scoring's rewards that is the perturbations' own effect, at the
+  configured J = es.problems_per_iteration x es.samples_per_problem samples per member. Given
+  for the pairs' reward differences (what the antithetic update uses, and what `es/signal_share`
+  estimates during training) and for the members' rewards. 1 = all signal, 0 = none, below 0.5
+  the update is mostly noise.
+- **per-iteration estimate**: `es/signal_share` as training computes it, from within each
+  scoring's samples, pooled over the S scorings: the same quantity estimated the cheap way (a
+  check on the estimator training relies on).
+- **curvature**: the members' mean reward minus the center's, and how many members beat the
+  center (on their mean over the S scorings). Members far below the center mean sigma is large
+  enough to break the model.
+- **samples per member** that would lift the pairs' share to 0.5, by Spearman-Brown.
+
+It costs S x J x (1 + 3 x population) samples, printed before it starts, writes nothing (no
+ledger, no metrics, no run directory) and leaves the weights as it found them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
+                                  single_scoring_share)
+from prover_cli.es.train import (_load_sampler, load_problems, member_completions, pick_problems,
+                                 sampling_seed)
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import get_task
+
+DEFAULT_SEEDS = 4
+SIGMA_FACTORS = (1 / 3, 1.0, 3.0)  # es.sigma and its neighbours, about half a decade apart
+NOISE_ITERATION = 1                # the members probed: the perturbations of training iteration 1
+
+
+def probe_cost(config: Any, seeds: int = DEFAULT_SEEDS) -> dict[str, int]:
+    """Samples the probe generates and scores: seeds x J x (1 center + 3 sigmas x population)."""
+    es = config.es
+    per_member = es.problems_per_iteration * es.samples_per_problem
+    scorers = 1 + len(SIGMA_FACTORS) * es.population
+    return {"samples": seeds * per_member * scorers, "samples_per_member": per_member, "scorers": scorers,
+            "iterations_of_training": round(seeds * scorers / es.population, 1)}
+
+
+def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
+    if seeds < 2:
+        raise ValueError("the probe needs at least 2 scorings to tell signal from noise")
+    es = config.es
+    sigmas = [es.sigma * factor for factor in SIGMA_FACTORS]
+    cost = probe_cost(config, seeds)
+    reporter.log(f"probe: {cost['samples']:,} samples = {seeds} scorings x {cost['samples_per_member']} samples x "
+                 f"(the center + {len(sigmas)} sigmas x {es.population} members), about "
+                 f"{cost['iterations_of_training']:g} training iterations; nothing is written")
+    task = get_task(config.data.task)
+    problems = load_problems(config)
+    sampler = _load_sampler(config)
+    weights = sampler.es_weights()
+
+    center: list[float] = []                                           # [scoring]
+    members = {sigma: [[] for _ in range(es.population)] for sigma in sigmas}  # [member][scoring]
+    per_iteration = {sigma: [] for sigma in sigmas}                    # (es/signal_var, es/noise_var) of each
+    with reporter.task("probe es", total=seeds * cost["scorers"], unit="member") as bar:
+        for scoring in range(1, seeds + 1):  # the problems and sampling seed of training iteration `scoring`
+            batch = pick_problems(problems, config.run.seed, scoring, es.problems_per_iteration)
+            seed = sampling_seed(config.run.seed, scoring)
+            scorers = [(0.0, 0)] + [(sigma, m) for sigma in sigmas for m in range(es.population)]
+            texts = []
+            for sigma, member in scorers:  # sigma 0: the center, cast(master) exactly
+                texts.append(member_completions(sampler, weights, task, batch, config, NOISE_ITERATION, member,
+                                                sigma=sigma, seed=seed))
+                bar.advance(1)
+            scored = [p for _ in scorers for p in batch for _ in range(es.samples_per_problem)]
+            rewards = task.rewards(scored, [t for member in texts for t in member], config, reporter=reporter)
+            per_member = len(rewards) // len(scorers)
+            chunks = [rewards[i * per_member:(i + 1) * per_member] for i in range(len(scorers))]
+            center.append(_mean(chunks[0]))
+            for index, sigma in enumerate(sigmas):
+                block = chunks[1 + index * es.population:1 + (index + 1) * es.population]
+                for member, chunk in enumerate(block):
+                    members[sigma][member].append(_mean(chunk))
+                per_iteration[sigma].append(iteration_variances([r for chunk in block for r in chunk],
+                                                                es.population, es.antithetic))
+
+    rows = [sigma_row(sigma, members[sigma], center, per_iteration[sigma], es.antithetic,
+                      cost["samples_per_member"]) for sigma in sigmas]
+    return {
+        "ok": True,
+        "samples": cost["samples"],
+        "scorings": seeds,
+        "samples_per_member": cost["samples_per_member"],
+        "population": es.population,
+        "center_reward": _mean(center),
+        "center_rewards": center,
+        "sigmas": rows,
+        "advice": advice(rows, es.sigma, cost["samples_per_member"]),
+        "ledger": "not written (the probe writes nothing)",
+        "tables": [probe_table(rows, cost["samples_per_member"])],
+    }
+
+
+def sigma_row(sigma: float, member_table: list[list[float]], center: Sequence[float],
+              per_iteration: Sequence[tuple[float, float] | None], antithetic: bool, samples: int) -> dict[str, Any]:
+    """One sigma's figures from its members x scorings table of mean rewards."""
+    population, seeds = len(member_table), len(center)
+    pairs = [[a - b for a, b in zip(member_table[2 * k], member_table[2 * k + 1])]
+             for k in range(population // 2)] if antithetic else None
+    share_pairs = single_scoring_share(pairs) if pairs else None
+    share_members = single_scoring_share(member_table)
+    share = share_pairs if antithetic else share_members
+    center_mean = _mean(center)
+    member_means = [_mean(row) for row in member_table]
+    return {
+        "sigma": sigma,
+        "signal_share": share,                      # what the update uses: pairs (antithetic) or members
+        "signal_share_pairs": share_pairs,
+        "signal_share_members": share_members,
+        "signal_share_per_iteration": pooled_share(per_iteration, window=seeds),
+        "member_reward": _mean(member_means),
+        "members_minus_center": _mean(member_means) - center_mean,
+        "members_above_center": sum(m > center_mean for m in member_means),
+        "members": population,
+        "samples_per_member_for_half": samples_for_share(share, samples) if share is not None else None,
+        "member_rewards": member_table,
+        "scorings": seeds,
+    }
+
+
+def probe_table(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    return {
+        "title": f"ES probe: signal share and curvature at {samples} samples per member",
+        "columns": ["sigma", "signal share (pairs)", "signal share (members)", "per-iteration estimate",
+                    "members - center", "members above center", f"samples/member for {NOISE_BELOW}"],
+        "rows": [[f"{r['sigma']:.3g}", share(r["signal_share_pairs"]), share(r["signal_share_members"]),
+                  share(r["signal_share_per_iteration"]), f"{r['members_minus_center']:+.3f}",
+                  f"{r['members_above_center']}/{r['members']}",
+                  "-" if r["samples_per_member_for_half"] is None else r["samples_per_member_for_half"]]
+                 for r in rows],
+    }
+
+
+def advice(rows: list[dict[str, Any]], configured: float, samples: int) -> str:
+    """One sentence: which sigma showed the most signal, and the budget the estimate asks for."""
+    measured = [r for r in rows if r["signal_share"] is not None]
+    if not measured or max(r["signal_share"] for r in measured) <= 0:
+        return (f"no sigma showed signal at {samples} samples per member: raise es.problems_per_iteration or "
+                "es.samples_per_problem (or lower es.member_temperature) and probe again")
+    best = max(measured, key=lambda r: r["signal_share"])
+    which = "the configured es.sigma" if best["sigma"] == configured else f"es.sigma = {best['sigma']:.3g}"
+    text = f"{which} shows the most signal: share {best['signal_share']:.2f} at {samples} samples per member"
+    if best["signal_share"] >= NOISE_BELOW:
+        return text + " (mostly signal)"
+    return text + (f"; about {best['samples_per_member_for_half']} samples per member would reach {NOISE_BELOW} "
+                   "(Spearman-Brown)")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)

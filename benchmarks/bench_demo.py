@@ -68,7 +68,10 @@ def finished(run_dir: Path, wanted) -> bool:
         if section == {"es": "grpo", "grpo": "es"}[method]:
             continue  # the ES keys never reach GRPO's training, nor GRPO's ES's
         for key, value in current.get(section, {}).items():
-            if stored.get(section, {}).get(key, defaults[section].get(key)) != value:
+            had = stored.get(section, {}).get(key, defaults[section].get(key))
+            if (section, key) == ("run", "eval_every") and had and value and value % had == 0:
+                continue  # it evaluated at every budget asked for, and more; evaluation never steers training
+            if had != value:
                 return False
     return last["iteration"] == (wanted.es.iterations if method == "es" else wanted.grpo.steps)
 

@@ -11,6 +11,10 @@ framing, the pool's threads and queues, the verdict rules. Printed side by side 
 - the pool with 1, 2 and 4 workers, warm (processes started and the header run before timing),
   through `Verifier.verify` (the path of `verify_records` and `prover verify`);
 - the text checks alone (`candidate_from_record`), no process;
+- the kernel stage (`verify.kernel_check`, `kernel.py`) with its stand-ins (`tests/fake_lean.py`,
+  `tests/fake_safe_verify.py`): seconds and CPU-seconds per proof (ours plus the child processes'),
+  two fresh processes per proof (`lean -o`, the checker) plus the target once per problem, and the
+  proofs/s of the fast path alone vs the fast path followed by the stage, 2 workers each;
 - pre-checks on hostile sizes (`--pre-checks`, on by default): a 10 MB proof and 24,000 `import`
   lines (the inputs that once took 20 s in the main thread), under the default
   `verify.max_proof_chars` (refused before reading) and with the limit lifted (read in full), and
@@ -79,6 +83,7 @@ def pool(recs: list[dict], workers: int) -> float:
     config.memory_limit_gb = 0.0
     config.max_proofs_per_process = 10 ** 9  # no recycling inside the timed run
     config.canary = False                     # steady state: the canary runs once per toolchain
+    config.kernel_check = False               # the fast path alone (the kernel stage is measured apart)
     with Verifier(config) as verifier:
         verifier.verify(recs[: 4 * workers])  # warm: start every process, run the header
         start = time.perf_counter()
@@ -86,6 +91,36 @@ def pool(recs: list[dict], workers: int) -> float:
         rate = len(recs) / (time.perf_counter() - start)
     assert all(v["verdict"] == "verified" for v in verdicts), "the benchmark proofs must verify"
     return rate
+
+
+def kernel_stage(recs: list[dict], workers: int = 2) -> dict:
+    """The kernel stage on the fast path's passes, with its stand-ins: wall and CPU seconds per proof."""
+    import resource
+
+    from prover_cli.verify.kernel import CHECKER_AXIOMS, PINS, KernelJob, KernelStage
+
+    pin = PINS["v4.15.0"]
+    config = VerifyConfig()
+    config.workers = workers
+    config.memory_limit_gb = 0.0
+    config.lean_command = [sys.executable, str(REPO / "tests" / "fake_lean.py")]
+    config.kernel_checker_command = [sys.executable, str(REPO / "tests" / "fake_safe_verify.py"), "--pin", pin.commit]
+    stage = KernelStage(config)
+    candidates = [candidate_from_record(r, DEFAULT_HEADER) for r in recs]
+    jobs = [KernelJob(c.header, c.statement, c.target, c.body) for c in candidates]
+    stage.check(jobs[:1], CHECKER_AXIOMS)                       # not timed: python caches, one target
+    for job in {(j.header, j.statement): j for j in jobs}.values():
+        stage._target_olean(job)                                # targets once per problem, not timed
+    before_self, before_children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    results = stage.check(jobs, CHECKER_AXIOMS)
+    wall = time.perf_counter() - start
+    after_self, after_children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert all(r.status == "passed" for r in results), [r.reason for r in results if r.status != "passed"][:3]
+    cpu = sum(getattr(after, f) - getattr(before, f) for before, after in
+              ((before_self, after_self), (before_children, after_children)) for f in ("ru_utime", "ru_stime"))
+    return {"proofs_per_s": len(jobs) / wall, "wall_s_per_proof": wall * workers / len(jobs),
+            "cpu_s_per_proof": cpu / len(jobs)}
 
 
 def text_checks(recs: list[dict]) -> float:
@@ -137,6 +172,7 @@ def pre_checks() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proofs", type=int, default=400)
+    parser.add_argument("--kernel-proofs", type=int, default=40, help="proofs through the kernel stage")
     parser.add_argument("--only-pre-checks", action="store_true", help="skip the engine part")
     args = parser.parse_args()
     if args.only_pre_checks:
@@ -151,6 +187,16 @@ def main() -> None:
     print(f"{'':34s} {'proofs/s':>10s} {'vs baseline':>12s}")
     for name, rate in rows:
         print(f"{name:34s} {rate:10.0f} {rate / base:11.2f}x")
+    kernel_proofs = recs[: args.kernel_proofs]
+    fast = pool(kernel_proofs, 2)
+    stage = kernel_stage(kernel_proofs, 2)
+    both = 1.0 / (1.0 / fast + 1.0 / stage["proofs_per_s"])
+    print(f"\nkernel stage, stand-ins ({len(kernel_proofs)} proofs, 2 workers; not Lean: with Lean each step imports "
+          "the header afresh)")
+    print(f"{'fast path alone':34s} {fast:10.1f} proofs/s   1.00x")
+    print(f"{'fast path, then the kernel stage':34s} {both:10.1f} proofs/s   {both / fast:.2f}x")
+    print(f"{'kernel stage per proof':34s} {stage['wall_s_per_proof']:10.3f} s wall, "
+          f"{stage['cpu_s_per_proof']:.3f} CPU-s (2 processes + their wrappers)")
     pre_checks()
 
 

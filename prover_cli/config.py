@@ -158,6 +158,22 @@ class VerifyConfig:
     allow_native_decide: bool = _key(False, "Accept `native_decide` (trusts the compiler): adds the axioms native evaluation produces on the supported Lean versions (`Lean.ofReduceBool`, `Lean.trustCompiler`, and from Lean 4.29 `<decl>._native.native_decide.ax_…`) to the allowed axioms; see docs/verify.md.")
     allow_commands: list[str] = _key([], "Command keywords untrusted text may use beyond the allowlist (`theorem`, `lemma`, `set_option <resource limit> … in`), e.g. [\"open\"]. Each widens what a proof can change; see docs/verify.md for the risk.")
     canary: bool = _key(True, "Before the first proof on a toolchain (cached per toolchain), run the built-in canary: honest proofs that must verify and one cheat per rule that must be rejected; refuse to verify if any comes out wrong. `prover doctor` always runs it.")
+    kernel_check: bool = _key(True, "Second stage for every proof the fast path calls verified: elaborate it again with "
+                              "`lean -o` in a fresh process and re-check the .olean with SafeVerify (pinned per "
+                              "toolchain) in another: kernel replay, the target's type against the trusted "
+                              "statement's, its axioms. Only a proof that passes both is `verified`. false: a warning "
+                              "in the summary, recorded in every verdict's `verifier` and the policy digest; see "
+                              "docs/verify.md.")
+    lean_command: list[str] = _key(["lake", "env", "lean"], "argv of `lean` for the kernel stage (`-o` is added), run in "
+                                   "`project_dir`.")
+    kernel_checker_command: list[str] = _key(["lake", "env", "safe_verify"],
+                                             "argv of SafeVerify built at the commit pinned for `lean_toolchain` "
+                                             "(`prover doctor` checks it), run in `project_dir`.")
+    kernel_check_workers: int = _key(0, "Kernel-stage checks at a time (each: one `lean -o` and one SafeVerify "
+                                     "process, or on Modal a fresh Sandbox each); 0 = verify.workers.", min=0)
+    kernel_check_timeout_s: float = _key(600.0, "Wall-clock limit for each kernel-stage process (`lean -o` of one proof, "
+                                         "one SafeVerify run), seconds; each imports the header (Mathlib) afresh.",
+                                         min=0.0, min_exclusive=True)
     max_proof_chars: int = _key(200000, "Longest untrusted text (a proof, or a completion's lean block) checked, characters; longer is `rejected` before Lean.", min=1)
     kimina_url: str = _key("http://localhost:8000", "Kimina Lean Server URL (backend `kimina`).")
     kimina_api_key_env: str = _key("", "Name of the environment variable holding the Kimina server's API key, sent as "
@@ -267,6 +283,13 @@ class ModalConfig:
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
                                          min=0.0, min_exclusive=True)
     est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)
+    est_kernel_check_s_per_proof: float = _key(40.0, "Cost estimate: seconds one fast-path pass spends in the kernel stage "
+                                               "(verify.kernel_check): `lean -o` (the header's import, the proof again) "
+                                               "and SafeVerify (its imports, the replay), each in a fresh Sandbox. Not "
+                                               "measured on Lean here: `prover doctor` prints what the honest kernel "
+                                               "canary took on your machine.", min=0.0)
+    est_pass_rate: float = _key(1.0, "Cost estimate: fraction of proofs the fast path calls verified; only those go "
+                                "through the kernel stage (1.0 = every proof: an upper bound).", min=0.0, max=1.0)
     est_replay_s_per_iteration: float = _key(25.0, "Cost estimate: seconds a cold ES member needs to replay one ledger "
                                              "iteration (noise, update, fingerprint of every weight) before it "
                                              "generates; the plan prints the worst case.", min=0.0)
@@ -521,11 +544,31 @@ def _cross_checks(config: Config) -> None:
     _greedy_checks(config)
     if not config.verify.repl_command:
         raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
+    _kernel_check_rules(config)
     from prover_cli.tracking import parse_report_to  # stdlib only: no tracker is imported here
 
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
                     where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
+
+
+def _kernel_check_rules(config: Config) -> None:
+    """With verify.kernel_check, the policy must be one the checker can hold proofs to."""
+    verify = config.verify
+    if not verify.kernel_check:
+        return
+    from prover_cli.verify.kernel import policy_problem  # no Lean, no heavy import
+
+    for key in ("lean_command", "kernel_checker_command"):
+        if not getattr(verify, key):
+            raise ConfigError(f"{_where(config, 'verify.' + key)}: must name a program while verify.kernel_check = "
+                              f"true ({_from(config, 'verify.kernel_check')})")
+    problem = policy_problem(verify)
+    if problem:
+        key, why = problem
+        raise ConfigError(f"{_where(config, 'verify.' + key)}: {why} with verify.kernel_check = true "
+                          f"({_from(config, 'verify.kernel_check')}); set verify.kernel_check = false to accept such "
+                          "proofs without the kernel re-check (recorded in every verdict)")
 
 
 def _greedy_checks(config: Config) -> None:

@@ -126,6 +126,58 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
     return Check("lean canary", False, failures_message(results), fix)
 
 
+def check_kernel_checker(verify_config: Any) -> Check:
+    """The kernel stage's checker: found, which version, built for the configured toolchain."""
+    from prover_cli.verify.kernel import CHECKER, describe_installed_checker, pin_for, toolchain_version
+
+    name = "kernel checker"
+    if not verify_config.kernel_check:
+        return Check(name, True, "off (verify.kernel_check = false): `verified` rests on the fast path's "
+                                 "answers alone, recorded in every verdict")
+    want = toolchain_version(verify_config.lean_toolchain)
+    pin = pin_for(verify_config.lean_toolchain)
+    build = ("build SafeVerify at the pinned commit next to the REPL (docs/verify.md, *The kernel stage*) and "
+             "put `safe_verify` on PATH, or set verify.kernel_checker_command")
+    if pin is None:
+        return Check(name, False, f"no {CHECKER} build is pinned for Lean {want}",
+                     "use a pinned toolchain (docs/verify.md) or set verify.kernel_check = false")
+    info = describe_installed_checker(list(verify_config.kernel_checker_command), verify_config.project_dir or None)
+    if not info["found"]:
+        return Check(name, False, f"`{info['program']}` not found on PATH (want {pin.describe})", build)
+    where = f"{info['path']}"
+    if info["toolchain"] is None:
+        return Check(name, False, f"{where}: no lean-toolchain beside it, its version is unknown (want {pin.describe})",
+                     build)
+    if info["toolchain"] != want:
+        return Check(name, False, f"{where} is built for Lean {info['toolchain']}, verify.lean_toolchain is {want}: "
+                                  "it cannot read this toolchain's .olean files", build)
+    commit = info["commit"] or "unknown commit"
+    if info["commit"] != pin.commit:
+        return Check(name, False, f"{where} (Lean {info['toolchain']}) is at {commit[:12]}, not the pinned "
+                                  f"{pin.describe}", build)
+    return Check(name, True, f"{where}: {pin.describe}")
+
+
+def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any = None) -> Check:
+    """The kernel stage on this toolchain: an honest proof passes, each forged case is rejected;
+    reports the seconds the honest one took (the stage's cost per proof here). `runner`: where
+    each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes);
+    `fast_path`: the fast path the fooled case goes through first (None: straight to the stage)."""
+    from prover_cli.errors import ProverError
+    from prover_cli.verify.kernel import KERNEL_CANARIES, KernelStage, kernel_canary_failures, run_kernel_canary
+
+    fix = "the kernel stage does not hold on this toolchain: check the pinned checker and verify.lean_command"
+    try:
+        results = run_kernel_canary(KernelStage(verify_config, runner=runner), verify_config.header, fast_path)
+    except ProverError as exc:
+        return Check("kernel canary", False, f"could not run: {exc}", getattr(exc, "hint", "") or fix)
+    if all(r["ok"] for r in results):
+        honest = results[0]["time_s"]
+        return Check("kernel canary", True, f"{len(KERNEL_CANARIES)} canaries as expected; the honest proof took "
+                                            f"{honest:.1f} s through the stage (`lean -o` + checker)")
+    return Check("kernel canary", False, kernel_canary_failures(results), fix)
+
+
 def check_modal_credentials() -> Check:
     from prover_cli.backends import modal_credentials_present
 
@@ -149,6 +201,16 @@ def run_doctor(config: Any) -> list[Check]:
         checks.append(check_canary(config.verify))
     else:
         checks.append(Check("lean canary", False, "not run: no REPL", lean.fix))
+    checker = check_kernel_checker(config.verify)
+    checks.append(checker)
+    if config.verify.kernel_check:
+        if checker.ok and lean.ok:
+            from prover_cli.verify.engine import fast_path_once
+
+            checks.append(check_kernel_canary(config.verify, fast_path=lambda c: fast_path_once(config.verify, c)))
+        else:
+            checks.append(Check("kernel canary", False, "not run: " + ("no checker" if not checker.ok else "no REPL"),
+                                checker.fix or lean.fix))
     checks.append(check_modal_credentials())
     return checks
 

@@ -543,17 +543,8 @@ class FakeRepl:
 
     # -- the loop: the REPL's framing -----------------------------------------------------------
     def serve(self) -> None:
-        lines: list[str] = []
-        for raw in sys.stdin:
-            line = raw.rstrip("\n")
-            if line.strip():
-                lines.append(line)
-                continue
-            if lines:
-                self.reply("".join(lines))
-                lines = []
-        if lines:  # the REPL answers a last request that has no blank line after it
-            self.reply("".join(lines))
+        for text in requests(sys.stdin):
+            self.reply(text)
 
     def reply(self, text: str) -> None:
         response = self.answer(text)
@@ -878,6 +869,22 @@ class Command:
 
 def type_only(decl: Decl) -> str:
     return check_at_printout(decl, False).split(" : ", 1)[1]
+
+
+def requests(stream):
+    """The REPL's framing: lines up to a blank line, joined with no separator, are one request
+    (the REPL also answers a last request that has no blank line after it)."""
+    lines: list[str] = []
+    for raw in stream:
+        line = raw.rstrip("\n")
+        if line.strip():
+            lines.append(line)
+            continue
+        if lines:
+            yield "".join(lines)
+            lines = []
+    if lines:
+        yield "".join(lines)
 
 
 def main(argv: list[str]) -> int:

@@ -287,23 +287,29 @@ class _Reader:
 
 
 class _Writer:
-    """modal.io_streams.StreamWriter: `write` buffers, `drain` sends, `write_eof` closes."""
+    """modal.io_streams.StreamWriter: `write` buffers, `drain` sends, `write_eof` closes the
+    stream once the buffered data is drained (modal: "This method needs to be used along with
+    the `drain()` method, which flushes the EOF to the process")."""
 
     def __init__(self, pipe: Any, on_drain: Any = None):
         self._pipe, self._buffer, self._on_drain = pipe, b"", on_drain
+        self._eof = False
 
     def write(self, data: bytes | bytearray | memoryview | str) -> None:
         self._buffer += data.encode() if isinstance(data, str) else bytes(data)
 
     def drain(self) -> None:
         data, self._buffer = self._buffer, b""
-        if self._on_drain is not None:
-            self._on_drain(data)  # may end the Sandbox: then this write fails, as on Modal
-        self._pipe.write(data)
-        self._pipe.flush()
+        if data or not self._eof:
+            if self._on_drain is not None:
+                self._on_drain(data)  # may end the Sandbox: then this write fails, as on Modal
+            self._pipe.write(data)
+            self._pipe.flush()
+        if self._eof and not self._pipe.closed:
+            self._pipe.close()
 
     def write_eof(self) -> None:
-        self._pipe.close()
+        self._eof = True
 
 
 class _Process:
@@ -435,13 +441,28 @@ class SandboxStandIn:
                 process._popen.wait(timeout=5)
 
 
+def kernel_command_map() -> dict[tuple[str, ...], list[str]]:
+    """The kernel stage's steps in the image's terms -> its stand-ins (tests/fake_lean.py,
+    tests/fake_safe_verify.py at the image's pin); `{dir}` stays for the step runner to fill."""
+    from prover_cli.on_modal import images
+    from prover_cli.verify.kernel import checker_argv, elaborate_argv
+
+    tests = Path(__file__).resolve().parent
+    pin = images.KERNEL_PIN
+    mapping = {tuple(elaborate_argv(images.LEAN_COMMAND)): elaborate_argv([sys.executable, str(tests / "fake_lean.py")])}
+    if pin is not None:
+        mapping[tuple(checker_argv(images.KERNEL_CHECKER_COMMAND, pin))] = checker_argv(
+            [sys.executable, str(tests / "fake_safe_verify.py"), "--pin", pin.commit], pin)
+    return mapping
+
+
 def sandboxes_running(monkeypatch, fake_repl) -> Iterator[SandboxControls]:
     """For a fixture (`yield from`): Lean verification goes to Sandbox stand-ins that run
     `fake_repl` for the image's REPL command; every Sandbox is terminated afterwards, and the
     test fails if any code asked a Sandbox to run a program its image does not have."""
     from prover_cli.on_modal import images, sandbox
 
-    SANDBOXES.reset({tuple(images.REPL_COMMAND): [sys.executable, str(fake_repl)]})
+    SANDBOXES.reset({tuple(images.REPL_COMMAND): [sys.executable, str(fake_repl)], **kernel_command_map()})
     monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
     yield SANDBOXES
     for box in SANDBOXES.created:

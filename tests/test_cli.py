@@ -76,6 +76,8 @@ def test_doctor_reports_no_gpu_no_lean_no_modal(no_modal_token, monkeypatch):
     assert checks["es kernel (cpu)"]["ok"] and checks["es kernel (cpu)"]["detail"].startswith("ok")
     assert "es kernel (cuda)" not in checks  # no GPU: nothing to say
     assert checks["lean repl"]["ok"] is False and "lake" in checks["lean repl"]["detail"]
+    assert checks["kernel checker"]["ok"] is False and "`safe_verify` not found" in checks["kernel checker"]["detail"]
+    assert checks["kernel canary"]["ok"] is False and "not run" in checks["kernel canary"]["detail"]
     assert checks["modal token"]["ok"] is False and "modal token new" in checks["modal token"]["fix"]
     human = runner.invoke(app, ["doctor"])
     assert human.exit_code == 0 and "missing" in human.stderr and "prover-cli[gpu]" in human.stderr
@@ -196,7 +198,7 @@ def test_disk_full_is_one_line_with_path_and_operation_then_the_rerun_resumes(mo
     `write`, no "please report"; once space is back, the same command completes the file."""
     import errno
 
-    from conftest import fake_repl_command
+    from conftest import fake_repl_command, kernel_stand_in_sets
     from prover_cli.jsonl import ResumableWriter
     from test_verify_statement import STATEMENT
 
@@ -205,7 +207,7 @@ def test_disk_full_is_one_line_with_path_and_operation_then_the_rerun_resumes(mo
                               for i in range(5)), encoding="utf-8")
     out = tmp_path / "verdicts.jsonl"
     args = ["verify", str(proofs), "--out", str(out), "--set", f"verify.repl_command={json.dumps(fake_repl_command())}",
-            "--set", "verify.workers=1", "--set", "verify.memory_limit_gb=0"]
+            "--set", "verify.workers=1", "--set", "verify.memory_limit_gb=0", *kernel_stand_in_sets()]
 
     class FullDisk:
         """A file handle whose disk fills up after `budget` writes."""

@@ -147,7 +147,7 @@ def _problem_line(pid: str) -> bytes:
 def test_verify_reports_an_undecodable_line_and_checks_the_rest(tmp_path):
     from typer.testing import CliRunner
 
-    from conftest import fake_repl_command
+    from conftest import fake_repl_command, kernel_stand_in_sets
     from prover_cli.cli import app
 
     proofs = tmp_path / "samples.jsonl"
@@ -155,7 +155,7 @@ def test_verify_reports_an_undecodable_line_and_checks_the_rest(tmp_path):
     out = tmp_path / "verdicts.jsonl"
     result = CliRunner().invoke(app, ["verify", str(proofs), "--out", str(out), "--set",
                                       f"verify.repl_command={json.dumps(fake_repl_command())}",
-                                      "--set", "verify.memory_limit_gb=0", "--json"])
+                                      "--set", "verify.memory_limit_gb=0", *kernel_stand_in_sets(), "--json"])
     assert result.exit_code == 1  # malformed lines fail the run, after the rest is done
     summary = json.loads(result.stdout)
     assert summary["malformed"] == [{"line": 2, "reason": "not valid UTF-8 (byte 0xff at column 10)"}]

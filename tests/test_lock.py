@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fake_repl_command
+from conftest import REPO, fake_repl_command, kernel_stand_in_sets
 from prover_cli.lock import LockedError, hold_outputs, lock_path, output_lock
 
 # A child process that takes the lock of argv[1], says so, and holds it until stdin closes.
@@ -94,7 +94,7 @@ def test_two_prover_verify_runs_on_one_out(tmp_path):
     go = tmp_path / "go"
     gated = ["sh", "-c", f'while [ ! -e "{go}" ]; do sleep 0.05; done; exec "$0" "$@"', *fake_repl_command()]
     args = ["verify", str(proofs), "--out", str(out), "--set", f"verify.repl_command={json.dumps(gated)}",
-            "--set", "verify.workers=1", "--set", "verify.memory_limit_gb=0"]
+            "--set", "verify.workers=1", "--set", "verify.memory_limit_gb=0", *kernel_stand_in_sets()]
     first = subprocess.Popen([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -150,7 +150,7 @@ def test_ctrl_c_prints_the_resume_command_and_releases_the_lock(tmp_path):
     out = tmp_path / "verdicts.jsonl"
     never = ["sh", "-c", "sleep 600", *fake_repl_command()]  # the REPL never answers: the run waits
     args = ["verify", str(proofs), "--out", str(out), "--set", f"verify.repl_command={json.dumps(never)}",
-            "--set", "verify.workers=1"]
+            "--set", "verify.workers=1", *kernel_stand_in_sets()]
     run = subprocess.Popen([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

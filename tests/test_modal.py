@@ -105,8 +105,9 @@ INTENDED = {
     "lean_image_check": ("lean", None, 1.0, 4096, 600, 0, 1, None, {}),
     "Generator": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 1, None, BOTH),
     # warm through the longest legitimate gap: one verification wave at the Sandbox timeout
-    # (600 s header + 16 rounds x 65 s + 120 s = 1760 s) + 120 s for the update
-    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 1880, BOTH),
+    # (600 s header + 16 rounds x 65 s + 120 s = 1760 s) + the kernel stage's estimate (every
+    # proof passes: 16 rounds x 40 s = 640 s) + 120 s for the update
+    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 2520, BOTH),
     "train_es": ("gpu", "H100:1", 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
     "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, None, BOTH),
     "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, None, BOTH),
@@ -377,8 +378,15 @@ def test_routing_sends_lean_verification_to_sandboxes_and_restores(monkeypatch):
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "countdown"}})):
         assert fake_verify.verify_records is original_records  # Python-checked tasks never reach Lean
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
-                                                               "verify": {"backend": "kimina"}})):
+                                                               "verify": {"backend": "kimina",
+                                                                          "kernel_check": False}})):
         assert fake_verify.verify_records is original_records  # a Kimina server is its own sandbox
+    with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
+                                                               "verify": {"backend": "kimina"}})):
+        # ...but the kernel stage's steps need Lean, which only the Lean image has: Sandboxes
+        assert fake_verify.verify_records.__qualname__.startswith("kernel_stage_in_sandboxes")
+        assert fake_verify.verify_file.__qualname__.startswith("kernel_stage_in_sandboxes")
+    assert fake_verify.verify_records is original_records and fake_verify.verify_file is original_file
 
 
 def test_a_retried_training_call_resumes_from_the_ledger(tmp_path, monkeypatch):
@@ -499,36 +507,46 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     # 30 members x 8 problems x 1 sample; 240 proofs in ceil(240 / 64) = 4 Lean batches
     assert plan["samples_per_iteration"] == 240 and plan["iterations"] == 100
     generation_s = 8192 / 100                 # max_tokens at 100 tokens/s: 81.92 s
-    batch_s = 60 + math.ceil(64 / 4) * 5      # header + 16 rounds of 4 proofs: 140 s
+    # the kernel stage: every proof passes the fast path (modal.est_pass_rate = 1.0), each pass
+    # 40 s (modal.est_kernel_check_s_per_proof), 16 at a time (verify.kernel_check_workers in
+    # kimina-es.toml): 4 rounds = 160 s per batch
+    kernel_s = math.ceil(64 / 16) * 40
+    batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 300 s
     wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 Sandboxes
     # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
-    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 32 GiB.
+    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 32 GiB;
+    # the kernel stage's Sandboxes: 240 passes x 40 s, each one REPL's share (2 cores, 8 GiB).
     gpu_container_s = 31 * wall_s
     sandbox_s = 4 * batch_s
+    kernel_sandbox_s = 240 * 40
     breakdown = plan["est_usd_breakdown"]
     assert breakdown["gpu"]["gpu_s"] == round(gpu_container_s, 1)
-    assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8, 1)
-    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 32, 1)
-    assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s, 1)
+    assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8 + kernel_sandbox_s * 2, 1)
+    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 32 + kernel_sandbox_s * 8, 1)
+    assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s + kernel_sandbox_s, 1)
     # Sandboxes' CPU and memory at their own prices (0.142 per core-hour, 0.024 per GiB-hour)
-    usd = (gpu_container_s * (3.95 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 32 * 0.024)) / 3600
+    usd = (gpu_container_s * (3.95 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 32 * 0.024)
+           + kernel_sandbox_s * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
-    assert plan["est_gpu_hours_per_iteration"] == round(gpu_container_s / 3600, 4)
+    assert plan["est_gpu_hours_per_iteration"] == pytest.approx(gpu_container_s / 3600, abs=1e-4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
-    # once per run: the 30 members idle out their 1880 s window at most
-    once = 30 * 1880 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
+    assert plan["kernel_check"] is True and plan["est_kernel_check_core_s_per_proof"] == 1.0 * 40 * 2
+    # once per run: the 30 members idle out their 2040 s window at most (1880 s + the stage's 160 s)
+    once = 30 * 2040 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
-    # 64 proofs (140 s each, one wave); the loop and its 30 warm members stay up for those 303.84 s.
+    # 64 proofs (300 s each with their kernel stage, one wave) and 320 kernel passes of 40 s; the loop
+    # and its 30 warm members stay up for those 463.84 s.
     eval_s = 2 * 8192 / 100 + batch_s
-    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 32 * 0.024)) / 3600
+    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 32 * 0.024)
+                + 320 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + once + eval_usd * 11, abs=0.05)
     # a cold member replays at most es.snapshot_every = 10 iterations at 25 s each
     assert (plan["cold_member_replay_iterations"], plan["cold_member_replay_s"]) == (10, 250.0)
-    assert plan["es_gap_bound_s"] == 1880.0
+    assert plan["es_gap_bound_s"] == 1880.0 + 160
     # every image it uses, with the exact requirement strings it installs
     assert plan["images"]["gpu"]["python_packages"] == list(modal_plan.image_specs(
         "leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages)
@@ -539,9 +557,23 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     human = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"),
                                 "--backend", "modal", "--dry-run"], env={"COLUMNS": "160"})
     assert human.exit_code == 0 and human.stdout == ""
-    for text in ("ESMember", "verify Sandbox", "H100 x 1", "leanprover/lean4:v4.15.0", "mathlib4 v4.15.0",
-                 "vllm==0.31.0", "est_usd_per_iteration", "scaledown_window"):
+    for text in ("ESMember", "verify Sandbox", "kernel Sandbox", "H100 x 1", "leanprover/lean4:v4.15.0",
+                 "mathlib4 v4.15.0", "vllm==0.31.0", "est_usd_per_iteration", "scaledown_window", "kernel stage",
+                 "SafeVerify@577e95319a2b"):
         assert text in human.stderr
+
+
+def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
+    args = ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--backend", "modal", "--dry-run",
+            "--set", "verify.kernel_check=false"]
+    plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert plan["kernel_check"] is False and plan["est_kernel_check_core_s_per_proof"] == 0.0
+    assert plan["est_wall_s_per_step"] == round(8192 / 100 + 60 + math.ceil(8 / 4) * 5, 1)
+    human = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert "off: verify.kernel_check = false" in human.stderr and "kernel Sandbox" not in human.stderr
+    local = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--dry-run"],
+                          env={"COLUMNS": "400"})
+    assert "then the kernel stage on each pass: `lean -o` and SafeVerify" in local.stderr
 
 
 def test_dry_run_kimina_grpo_on_modal_and_es_locally():
@@ -549,13 +581,18 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
                                "--backend", "modal", "--dry-run", "--json"])
     assert grpo.exit_code == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
-    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5)  # generation + one Lean batch of 8 proofs
+    # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round of 40 s)
+    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + 40)
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
-    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for 70 s
-    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 70 * (8 * 0.142 + 32 * 0.024)) / 3600
+    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for
+    # 110 s; the kernel stage: 8 passes x 40 s in Sandboxes of 2 cores, 8 GiB
+    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 110 * (8 * 0.142 + 32 * 0.024)
+           + 8 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
-    eval_usd = ((2 * 8192 / 100 + 140) * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * 140 * (8 * 0.142 + 32 * 0.024)) / 3600
+    eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 40  # 300 s, kernel stage included
+    eval_usd = ((2 * 8192 / 100 + eval_batch_s) * (3.95 + 8 * 0.047 + 64 * 0.008)
+                + 5 * eval_batch_s * (8 * 0.142 + 32 * 0.024) + 320 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}

@@ -72,13 +72,20 @@ def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
     assert all(s["result"] == "ok" for s in steps.values()) and out["ok"] is True
     assert sorted(standins["built"]) == ["gpu", "lean", "orchestrator", "trl"]
     assert "lean im-standin-lean" in steps["images"]["detail"] and steps["images"]["usd"] == "not priced"
-    # one Sandbox, created exactly as verification creates them, terminated after the canary
-    [box] = SANDBOXES.created
+    # one Sandbox, created exactly as verification creates them, terminated after the canary; then
+    # the kernel canary, each step in a fresh Sandbox as the kernel stage creates them
     from prover_cli.config import load_config
 
     config = load_config(None, [a for a in ARGS if "=" in a])
+    box, *later = SANDBOXES.created
     assert box._kwargs == sandbox.sandbox_arguments(config) and box.poll() == 137
+    # the kernel canary: its fooled case through one more REPL Sandbox, every step in its own
+    kernel_boxes = [k for k in later if k._kwargs == sandbox.kernel_sandbox_arguments(config)]
+    repl_boxes = [k for k in later if k._kwargs == sandbox.sandbox_arguments(config)]
+    assert kernel_boxes and len(repl_boxes) == 1 and len(kernel_boxes) + 1 == len(later)
+    assert all(k.poll() == 137 for k in later)
     assert "canaries as expected" in steps["lean sandbox"]["detail"]
+    assert "kernel stage: 5 canaries as expected" in steps["lean sandbox"]["detail"]
     assert any(b"theorem" in data for data in SANDBOXES.sent)
     # the model on the "GPU" container, with the sampler the config names
     assert "tiny with transformers" in steps["gpu model"]["detail"]

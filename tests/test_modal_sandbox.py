@@ -28,10 +28,20 @@ def standin(monkeypatch):
     yield from sandboxes_running(monkeypatch, FAKE_REPL)
 
 
-def make_config(**modal_keys):
+def make_config(verify=None, **modal_keys):
+    # the canaries have their own tests: here they would add Sandboxes to every count
     return config_from_dict({"verify": {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0,
-                                        "memory_limit_gb": 0.0},
+                                        "memory_limit_gb": 0.0, "canary": False, **(verify or {})},
                              "modal": {"verify_batch_size": 2, **modal_keys}})
+
+
+def repl_boxes(standin, config):
+    """The verification Sandboxes (REPLs), not the kernel stage's one-step Sandboxes."""
+    return [box for box in standin.created if box._kwargs == sandbox.sandbox_arguments(config)]
+
+
+def kernel_boxes(standin, config):
+    return [box for box in standin.created if box._kwargs == sandbox.kernel_sandbox_arguments(config)]
 
 
 def record(name, tactic="  norm_num"):
@@ -71,16 +81,35 @@ def test_records_in_batches_each_in_its_own_sandbox_read_back(standin):
     verdicts = verify(records, config.verify)
     assert [(v["id"], v["verdict"]) for v in verdicts] == [
         ("a", "verified"), ("b", "verified"), ("c", "rejected"), ("d", "verified"), ("e", "verified")]
-    assert len(standin.created) == 3  # ceil(5 / 2) batches, one Sandbox each
+    assert len(repl_boxes(standin, config)) == 3  # ceil(5 / 2) batches, one Sandbox each
+    # the kernel stage: each of the 4 passes re-elaborated and checked, each target compiled
+    # once, every step in a fresh Sandbox of its own
+    assert len(kernel_boxes(standin, config)) == 4 * 3
+    assert len(standin.created) == 3 + 4 * 3
     for box in standin.created:
-        assert box._kwargs == sandbox.sandbox_arguments(config)
-        assert box.poll() is not None  # terminated once its batch is done
+        assert box.poll() is not None  # terminated once its batch (or step) is done
     assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in verdicts)
+    assert all(v["reason"].endswith("kernel check passed (SafeVerify 577e9531)")
+               for v in verdicts if v["verdict"] == "verified")
+
+
+class FirstCreates:
+    """A barrier for the first `n` Sandboxes only (the batches'); later ones (the kernel stage's) pass."""
+
+    def __init__(self, n: int):
+        self.barrier, self.n, self.count, self.lock = threading.Barrier(n, timeout=20), n, 0, threading.Lock()
+
+    def wait(self) -> None:
+        with self.lock:
+            self.count += 1
+            first = self.count <= self.n
+        if first:
+            self.barrier.wait()
 
 
 def test_batches_fan_out_concurrently(standin):
     """Three batches: each create() waits until all three Sandboxes are being created at once."""
-    standin.barrier = threading.Barrier(3, timeout=20)
+    standin.barrier = FirstCreates(3)
     config = make_config()
     verify = sandbox.verify_records_in_sandboxes(config)
     verdicts = verify([record(n) for n in "abcdef"], config.verify)
@@ -106,7 +135,7 @@ def test_a_sandbox_that_dies_costs_only_its_in_flight_proof_a_retry(standin):
                                                              ("c", "rejected")]
     assert bodies_sent("a") == 1          # done before the death: not checked again
     assert bodies_sent("boom") == 2       # in flight: once in the dead Sandbox, once in a fresh one
-    assert len(standin.created) >= 2
+    assert len(repl_boxes(standin, config)) >= 2
 
 
 def test_a_proof_whose_sandbox_dies_twice_gets_an_error_verdict_naming_it(standin):
@@ -282,3 +311,74 @@ def test_a_sandbox_polls_124_after_its_timeout_and_137_after_terminate(standin):
         terminated.wait()
     with pytest.raises(modal.exception.SandboxTerminatedError):
         terminated.exec("python", "-c", "pass")
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel stage through Sandboxes: every step a fresh Sandbox receiving only data
+# --------------------------------------------------------------------------------------------
+
+FORGING_REPL = Path(__file__).resolve().parent / "forging_repl.py"
+
+
+def test_kernel_sandboxes_are_isolated_and_sized_as_one_repl():
+    config = make_config(verify={"workers": 4}, verify_cpus=8.0, verify_memory_gb=32)
+    arguments = sandbox.kernel_sandbox_arguments(config)
+    assert arguments["image"] is images.lean_image and arguments["block_network"] is True
+    assert arguments["volumes"] == {} and arguments["secrets"] == []
+    assert arguments["cpu"] == (2.0, 2.0) and arguments["memory"] == (8 * 1024, 8 * 1024)
+    assert arguments["timeout"] == int(config.verify.kernel_check_timeout_s + 300)
+    SandboxStandIn.create(**arguments).terminate()   # arguments the real Sandbox.create takes
+
+
+def test_forged_fast_path_answers_are_rejected_through_the_sandbox_transport(standin, monkeypatch):
+    """The image's REPL forges its answers (tests/forging_repl.py); the kernel stage, each step in
+    its own Sandbox, still rejects every forgery and keeps the honest proof."""
+    import sys
+
+    standin.command_map[tuple(images.REPL_COMMAND)] = [sys.executable, str(FORGING_REPL)]
+    seen: list[tuple[tuple, frozenset]] = []
+    real_run = sandbox.SandboxRunner.run
+
+    def spy(self, argv, inputs, outputs, timeout_s, what="command"):
+        seen.append((tuple(argv), frozenset(inputs)))
+        return real_run(self, argv, inputs, outputs, timeout_s, what)
+
+    monkeypatch.setattr(sandbox.SandboxRunner, "run", spy)
+    config = make_config(verify_batch_size=4)
+    records = [record("honest"), record("hidden", "  nlinarith [fake_error]"),
+               record("sorryax", "  exact fake_axiom_sorryAx"), record("skipped", "  exact fake_forge_skip_kernel")]
+    verdicts = {v["id"]: v for v in sandbox.verify_records_in_sandboxes(config)(records, config.verify)}
+    assert verdicts["honest"]["verdict"] == "verified", verdicts["honest"]["reason"]
+    for key in ("hidden", "sorryax", "skipped"):
+        assert verdicts[key]["verdict"] == "rejected" and verdicts[key]["reason"].startswith("kernel check"), \
+            verdicts[key]["reason"]
+    # the checker's steps got the two .olean files and nothing else; each step had its own Sandbox
+    checker_steps = [inputs for argv, inputs in seen if "safe_verify" in argv]
+    assert checker_steps and all(inputs == {"Target.olean", "Proof.olean"} for inputs in checker_steps)
+    assert len(kernel_boxes(standin, config)) == len(seen) and len(repl_boxes(standin, config)) == 1
+
+
+def test_a_kernel_sandbox_that_dies_is_an_error_never_a_pass(standin):
+    standin.die_on, standin.deaths_left = b'"timeout_s"', 1   # the first step's Sandbox ends as it starts
+    config = make_config()
+    [verdict] = sandbox.verify_records_in_sandboxes(config)([record("a")], config.verify)
+    assert verdict["verdict"] == "error" and "SIGKILL" in verdict["reason"], verdict["reason"]
+
+
+def test_the_kimina_backend_on_modal_runs_the_kernel_stage_in_sandboxes(standin, monkeypatch):
+    """Kimina elaborates (its stand-in server, its REPLs forging their answers); the routed
+    verify_records gives the kernel stage Sandboxes from the Lean image."""
+    import sys
+
+    import test_verify_kimina
+    from prover_cli.verify import engine
+
+    monkeypatch.setattr(test_verify_kimina, "fake_repl_command", lambda *args: [sys.executable, str(FORGING_REPL), *args])
+    with test_verify_kimina.FakeKimina() as server:
+        config = make_config(verify={"backend": "kimina", "kimina_url": server.url})
+        routed = sandbox.kernel_stage_in_sandboxes(config, engine.verify_records, "records")
+        records = [record("honest"), record("hidden", "  nlinarith [fake_error]")]
+        verdicts = {v["id"]: v for v in routed(records, config.verify)}
+    assert verdicts["honest"]["verdict"] == "verified", verdicts["honest"]["reason"]
+    assert verdicts["hidden"]["verdict"] == "rejected" and "fresh Lean process" in verdicts["hidden"]["reason"]
+    assert repl_boxes(standin, config) == [] and len(kernel_boxes(standin, config)) == 5  # 2 targets, 2 + 1 steps

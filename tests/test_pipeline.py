@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prover_cli.cli import app
-from tests.conftest import SHARED, fake_repl_command
+from tests.conftest import SHARED, fake_repl_command, kernel_stand_in_sets
 
 runner = CliRunner()
 
@@ -41,7 +41,7 @@ def test_lean_chain_generate_verify_eval(tmp_path, tiny_cache):
         "--set", "model.family=kimina", "--set", "data.task=lean",
         "--set", f"run.dir={run}", "--set", f"verify.repl_command={json.dumps(fake_repl_command())}",
         "--set", "verify.workers=1", "--set", "verify.timeout_s=5.0", "--set", "verify.memory_limit_gb=0.0",
-        "--set", "generate.n=2", "--set", "generate.max_tokens=8",
+        "--set", "generate.n=2", "--set", "generate.max_tokens=8", *kernel_stand_in_sets(),
     ]
     invoke("prepare-data", "examples", *common)
     problems = lines(run / "problems.jsonl")
@@ -80,7 +80,7 @@ def test_human_proofs_as_completions_verify_and_score(tmp_path):
                     "formal_statement": row["formal_statement"], "header": header, "completion": completion,
                 }) + "\n")
     cfg = ["--set", f"verify.repl_command={json.dumps(fake_repl_command())}", "--set", "verify.workers=2",
-           "--set", "verify.memory_limit_gb=0.0", "--set", f"run.dir={tmp_path}"]
+           "--set", "verify.memory_limit_gb=0.0", "--set", f"run.dir={tmp_path}", *kernel_stand_in_sets()]
     invoke("verify", str(proofs), "--out", str(tmp_path / "verdicts.jsonl"), *cfg)
     verdicts = {v["id"]: v for v in lines(tmp_path / "verdicts.jsonl")}
     for row in rows:
@@ -104,7 +104,7 @@ def test_es_on_the_lean_task_scores_through_one_warm_verifier(tmp_path, tiny_cac
         "--set", "model.name=tiny", "--set", f"model.cache_dir={tiny_cache}", "--set", "model.family=kimina",
         "--set", "data.task=lean", "--set", "data.train_split=train", "--set", f"run.dir={run}",
         "--set", f"verify.repl_command={json.dumps(fake_repl_command())}", "--set", "verify.workers=1",
-        "--set", "verify.memory_limit_gb=0.0", "--set", "generate.max_tokens=8",
+        "--set", "verify.memory_limit_gb=0.0", "--set", "generate.max_tokens=8", *kernel_stand_in_sets(),
         "--set", "es.population=2", "--set", "es.iterations=2", "--set", "es.problems_per_iteration=2",
     ]
     invoke("prepare-data", "examples", *common)

@@ -12,7 +12,7 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from conftest import REPO, fake_repl_command
+from conftest import REPO, fake_repl_command, kernel_stand_in_sets
 
 README = REPO / "README.md"
 
@@ -23,7 +23,8 @@ README = REPO / "README.md"
 #   parse    arguments parsed by the real command, not run (needs the output of a GPU run)
 TINY = ["--set", "model.name=tiny", "--set", "generate.backend=transformers", "--set", "model.dtype=float32",
         "--set", "model.device=cpu", "--set", "generate.max_tokens=4"]
-REPL = ["--set", f"verify.repl_command={json.dumps(fake_repl_command())}", "--set", "verify.memory_limit_gb=0"]
+REPL = ["--set", f"verify.repl_command={json.dumps(fake_repl_command())}", "--set", "verify.memory_limit_gb=0",
+        *kernel_stand_in_sets()]
 PLAN: dict[str, tuple[str, list[str], str]] = {
     "prover --version": ("run", [], ""),
     "prover doctor": ("run", [], ""),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fake_repl_command
+from conftest import REPO, fake_repl_command, kernel_stand_in_sets
 from prover_cli.lock import lock_path
 
 TOY_TINY = ("data.task=toy", "model.name=tiny", "generate.max_tokens=2", "generate.temperature=1.0")
@@ -115,9 +115,12 @@ def test_verify_sighup_kills_its_repls(tmp_path):
     out = tmp_path / "v.jsonl"
     args = ["verify", str(proofs), "--out", str(out),
             *sets(f"verify.repl_command={json.dumps(fake_repl_command('--log', str(log)))}", "verify.workers=1",
-                  "verify.timeout_s=600", "verify.canary=false", "verify.memory_limit_gb=0")]
+                  "verify.timeout_s=600", "verify.canary=false", "verify.memory_limit_gb=0"), *kernel_stand_in_sets()]
     process = start(args, tmp_path)
     wait_until(lambda: any("fake_hang" in e.get("cmd", "") for e in log_entries(log)), process)
+    # "done" passed the fast path; its kernel-stage verdict is written as soon as it is known,
+    # while the REPL still hangs on the next proof
+    wait_until(lambda: out.exists() and '"done"' in out.read_text(), process)
     stopped(process, signal.SIGHUP, args)
     assert not any(pid_alive(e["pid"]) for e in log_entries(log) if e.get("event") == "start")
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["done"]   # kept

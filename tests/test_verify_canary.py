@@ -53,7 +53,7 @@ def test_a_rule_that_does_not_hold_stops_verification_and_is_named(verify_config
 
 @pytest.mark.parametrize("version", ["4.15", "4.22", "4.29"])
 def test_native_decide_canary_holds_for_every_supported_lean_version(verify_config, cache, version):
-    config = canary_config(verify_config, "--lean-version", version, allow_native_decide=True)
+    config = canary_config(verify_config, "--lean-version", version, allow_native_decide=True, kernel_check=False)
     [verdict] = verify_records([proof("n", "  native_decide")], config)
     assert verdict["verdict"] == "verified"
     strict = canary_config(verify_config, "--lean-version", version)
@@ -62,7 +62,7 @@ def test_native_decide_canary_holds_for_every_supported_lean_version(verify_conf
 
 
 def test_an_unknown_native_axiom_fails_the_canary_closed(verify_config, cache):
-    config = canary_config(verify_config, "--quirk", "native-axiom-renamed", allow_native_decide=True)
+    config = canary_config(verify_config, "--quirk", "native-axiom-renamed", allow_native_decide=True, kernel_check=False)
     with pytest.raises(BackendError) as info:
         verify_records([proof("a")], config)
     assert "`native_decide` is verified under verify.allow_native_decide" in str(info.value)

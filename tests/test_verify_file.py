@@ -13,7 +13,7 @@ from collections import Counter
 
 from typer.testing import CliRunner
 
-from conftest import REPO, fake_repl_command
+from conftest import KERNEL_STAND_INS, REPO, fake_repl_command
 from prover_cli.cli import app
 from prover_cli.config import load_config
 from prover_cli.verify import verify_file
@@ -24,7 +24,7 @@ runner = CliRunner()
 
 def write_config(path, repl_args=(), **verify):
     keys = {"repl_command": fake_repl_command(*repl_args), "workers": 2, "timeout_s": 2.0,
-            "header_timeout_s": 10.0, "memory_limit_gb": 0.0, "canary": False, **verify}
+            "header_timeout_s": 10.0, "memory_limit_gb": 0.0, "canary": False, **KERNEL_STAND_INS, **verify}
     lines = ["[verify]"] + [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

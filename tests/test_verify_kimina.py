@@ -172,9 +172,13 @@ def test_request_shape_and_verdicts(kimina_config):
                    "hang": "timeout", "denied": "rejected"}
     ok = verdicts[0]
     assert ok["axioms"] == ["propext", "Classical.choice", "Quot.sound"]
-    # the server reports no Lean version: the verdict does not claim the configured one
+    # the server reports no Lean version: the verdict does not claim the configured one; the
+    # kernel stage ran our own lean and checker, whose version it names
     assert ok["verifier"] == {"backend": "kimina", "lean_toolchain": "unknown",
-                              "mathlib_rev": "unknown", "kimina_url": server.url}
+                              "mathlib_rev": "unknown", "kimina_url": server.url,
+                              "kernel_check": {"checker": "SafeVerify", "toolchain": "v4.15.0",
+                                               "commit": "577e95319a2bb1bb8df541f0c645811f6577a0ae"}}
+    assert ok["reason"] == "all checks passed; kernel check passed (SafeVerify 577e9531)"   # the stand-ins
     # the trusted statement first (one problem: one code), then the proofs: the denied proof was
     # never sent; the other five went in one request (verify.kimina_batch_size = 8)
     trusted, payload = server.payloads

@@ -90,8 +90,9 @@ def _repl_starts(log) -> int:
 
 @pytest.mark.parametrize("overrides, text, recycled", [
     ({}, "  linarith", False),
-    ({"allow_native_decide": True}, "  linarith", False),
-    ({"allow_native_decide": True}, "  native_decide", True),        # compiled code ran in the REPL
+    # native_decide never passes the kernel stage: its policy needs verify.kernel_check = false
+    ({"allow_native_decide": True, "kernel_check": False}, "  linarith", False),
+    ({"allow_native_decide": True, "kernel_check": False}, "  native_decide", True),  # compiled code ran in the REPL
     ({"allow_commands": ["open"]}, "  linarith", False),              # scopes run nothing
 ])
 def test_a_repl_that_may_have_run_code_is_not_reused(verify_config, tmp_path, overrides, text, recycled):
@@ -101,7 +102,7 @@ def test_a_repl_that_may_have_run_code_is_not_reused(verify_config, tmp_path, ov
     verify_records(records, config)
     assert _repl_starts(log) == (2 if recycled else 1)
     assert build(proof(text), **{k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in overrides.items()}).may_run_code is recycled
+                                  for k, v in overrides.items() if k != "kernel_check"}).may_run_code is recycled
 
 
 def test_a_widened_command_that_can_run_code_marks_the_record():

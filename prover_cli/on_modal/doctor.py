@@ -108,8 +108,9 @@ def run_doctor(config: Any) -> dict[str, Any]:
 
 
 def _lean_sandbox(config: Any) -> tuple[bool, str]:
-    """One Sandbox exactly as verification creates them; the canary on one REPL in it."""
-    from prover_cli.doctor import check_canary
+    """One Sandbox exactly as verification creates them; the canary on one REPL in it; then the
+    kernel stage's canary, each of its steps in a fresh Sandbox as verification runs them."""
+    from prover_cli.doctor import check_canary, check_kernel_canary
 
     verify = dataclasses.replace(sandbox._sandbox_verify_config(config.verify), workers=1)
     box = sandbox.SandboxBox(config)
@@ -117,7 +118,17 @@ def _lean_sandbox(config: Any) -> tuple[bool, str]:
         check = check_canary(verify, transport_factory=box.transport)
     finally:
         box.terminate()
-    return check.ok, check.detail
+    if not verify.kernel_check:
+        return check.ok, check.detail + "; kernel stage off (verify.kernel_check = false)"
+    from prover_cli.verify.engine import fast_path_once
+
+    fast_box = sandbox.SandboxBox(config)   # the fooled case's fast path: a REPL as verification runs it
+    try:
+        kernel = check_kernel_canary(verify, runner=sandbox.SandboxRunner(config),
+                                     fast_path=lambda c: fast_path_once(verify, c, transport_factory=fast_box.transport))
+    finally:
+        fast_box.terminate()
+    return check.ok and kernel.ok, f"{check.detail}; kernel stage: {kernel.detail}"
 
 
 def _gpu_model(config: Any) -> tuple[bool, str]:

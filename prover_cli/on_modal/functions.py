@@ -169,7 +169,8 @@ def building_block(key: str) -> Any:
 # to Lean, `prover_cli.verify.verify_records` (the RL reward, through tasks/lean.py) and
 # `verify_file` (`prover verify`, `prover eval`), run their REPLs in Sandboxes (sandbox.py).
 # Where the REPLs run changes; what is computed does not. Python-checked tasks (countdown, toy)
-# and the Kimina backend (a server of its own) never reach a Sandbox.
+# never reach a Sandbox; with the Kimina backend (a server of its own) only the kernel stage's
+# steps do, each in a fresh Sandbox from the Lean image (this container has no Lean).
 
 UNROUTED: dict[str, Any] = {}  # the library's own functions while this process routes them
 
@@ -177,14 +178,19 @@ UNROUTED: dict[str, Any] = {}  # the library's own functions while this process 
 @contextlib.contextmanager
 def verification_in_sandboxes(config: Any, *, always: bool = False) -> Iterator[None]:
     lean = config.data.task == "lean" or always
-    if not lean or config.verify.backend != "repl" or UNROUTED:
+    kimina_kernel = config.verify.backend != "repl" and config.verify.kernel_check
+    if not lean or (config.verify.backend != "repl" and not kimina_kernel) or UNROUTED:
         yield
         return
     import prover_cli.verify as verify_module
 
     UNROUTED.update(verify_records=verify_module.verify_records, verify_file=verify_module.verify_file)
-    verify_module.verify_records = sandbox.verify_records_in_sandboxes(config)
-    verify_module.verify_file = sandbox.verify_file_in_sandboxes(config, UNROUTED["verify_file"])
+    if kimina_kernel:
+        verify_module.verify_records = sandbox.kernel_stage_in_sandboxes(config, UNROUTED["verify_records"], "records")
+        verify_module.verify_file = sandbox.kernel_stage_in_sandboxes(config, UNROUTED["verify_file"], "file")
+    else:
+        verify_module.verify_records = sandbox.verify_records_in_sandboxes(config)
+        verify_module.verify_file = sandbox.verify_file_in_sandboxes(config, UNROUTED["verify_file"])
     try:
         yield
     finally:

@@ -12,6 +12,7 @@ import modal
 
 from prover_cli.config import Config
 from prover_cli.on_modal.plan import MODELS_MOUNT, PYTHON_VERSION, RUNS_MOUNT, image_specs, repl_tag
+from prover_cli.verify.kernel import SAFEVERIFY_URL, elaborate_argv, pin_for
 
 # ## Settings read at import
 #
@@ -144,12 +145,46 @@ MATHLIB_STEPS = [
     f"cd {LEAN_PROJECT_DIR} && lake env lean /tmp/check.lean",
 ]
 
+# The kernel stage's checker (prover_cli/verify/kernel.py): SafeVerify at the commit pinned for
+# this toolchain, built in its own checkout (its lakefile requires Mathlib, whose cache is fetched
+# like the project's: nothing compiles Mathlib), linked into /usr/local/bin so `lake env
+# safe_verify` runs it with the project's Mathlib on the search path. The last steps run the whole
+# stage once on a two-line module — a target with `sorry`, a proof, each `lean -o` under the same
+# module name — so a checker that cannot read this toolchain's .olean files fails the build.
+# No pin for the toolchain: no checker in the image (verify.kernel_check = true then refuses).
+SAFEVERIFY_DIR = "/opt/safeverify"
+LEAN_COMMAND = ["lake", "env", "lean"]                  # the stage's `lean -o`, run in LEAN_PROJECT_DIR
+KERNEL_CHECKER_COMMAND = ["lake", "env", "safe_verify"]  # the pinned SafeVerify, run in LEAN_PROJECT_DIR
+KERNEL_PIN = pin_for(LEAN_TOOLCHAIN)
+
+
+def _stage_check_steps() -> list[str]:
+    elaborate = " ".join(LEAN_COMMAND + elaborate_argv([])).replace("{dir}", "/tmp/prover-kernel-{which}")
+    steps = ["mkdir -p /tmp/prover-kernel-target /tmp/prover-kernel-proof"]
+    for which, proof in (("target", "sorry"), ("proof", "by decide")):
+        steps.append(write_file_step(f"/tmp/prover-kernel-{which}/Proof.lean",
+                                     [f"theorem prover_image_check : 2 + 2 = 4 := {proof}"]))
+        steps.append(f"cd {LEAN_PROJECT_DIR} && {elaborate.format(which=which)}")
+    steps.append(f"cd {LEAN_PROJECT_DIR} && {' '.join(KERNEL_CHECKER_COMMAND)} "
+                 "/tmp/prover-kernel-target/Proof.olean /tmp/prover-kernel-proof/Proof.olean")
+    return steps
+
+
+SAFEVERIFY_STEPS = [
+    f"git clone {SAFEVERIFY_URL} {SAFEVERIFY_DIR}",
+    f"cd {SAFEVERIFY_DIR} && git checkout --detach {KERNEL_PIN.commit}",
+    f"cd {SAFEVERIFY_DIR} && lake exe cache get && lake build safe_verify",
+    f"ln -s {SAFEVERIFY_DIR}/.lake/build/bin/safe_verify /usr/local/bin/safe_verify",
+    *_stage_check_steps(),
+] if KERNEL_PIN is not None else []
+
 # The Lean image's build, layer by layer, in order. Add a layer by appending (name, steps);
 # every program a new step or new code runs in the image goes into plan.LEAN_EXECUTABLES too.
 LEAN_BUILD_STEPS: list[tuple[str, list[str]]] = [
     ("elan", ELAN_STEPS),
     ("repl", REPL_STEPS),
     ("mathlib", MATHLIB_STEPS),
+    *([("safeverify", SAFEVERIFY_STEPS)] if SAFEVERIFY_STEPS else []),
 ]
 
 lean_image = (

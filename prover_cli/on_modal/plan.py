@@ -110,7 +110,16 @@ LEAN_EXECUTABLES = {
     "lake": "the elan step: the pinned toolchain's lake, through elan's proxy on PATH",
     "lean": "the elan step: the pinned toolchain's lean, through elan's proxy on PATH",
     "repl": "the repl steps: built at the toolchain's tag, linked into /usr/local/bin",
+    "safe_verify": "the safeverify steps: SafeVerify built at the commit pinned for the toolchain "
+                   "(verify/kernel.py PINS), linked into /usr/local/bin",
 }
+
+
+def _checker_pin(lean_toolchain: str) -> str:
+    from prover_cli.verify.kernel import pin_for
+
+    pin = pin_for(lean_toolchain)
+    return pin.describe if pin else "none pinned for this toolchain (verify.kernel_check = true refuses)"
 
 
 def repl_tag(lean_toolchain: str) -> str:
@@ -134,7 +143,8 @@ def image_specs(lean_toolchain: str, mathlib_rev: str) -> dict[str, ImageSpec]:
             base, (TYPER, RICH), apt_packages=("curl", "git", "ca-certificates"),
             toolchain={"elan": ELAN_VERSION, "lean_toolchain": lean_toolchain,
                        "repl": f"leanprover-community/repl {repl_tag(lean_toolchain)}",
-                       "mathlib": f"mathlib4 {mathlib_rev} (build cache fetched at image build)"},
+                       "mathlib": f"mathlib4 {mathlib_rev} (build cache fetched at image build)",
+                       "kernel_checker": _checker_pin(lean_toolchain)},
             why="verification Sandboxes: the REPL with Mathlib, no network, no Volumes",
             executables={**BASE_EXECUTABLES, **LEAN_EXECUTABLES}),
     }
@@ -176,6 +186,23 @@ def verify_batch_timeout_s(config: Any) -> int:
     return int(v.header_timeout_s + rounds * (v.timeout_s + 5) + 2 * MINUTES)
 
 
+def kernel_workers(verify_config: Any) -> int:
+    from prover_cli.verify.kernel import kernel_workers as workers
+
+    return workers(verify_config)
+
+
+def kernel_step_size(config: Any) -> tuple[float, int]:
+    """(cores, MiB) of one kernel-stage Sandbox: what one REPL of a verification Sandbox gets."""
+    v, m = config.verify, config.modal
+    return max(1.0, m.verify_cpus / v.workers), max(4 * 1024, int(m.verify_memory_gb * 1024 / v.workers))
+
+
+def kernel_step_timeout_s(config: Any) -> int:
+    """The step's own deadline (verify.kernel_check_timeout_s) plus the Sandbox's start."""
+    return int(config.verify.kernel_check_timeout_s + 5 * MINUTES)
+
+
 def gpu_spec(config: Any) -> str:
     """Modal's GPU string: `H100:1`."""
     return f"{config.modal.gpu}:{config.modal.gpus_per_container}"
@@ -193,10 +220,13 @@ UPDATE_MARGIN_S = 2 * MINUTES  # the loop's update, ledger write and commit betw
 def es_gap_bound_s(config: Any) -> float:
     """The longest a member may legitimately wait between its calls: the other generation waves,
     then every verification wave running to its Sandboxes' timeout (`verify_batch_timeout_s`:
-    header + every proof at its own timeout), then the update."""
+    header + every proof at its own timeout) plus the kernel stage's estimated time, then the update."""
     work = _work_per_iteration(config, "train_es")
     t = _timings(config, "train_es", work)
-    return (t.gen_waves - 1) * t.generation_s + t.verify_waves * verify_batch_timeout_s(config) + UPDATE_MARGIN_S
+    # the kernel stage after each batch's fast path: its estimate (each of its steps is bounded by
+    # verify.kernel_check_timeout_s, which this bound does not multiply out)
+    return ((t.gen_waves - 1) * t.generation_s + t.verify_waves * (verify_batch_timeout_s(config) + t.kernel_s)
+            + UPDATE_MARGIN_S)
 
 
 def es_member_scaledown_window_s(config: Any) -> int:
@@ -231,6 +261,11 @@ def resources(config: Any) -> dict[str, Resources]:
         # header plus every proof at its timeout; a Sandbox that fails gets one more attempt.
         "verify_sandbox": Resources("lean", None, m.verify_cpus, m.verify_memory_gb * 1024,
                                     verify_batch_timeout_s(config), 1, m.verify_max_containers, ()),
+        # One kernel-stage step (`lean -o` of one proof, the trusted target, or SafeVerify) in a
+        # fresh Sandbox of its own (verify/kernel.py, sandbox.SandboxRunner): one REPL's share of
+        # the verification Sandbox, verify.kernel_check_workers at a time per batch.
+        "kernel_sandbox": Resources("lean", None, *kernel_step_size(config), kernel_step_timeout_s(config), 0,
+                                    m.verify_max_containers * kernel_workers(config.verify), ()),
         # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
         # on the first verification); it reports the image's Lean and Mathlib versions.
         "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
@@ -316,6 +351,8 @@ class _Timings:
     batch_s: float            # one Sandbox's lifetime
     verify_waves: int
     iteration_s: float        # wall time of one iteration / step
+    kernel_passes: int = 0    # fast-path passes per iteration, each through the kernel stage
+    kernel_s: float = 0.0     # one batch's kernel stage, wall (its passes, verify.workers at a time)
 
 
 def _timings(config: Any, command: str, work: _Work) -> _Timings:
@@ -329,10 +366,14 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
     batches = math.ceil(work.proofs / m.verify_batch_size) if work.proofs else 0
     proofs_per_batch = min(m.verify_batch_size, work.proofs) if work.proofs else 0
     batch_s = m.est_header_s + math.ceil(proofs_per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
+    kernel_passes = math.ceil(work.proofs * m.est_pass_rate) if v.kernel_check else 0
+    kernel_s = (math.ceil(math.ceil(proofs_per_batch * m.est_pass_rate) / kernel_workers(v))
+                * m.est_kernel_check_s_per_proof if v.kernel_check and batches else 0.0)
+    batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
     verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
     iteration_s = gen_waves * generation_s + verify_waves * batch_s
     return _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
-                    iteration_s)
+                    iteration_s, kernel_passes, kernel_s)
 
 
 def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
@@ -340,6 +381,9 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     sampler = config.generate.backend
     reward = (f"Lean REPL pool in this process: {config.verify.workers} `{' '.join(config.verify.repl_command)}` processes"
               if config.data.task == "lean" else f"`{config.data.task}` checker in this process (pure Python)")
+    if config.data.task == "lean":
+        reward += ("; then the kernel stage on each pass: `lean -o` and SafeVerify, each a fresh process"
+                   if config.verify.kernel_check else "; kernel stage off (verify.kernel_check = false)")
     if command == "train_es":
         generation = (f"{config.es.population} members one after another, each perturbing the weights in place "
                       f"and sampling {config.es.problems_per_iteration} x {config.es.samples_per_problem}")
@@ -419,27 +463,39 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
         sandbox = res["verify_sandbox"]
         lines.append(_Line("verify Sandbox", sandbox, min(t.batches, sandbox.max_containers), t.batches,
                            t.batches * t.batch_s, sandbox=True))
+    if t.kernel_passes:
+        kernel = res["kernel_sandbox"]
+        lines.append(_Line("kernel Sandbox", kernel, min(t.batches * kernel_workers(config.verify), kernel.max_containers),
+                           2 * t.kernel_passes, t.kernel_passes * config.modal.est_kernel_check_s_per_proof,
+                           sandbox=True))
     return lines
+
+
+def kernel_check_core_s_per_proof(config: Any) -> float:
+    """Expected core-seconds of the kernel stage per proof sent to Lean: the pass rate times one
+    pass's seconds times the cores of its Sandboxes (0 with verify.kernel_check = false)."""
+    if not config.verify.kernel_check:
+        return 0.0
+    cores, _ = kernel_step_size(config)
+    return config.modal.est_pass_rate * config.modal.est_kernel_check_s_per_proof * cores
 
 
 def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
     """One held-out evaluation on Modal: two generation calls (sampled, greedy) in the training container,
-    which holds its GPU (and ES its warm members) meanwhile, then its proofs in Lean Sandboxes."""
-    m, v = config.modal, config.verify
+    which holds its GPU (and ES its warm members) meanwhile, then its proofs through Lean, priced as
+    a GRPO step's generation and verification are."""
     evaluations, samples = heldout_evaluations(config, work.iterations)
     calls = 1 if config.run.eval_temperature == 0 else 2
-    generation_s = calls * config.generate.max_tokens / m.est_decode_tokens_per_s
-    proofs = samples if config.data.task == "lean" else 0
-    batches = math.ceil(proofs / m.verify_batch_size) if proofs else 0
-    per_batch = min(m.verify_batch_size, proofs) if proofs else 0
-    batch_s = m.est_header_s + math.ceil(per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
-    wall_s = generation_s + math.ceil(batches / m.verify_max_containers) * batch_s if batches else generation_s
+    evaluation = _Work(work.unit, evaluations, samples, 1, calls * config.generate.max_tokens,
+                       samples if config.data.task == "lean" else 0)
+    te = _timings(config, "train_grpo", evaluation)  # one container generates, then Lean checks
+    generation_s, batches, batch_s, wall_s = te.generation_s, te.batches, te.batch_s, te.iteration_s
+    lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te) if line.name != "train_grpo"]
     if command == "train_es":  # the loop and its warm members stay up through the evaluation
-        lines = [_Line("train_es", res["train_es"], 1, 1, wall_s),
-                 _Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s)]
+        lines += [_Line("train_es", res["train_es"], 1, 1, wall_s),
+                  _Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s)]
     else:
-        lines = [_Line("train_grpo", res["train_grpo"], 1, 1, wall_s)]
-    lines.append(_Line("verify Sandbox", res["verify_sandbox"], batches, batches, batches * batch_s, sandbox=True))
+        lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, wall_s))
     usd = sum(sum(line.usd(config).values()) for line in lines)
     note = (f"{evaluations} evaluations (base, every {config.run.eval_every} {work.unit}s, the last) x "
             f"{samples or 'all valid-split'} samples ({config.run.eval_problems or 'all'} problems x "
@@ -488,6 +544,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "ESMember": "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
         "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
+        "kernel Sandbox": "the kernel stage: per fast-path pass, `lean -o` and SafeVerify, each in a fresh Sandbox "
+                          "given only files (no network, no Volumes)",
         "download_model": "base weights into the models Volume, once per run (not per step)",
         "ESMember idle after the run": "at most: each warm member idles out its scaledown_window once the run ends "
                                        "(the loop then lowers it to 2 s; not seen on Modal yet)",
@@ -502,6 +560,15 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                                 f"{m.est_verify_s_per_proof:g} s = {t.batch_s:.0f} s; Sandbox killed after "
                                 f"{res['verify_sandbox'].timeout_s} s, its in-flight proofs retried once")
                                if t.batches else f"none: `{config.data.task}` rewards are checked in Python"],
+        ["kernel stage", (f"{t.kernel_passes} of {work.proofs} proofs per {work.unit} pass the fast path "
+                          f"(modal.est_pass_rate = {m.est_pass_rate:g}); each: `lean -o` + SafeVerify in 2 fresh "
+                          f"Sandboxes of {res['kernel_sandbox'].cpu:g} cores, {m.est_kernel_check_s_per_proof:g} s "
+                          f"(modal.est_kernel_check_s_per_proof) = {kernel_check_core_s_per_proof(config):.0f} "
+                          f"core-s expected per proof; {kernel_workers(v)} at a time per batch "
+                          f"(verify.kernel_check_workers): a batch waits {t.kernel_s:.0f} s for its checks")
+                         if t.kernel_passes else
+                         ("off: verify.kernel_check = false, `verified` rests on the fast path alone"
+                          if t.batches else "none: no proof goes to Lean")],
         [f"{work.unit} wall time", f"{t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) = "
                                    f"{t.iteration_s:.0f} s"],
         ["prices", f"{m.gpu_price_per_hour:g} USD per GPU-hour ({m.gpu}), {m.cpu_price_per_core_hour:g} per core-hour, "
@@ -521,7 +588,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         notes.insert(3, ["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s: the longest "
                                          f"legitimate gap between a member's calls is {bound:.0f} s (verification "
                                          f"waves at their Sandboxes' {res['verify_sandbox'].timeout_s} s timeout, "
-                                         f"+ the update); estimated gap {es_gap_s(config):.0f} s"])
+                                         f"+ {t.kernel_s:.0f} s of kernel stage, + the update); estimated gap "
+                                         f"{es_gap_s(config):.0f} s"])
         notes.insert(4, ["cold member", f"replays at most {replay_iterations} iterations ({snapshots}) at "
                                         f"{m.est_replay_s_per_iteration:g} s each = {replay_s:.0f} s on its GPU "
                                         "before it generates (worst case)"])
@@ -548,6 +616,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         f"est_gpu_hours_per_{work.unit}": round(breakdown["gpu"]["gpu_s"] / HOURS, 4),
         f"est_cpu_core_hours_per_{work.unit}": round(breakdown["cpu"]["core_s"] / HOURS, 4),
         f"est_usd_per_{work.unit}": round(cost, 4),
+        "kernel_check": bool(v.kernel_check),
+        "est_kernel_check_core_s_per_proof": round(kernel_check_core_s_per_proof(config), 1),
         "est_usd_breakdown": breakdown,
         "heldout_evaluations": heldout["evaluations"],
         "heldout_samples_per_evaluation": heldout["samples"],

@@ -11,8 +11,14 @@
 # with it: the pool retries each once in a fresh REPL, which starts in a fresh Sandbox, before
 # their verdict is written (see `verify_batch`).
 #
+# The kernel stage (prover_cli/verify/kernel.py) runs each of its steps — `lean -o` on one proof,
+# the trusted target, SafeVerify on two .olean files — in a fresh Sandbox of its own from the same
+# image (`SandboxRunner`): the files go in on the step's stdin and come back on its stdout, so a
+# step receives only data, and the checker's Sandbox has never run untrusted text.
+#
 # What only stand-ins exercise here: tests drive this code with tests/modal_standin.py, whose
-# Sandbox runs tests/fake_repl.py as a local process. No test has created a real Sandbox.
+# Sandbox runs tests/fake_repl.py (and the kernel stage's stand-ins) as local processes. No test
+# has created a real Sandbox.
 
 import concurrent.futures
 import dataclasses
@@ -29,7 +35,16 @@ from typing import Any, Callable
 import modal
 
 from prover_cli.errors import BackendError, InputError
-from prover_cli.on_modal.images import LEAN_PROJECT_DIR, LEAN_TOOLCHAIN, MATHLIB_REV, REPL_COMMAND, app, lean_image
+from prover_cli.on_modal.images import (
+    KERNEL_CHECKER_COMMAND,
+    LEAN_COMMAND,
+    LEAN_PROJECT_DIR,
+    LEAN_TOOLCHAIN,
+    MATHLIB_REV,
+    REPL_COMMAND,
+    app,
+    lean_image,
+)
 from prover_cli.on_modal.plan import resources
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.verify.transport import describe_exit
@@ -308,6 +323,154 @@ class SandboxTransport:
         self._closed = True
 
 
+# ## The kernel stage's steps, each in a fresh Sandbox
+
+def kernel_sandbox_arguments(config: Any) -> dict[str, Any]:
+    """`Sandbox.create` arguments of one kernel-stage step: the Lean image, no network, no
+    Volumes, no secrets; one REPL's share of the verification Sandbox's cores and memory."""
+    r = resources(config)["kernel_sandbox"]
+    return dict(app=app, image=lean_image, workdir=LEAN_PROJECT_DIR, block_network=True, volumes={}, secrets=[],
+                cpu=(r.cpu, r.cpu), memory=(r.memory_mb, r.memory_mb), timeout=r.timeout_s)
+
+
+# Runs in the step's Sandbox: reads {"inputs": {name: base64}, "outputs": [...], "timeout_s": S}
+# on stdin, writes the inputs into a new directory, runs the command (`{dir}` in an argument is
+# that directory) in its own process group under RLIMIT_AS, kills the group at the deadline, and
+# prints one JSON line: exit code or signal, stdout and stderr, the outputs that exist (base64).
+STEP_RUNNER = """import base64, json, os, resource, signal, subprocess, sys, tempfile
+spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+limit = int(sys.argv[1])
+folder = tempfile.mkdtemp(prefix="prover-kernel-")
+for name, data in spec["inputs"].items():
+    with open(os.path.join(folder, name), "wb") as handle:
+        handle.write(base64.b64decode(data))
+argv = [arg.replace("{dir}", folder) for arg in sys.argv[2:]]
+def limits():
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+result = {"exit_code": None, "signal": None, "timed_out": False}
+try:
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True, preexec_fn=limits)
+except OSError as exc:
+    result["start_error"] = str(exc)
+else:
+    try:
+        out, err = child.communicate(timeout=spec["timeout_s"])
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+        result["timed_out"] = True
+    if child.returncode < 0:
+        result["signal"] = -child.returncode
+    else:
+        result["exit_code"] = child.returncode
+    keep = 8 << 20
+    result["stdout"] = base64.b64encode(out[:keep]).decode("ascii")
+    result["stderr"] = base64.b64encode(err[-keep:]).decode("ascii")
+    files = {}
+    for name in spec["outputs"]:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and os.path.getsize(path) <= (1 << 30):
+            with open(path, "rb") as handle:
+                files[name] = base64.b64encode(handle.read()).decode("ascii")
+    result["files"] = files
+sys.stdout.write(json.dumps(result) + chr(10))
+sys.stdout.flush()
+"""
+
+
+class SandboxRunner:
+    """`isolated.Runner` over Modal: every `run` is a fresh Sandbox from the Lean image, given
+    its input files on stdin and giving back its outputs on stdout, terminated afterwards."""
+
+    canary_key = "modal-sandbox"
+
+    def __init__(self, config: Any):
+        self.config = config
+        self.arguments = kernel_sandbox_arguments(config)
+        self.memory_limit_gb = float(config.verify.memory_limit_gb)
+        self._active: set[Any] = set()
+        self._lock = threading.Lock()
+
+    def kill_all(self) -> None:
+        with self._lock:
+            active = list(self._active)
+        for box in active:
+            try:
+                box.terminate()
+            except Exception:  # already gone
+                pass
+
+    def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...], timeout_s: float,
+            what: str = "command") -> Any:
+        import base64
+
+        from prover_cli.verify.isolated import RunResult
+
+        spec = json.dumps({"inputs": {k: base64.b64encode(v).decode("ascii") for k, v in inputs.items()},
+                           "outputs": list(outputs), "timeout_s": timeout_s}).encode("utf-8")
+        start = time.monotonic()
+        try:
+            box = Sandbox.create(**self.arguments)
+        except Exception as exc:
+            raise BackendError(f"cannot create a kernel-stage Sandbox: {type(exc).__name__}: {exc}") from None
+        with self._lock:
+            self._active.add(box)
+        try:
+            limit_bytes = int(self.memory_limit_gb * (1 << 30))
+            try:
+                proc = box.exec("python", "-I", "-S", "-c", STEP_RUNNER, str(limit_bytes), *argv,
+                                workdir=LEAN_PROJECT_DIR, text=False)
+                proc.stdin.write(spec)
+                proc.stdin.write_eof()
+                proc.stdin.drain()
+            except Exception as exc:
+                if box.poll() is not None:
+                    return RunResult(exit_code=None, signal=int(signal.SIGKILL), wall_s=time.monotonic() - start)
+                raise BackendError(f"{what}: cannot start `{' '.join(argv)}` in a kernel-stage Sandbox: "
+                                   f"{type(exc).__name__}: {exc}") from None
+            answer: list[bytes] = []
+            reader = threading.Thread(target=lambda: answer.append(_read_all(proc.stdout)), daemon=True,
+                                      name="kernel-sandbox-stdout")
+            reader.start()
+            reader.join(timeout_s + STARTUP_TIMEOUT_S)
+            if reader.is_alive():
+                return RunResult(exit_code=None, timed_out=True, wall_s=time.monotonic() - start)
+            try:
+                result = json.loads(answer[0].decode("utf-8"))
+            except (IndexError, UnicodeDecodeError, ValueError):
+                if box.poll() is not None:   # the Sandbox ended under the step (timeout, memory, terminated)
+                    return RunResult(exit_code=None, signal=int(signal.SIGKILL), wall_s=time.monotonic() - start)
+                return RunResult(exit_code=None, signal=None, stderr="the kernel-stage Sandbox gave no answer",
+                                 wall_s=time.monotonic() - start)
+            if "start_error" in result:
+                raise BackendError(f"{what} = {argv}: cannot start `{argv[0]}` in the kernel-stage Sandbox: "
+                                   f"{result['start_error']}")
+            return RunResult(exit_code=result["exit_code"], signal=result["signal"], timed_out=result["timed_out"],
+                             stdout=base64.b64decode(result["stdout"]).decode("utf-8", "replace"),
+                             stderr=base64.b64decode(result["stderr"]).decode("utf-8", "replace"),
+                             files={k: base64.b64decode(v) for k, v in result["files"].items()},
+                             wall_s=time.monotonic() - start)
+        finally:
+            with self._lock:
+                self._active.discard(box)
+            try:
+                box.terminate()
+            except Exception:  # already gone
+                pass
+
+
+def _read_all(stream: Any) -> bytes:
+    chunks = []
+    try:
+        for chunk in stream:
+            chunks.append(chunk if isinstance(chunk, bytes) else chunk.encode("utf-8"))
+    except Exception:  # the Sandbox went away: what came is what there is
+        pass
+    return b"".join(chunks)
+
+
 def _signal_of(code: int | None) -> int | None:
     """The signal an exit code reports: -N (a process killed by N), or 128 + N (the shell's way)."""
     if code is not None and code < 0:
@@ -319,14 +482,42 @@ def _signal_of(code: int | None) -> int | None:
 
 # ## The two entry points to Lean, with each batch in a Sandbox
 
-def _sandbox_verify_config(verify_config: Any) -> Any:
-    """The image's REPL and Lean project; fail closed if the config names other Lean versions."""
+def _check_image_versions(verify_config: Any) -> None:
+    """Fail closed if the config names other Lean versions than the image has."""
     if (verify_config.lean_toolchain, verify_config.mathlib_rev) != (LEAN_TOOLCHAIN, MATHLIB_REV):
         raise BackendError(
             f"verify.lean_toolchain = {verify_config.lean_toolchain!r}, verify.mathlib_rev = "
             f"{verify_config.mathlib_rev!r}, but the Lean image has {LEAN_TOOLCHAIN!r} and {MATHLIB_REV!r}",
             hint="set PROVER_LEAN_TOOLCHAIN / PROVER_MATHLIB_REV to the config values and rerun (the image rebuilds)")
-    return dataclasses.replace(verify_config, repl_command=list(REPL_COMMAND), project_dir=LEAN_PROJECT_DIR)
+
+
+def _sandbox_verify_config(verify_config: Any) -> Any:
+    """The image's REPL, Lean project and kernel-stage commands; the image's Lean versions."""
+    _check_image_versions(verify_config)
+    return dataclasses.replace(verify_config, repl_command=list(REPL_COMMAND), project_dir=LEAN_PROJECT_DIR,
+                               lean_command=list(LEAN_COMMAND), kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
+
+
+def kernel_stage_in_sandboxes(config: Any, library_function: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """`verify_records` (kind "records") or `verify_file` (kind "file") for the Kimina backend on
+    Modal: the server elaborates as before, and the kernel stage's steps run in fresh Sandboxes
+    from the Lean image (whose Lean must be the configured one), with the image's commands."""
+    if kind == "file":
+        def verify_file(cfg: Any, **kwargs: Any) -> Any:
+            cfg = dataclasses.replace(cfg, verify=_kernel_verify_config(cfg.verify))
+            return library_function(cfg, **{**kwargs, "kernel_runner": SandboxRunner(config)})
+        return verify_file
+
+    def verify_records(records: list[dict[str, Any]], verify_config: Any, *args: Any, **kwargs: Any) -> Any:
+        return library_function(records, _kernel_verify_config(verify_config), *args,
+                                **{**kwargs, "kernel_runner": SandboxRunner(config)})
+    return verify_records
+
+
+def _kernel_verify_config(verify_config: Any) -> Any:
+    _check_image_versions(verify_config)
+    return dataclasses.replace(verify_config, project_dir=LEAN_PROJECT_DIR, lean_command=list(LEAN_COMMAND),
+                               kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
 def _error_verdict(record: dict[str, Any], exc: BaseException, verify: Any) -> dict[str, Any]:
@@ -339,11 +530,13 @@ def _error_verdict(record: dict[str, Any], exc: BaseException, verify: Any) -> d
     return verdict_record(record, Verdict(status="error", reason=reason), verifier_identity(verify))
 
 
-def _verify_records_with(records: list[dict[str, Any]], verify_config: Any, transport_factory: Any) -> list[dict[str, Any]]:
-    """The library's `verify_records` (its non-warm path), on REPLs from `transport_factory`."""
+def _verify_records_with(records: list[dict[str, Any]], verify_config: Any, transport_factory: Any,
+                         kernel_runner: Any = None) -> list[dict[str, Any]]:
+    """The library's `verify_records` (its non-warm path), on REPLs from `transport_factory`, the
+    kernel stage's steps on `kernel_runner`."""
     from prover_cli.verify.engine import Verifier
 
-    with Verifier(verify_config, transport_factory=transport_factory) as verifier:
+    with Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner) as verifier:
         return verifier.verify(list(records))
 
 
@@ -361,7 +554,7 @@ def verify_batch(config: Any, records: list[dict[str, Any]], verify_config: Any)
     for _ in range(2):
         box = SandboxBox(config)
         try:
-            return _verify_records_with(records, verify_config, box.transport)
+            return _verify_records_with(records, verify_config, box.transport, SandboxRunner(config))
         except BackendError as exc:
             failure = exc
         finally:
@@ -374,8 +567,9 @@ def verify_records_in_sandboxes(config: Any) -> Callable[..., list[dict[str, Any
     records, each in its own Sandbox, all batches at once (up to `modal.verify_max_containers`)."""
 
     def verify_records(records: list[dict[str, Any]], verify_config: Any, reporter: Any = NULL_REPORTER, *,
-                       keep_warm: bool = False, transport_factory: Any = None) -> list[dict[str, Any]]:
-        # keep_warm is moot: a Sandbox lives for one batch. transport_factory: we choose it.
+                       keep_warm: bool = False, transport_factory: Any = None,
+                       kernel_runner: Any = None) -> list[dict[str, Any]]:
+        # keep_warm is moot: a Sandbox lives for one batch. transport_factory, kernel_runner: we choose them.
         records = list(records)
         size = config.modal.verify_batch_size
         batches = [records[i:i + size] for i in range(0, len(records), size)]
@@ -408,7 +602,8 @@ def verify_file_in_sandboxes(config: Any, library_verify_file: Callable[..., Any
         for attempt in (1, 2):
             box = SandboxBox(cfg)
             try:
-                return library_verify_file(cfg, proofs_path=shard, out_path=out, transport_factory=box.transport)
+                return library_verify_file(cfg, proofs_path=shard, out_path=out, transport_factory=box.transport,
+                                           kernel_runner=SandboxRunner(cfg))
             except BackendError:  # the Sandbox could not start, or died in the header: resume once more
                 if attempt == 2:
                     raise
@@ -417,7 +612,7 @@ def verify_file_in_sandboxes(config: Any, library_verify_file: Callable[..., Any
         raise AssertionError("unreachable")
 
     def verify_file(cfg: Any, *, proofs_path: Path, out_path: Path | None = None, reporter: Any = NULL_REPORTER,
-                    transport_factory: Any = None) -> dict[str, Any]:
+                    transport_factory: Any = None, kernel_runner: Any = None) -> dict[str, Any]:
         proofs_path = Path(proofs_path)
         out_path = Path(out_path) if out_path is not None else proofs_path.with_name(proofs_path.stem + ".verdicts.jsonl")
         if not proofs_path.exists():

@@ -152,26 +152,35 @@ def ensure_canary(pool: Any) -> None:
     config = pool.config
     # e.g. a Modal image id (a transport's factory), or the Kimina server's URL (its backend)
     transport = getattr(pool, "canary_key", None) or getattr(pool.transport_factory, "canary_key", None)
-    key = canary_cache_key(config, transport)
-    path = cache_dir() / f"{key}.json"
-    try:
-        if json.loads(path.read_text(encoding="utf-8")).get("ok") is True:
-            return
-    except (OSError, ValueError):
-        pass
+    path = cache_dir() / f"{canary_cache_key(config, transport)}.json"
+    if cached_pass(path):
+        return
     results = run_canary(pool)
     if not all(r["ok"] for r in results):
         raise BackendError("verification refuses to run: " + failures_message(results),
                            hint="run `prover doctor`; the verdict rules do not match this Lean version "
                                 "(verify.repl_command, verify.project_dir, verify.header)")
+    store_pass(path, _key_fields(config, transport), results)
+
+
+def cached_pass(path: Path) -> bool:
+    """A pass recorded at `path` (by `store_pass`)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("ok") is True
+    except (OSError, ValueError):
+        return False
+
+
+def store_pass(path: Path, key: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    """Record a pass (never a failure); without a writable cache the canary only runs again next time."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"ok": True, "key": _key_fields(config, transport), "checked_at": time.time(),
-                                   "results": results}, indent=1), encoding="utf-8")
+        tmp.write_text(json.dumps({"ok": True, "key": key, "checked_at": time.time(), "results": results},
+                                  indent=1), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
-        pass  # no cache: the canary runs again next time, which is only slower
+        pass
 
 
 def cache_dir() -> Path:
@@ -187,6 +196,15 @@ def _key_fields(config: Any, transport: Any = None) -> dict[str, Any]:
     """What identifies a toolchain here: the REPL command and project, the `lean-toolchain` and
     `lake-manifest.json` it runs with, the header, the configured versions and the policy, and
     for a non-local transport its `canary_key` (an attribute of its factory, e.g. an image id)."""
+    project, files = project_files(config)
+    return {"canary": CANARY_VERSION, "repl_command": list(config.repl_command), "project_dir": str(project),
+            "files": files, "header": config.header, "lean_toolchain": config.lean_toolchain,
+            "mathlib_rev": config.mathlib_rev, "allow_native_decide": bool(config.allow_native_decide),
+            "transport": None if transport is None else str(transport)}
+
+
+def project_files(config: Any) -> tuple[Path, dict[str, str | None]]:
+    """The Lean project and the hashes of its `lean-toolchain` and `lake-manifest.json`."""
     project = Path(config.project_dir or os.getcwd()).resolve()
     files = {}
     for name in ("lean-toolchain", "lake-manifest.json"):
@@ -194,10 +212,7 @@ def _key_fields(config: Any, transport: Any = None) -> dict[str, Any]:
             files[name] = hashlib.sha256((project / name).read_bytes()).hexdigest()
         except OSError:
             files[name] = None
-    return {"canary": CANARY_VERSION, "repl_command": list(config.repl_command), "project_dir": str(project),
-            "files": files, "header": config.header, "lean_toolchain": config.lean_toolchain,
-            "mathlib_rev": config.mathlib_rev, "allow_native_decide": bool(config.allow_native_decide),
-            "transport": None if transport is None else str(transport)}
+    return project, files
 
 
 def canary_cache_key(config: Any, transport: Any = None) -> str:

@@ -5,7 +5,9 @@
 
 Both go the same way: check the record's fields (`error` verdict when unusable), run the denylist
 and the statement check (`rejected` without running Lean), then hand the assembled code to the
-backend (`repl` pool or `kimina` server), which applies the verdict rules (`rules.py`).
+backend (`repl` pool or `kimina` server), which applies the verdict rules (`rules.py`). Every
+proof either backend calls `verified` then goes through the kernel stage (`kernel.py`,
+`verify.kernel_check`): a fresh `lean -o` and SafeVerify in processes that never ran its text.
 `verify_file` writes each verdict the moment it is known (append + flush), skips ids whose last
 verdict in `--out` was made from the same checked fields under the same policy (resume; a line
 whose digest differs is checked again and superseded), and reports malformed input lines by
@@ -50,11 +52,29 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
         # A Kimina server reports no Lean or Mathlib version (its /health is {"status": "ok"}):
         # our config names what we asked for, not what checked the proof.
         identity.update(lean_toolchain="unknown", mathlib_rev="unknown", kimina_url=verify_config.kimina_url)
+    # the kernel stage runs our own `lean -o` and checker: its toolchain is known (the pin's)
+    identity["kernel_check"] = kernel_identity(verify_config)
     return identity
 
 
+def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
+    """`false`, or the checker and the commit pinned for the toolchain."""
+    if not getattr(verify_config, "kernel_check", False):
+        return False
+    from prover_cli.verify.kernel import CHECKER, pin_for
+
+    pin = pin_for(verify_config.lean_toolchain)
+    return {"checker": CHECKER, "commit": pin.commit if pin else None,
+            "toolchain": pin.toolchain if pin else None}
+
+
+KERNEL_CHECK_OFF_WARNING = ("verify.kernel_check = false: `verified` rests on the fast path's answers alone "
+                            "(Lean's messages, `#print axioms`, `#check` read from the process that ran the "
+                            "proof), which a proof that runs code there can forge; see docs/verify.md")
+
 # Bump when a verdict rule changes, so that resume rechecks verdicts made under the old rules.
-RULES_VERSION = 4   # 4: statement check by Lean (restated trusted statement), config/lexer/indent rules
+RULES_VERSION = 5   # 4: statement check by Lean (restated trusted statement), config/lexer/indent rules;
+                    # 5: the kernel stage (verify.kernel_check)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -70,6 +90,7 @@ def policy_digest(verify_config: Any) -> str:
         "backend": verify_config.backend,
         "lean_toolchain": verify_config.lean_toolchain,
         "mathlib_rev": verify_config.mathlib_rev,
+        "kernel_check": kernel_identity(verify_config),
     }
     return _digest(policy)
 
@@ -120,11 +141,19 @@ class Verifier:
     """The configured backend. Keep one open across batches to keep REPL processes warm
     (the header, e.g. `import Mathlib`, then runs once per process, not once per batch)."""
 
-    def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = ()):
+    def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = (),
+                 kernel_runner: Any = None):
         self.config = verify_config
+        self._transport_factory = transport_factory
         self.stages: list[Stage] = list(stages)
         self.policy = TextPolicy.from_config(verify_config)
         self.identity = verifier_identity(verify_config)
+        self.kernel = None
+        if getattr(verify_config, "kernel_check", False):
+            from prover_cli.verify.kernel import KernelStage
+
+            # `kernel_runner` runs each stage step; None: local processes (Modal's gives each a Sandbox)
+            self.kernel = KernelStage(verify_config, runner=kernel_runner)
         if verify_config.backend == "kimina":
             from prover_cli.verify.kimina import KiminaBackend
 
@@ -142,6 +171,8 @@ class Verifier:
 
     def close(self) -> None:
         self.backend.close()
+        if self.kernel is not None:
+            self.kernel.stop()
 
     def check(self, items: Iterable[tuple[Any, dict[str, Any]]], on_result: OnResult,
               describe: Callable[[Any], str] = lambda key: "") -> None:
@@ -160,12 +191,31 @@ class Verifier:
             else:
                 queued.append((key, record, candidate))
         by_candidate = {id(c): (k, r) for k, r, c in queued}
+        candidates = [c for _, _, c in queued]
+        if self.kernel is None:
+            def report(candidate: Candidate, verdict: Verdict) -> None:
+                verdict = self._after_fast_path(candidate, verdict)
+                on_result(*by_candidate[id(candidate)], verdict)
 
-        def report(candidate: Candidate, verdict: Verdict) -> None:
-            verdict = self._after_fast_path(candidate, verdict)
-            on_result(*by_candidate[id(candidate)], verdict)
+            self.backend.run(candidates, report)
+            return
+        from prover_cli.verify.kernel import second_stage
 
-        self.backend.run([c for _, _, c in queued], report)
+        # the kernel stage last, after any other stage: its checks run in parallel, off this thread
+        canary = self.config if getattr(self.config, "canary", False) else None
+        with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary,
+                          canary_fast_path=self._fresh_fast_path) as stage:
+            def on_fast(candidate: Candidate, verdict: Verdict) -> None:
+                stage.submit(candidate, self._after_fast_path(candidate, verdict), by_candidate[id(candidate)],
+                             on_result)
+
+            self.backend.run(candidates, on_fast)
+            stage.finish(on_result)
+
+    def _fresh_fast_path(self, candidate: Candidate) -> Verdict:
+        """One candidate through a new backend of the same kind (one REPL, no canary of its own),
+        for the kernel canary: the batch's backend is busy with its proofs."""
+        return fast_path_once(self.config, candidate, transport_factory=self._transport_factory)
 
     def _after_fast_path(self, candidate: Candidate, verdict: Verdict) -> Verdict:
         """The later stages on a verified verdict; an exception in one is that proof's `error`."""
@@ -196,9 +246,30 @@ class Verifier:
         return results  # type: ignore[return-value]
 
 
+def fast_path_once(verify_config: Any, candidate: Candidate, *, transport_factory: Any = None) -> Verdict:
+    """The fast path's verdict on one candidate, from a backend started for it alone."""
+    import dataclasses
+
+    config = dataclasses.replace(verify_config, workers=1, canary=False)
+    if config.backend == "kimina":
+        from prover_cli.verify.kimina import KiminaBackend
+
+        backend: Any = KiminaBackend(config)
+    else:
+        from prover_cli.verify.pool import ReplPool
+
+        backend = ReplPool(config, transport_factory=transport_factory)
+    verdicts: list[Verdict] = []
+    try:
+        backend.run([candidate], lambda _, verdict: verdicts.append(verdict))
+    finally:
+        backend.close()
+    return verdicts[0]
+
+
 def verify_records(records: list[dict[str, Any]], verify_config: Any,
                    reporter: Any = NULL_REPORTER, *, keep_warm: bool = False,
-                   transport_factory: Any = None) -> list[dict[str, Any]]:
+                   transport_factory: Any = None, kernel_runner: Any = None) -> list[dict[str, Any]]:
     """One verdict dict per record, in input order (`id`, `verdict`, `reason`, …).
 
     By default starts and stops its own backend. Trainers pass `keep_warm=True`: the backend
@@ -206,25 +277,26 @@ def verify_records(records: list[dict[str, Any]], verify_config: Any,
     `import Mathlib` is paid once per REPL process, not once per ES member or GRPO step.
     """
     if keep_warm:
-        return _warm_verifier(verify_config, transport_factory).verify(list(records), reporter=reporter)
-    with Verifier(verify_config, transport_factory=transport_factory) as verifier:
+        return _warm_verifier(verify_config, transport_factory, kernel_runner).verify(list(records), reporter=reporter)
+    with Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner) as verifier:
         return verifier.verify(list(records), reporter=reporter)
 
 
 _WARM: dict[str, Verifier] = {}
 
 
-def _warm_verifier(verify_config: Any, transport_factory: Any = None) -> Verifier:
+def _warm_verifier(verify_config: Any, transport_factory: Any = None, kernel_runner: Any = None) -> Verifier:
     import atexit
     import dataclasses
     import json
 
     key = json.dumps(dataclasses.asdict(verify_config), sort_keys=True, default=str)
     key += f"|transport={id(transport_factory) if transport_factory is not None else 'local'}"
+    key += f"|kernel={id(kernel_runner) if kernel_runner is not None else 'local'}"
     if key not in _WARM:
         if not _WARM:
             atexit.register(close_warm_verifiers)
-        _WARM[key] = Verifier(verify_config, transport_factory=transport_factory)
+        _WARM[key] = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
     return _WARM[key]
 
 
@@ -239,7 +311,8 @@ def close_warm_verifiers() -> None:
 # --------------------------------------------------------------------------------------------
 
 def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | None = None,
-                reporter: Any = NULL_REPORTER, transport_factory: Any = None) -> dict[str, Any]:
+                reporter: Any = NULL_REPORTER, transport_factory: Any = None,
+                kernel_runner: Any = None) -> dict[str, Any]:
     """Verify a JSONL of proofs into a JSONL of verdicts (resumable); returns the summary."""
     proofs_path = Path(proofs_path)
     out_path = Path(out_path) if out_path is not None else proofs_path.with_name(proofs_path.stem + ".verdicts.jsonl")
@@ -280,7 +353,9 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     policy = policy_digest(verify_config)
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
-    verifier = Verifier(verify_config, transport_factory=transport_factory)
+    verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
+    if not verify_config.kernel_check:
+        reporter.log("warning: " + KERNEL_CHECK_OFF_WARNING)
     with ResumableWriter(out_path) as writer, stop_signals_as_interrupt():  # SIGTERM/SIGHUP: as Ctrl-C
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0
@@ -330,6 +405,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         "proofs_per_s": round(checked / elapsed_s, 3) if elapsed_s > 0 else 0.0,
         "verifier": verifier.identity,
         "malformed": malformed,
+        "warnings": [] if verify_config.kernel_check else [KERNEL_CHECK_OFF_WARNING],
     }
     share = (lambda n: f"{100.0 * n / len(records):.1f}%") if records else (lambda n: "-")
     tables = [{"title": f"verify: {proofs_path.name} -> {out_path.name}",
@@ -338,5 +414,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     if malformed:
         tables.append({"title": "malformed input lines", "columns": ["line", "problem"],
                        "rows": [[m["line"], m["reason"]] for m in malformed]})
+    if summary["warnings"]:
+        tables.append({"title": "warnings", "columns": ["warning"], "rows": [[w] for w in summary["warnings"]]})
     summary["tables"] = tables
     return summary

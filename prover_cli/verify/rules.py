@@ -35,23 +35,34 @@ verdict, and anything we cannot read is a failure (fail closed).
    axiom is in `verify.allowed_axioms` (plus the native-evaluation axioms, `NATIVE_AXIOMS` and
    `NATIVE_AUX_AXIOM`, when `verify.allow_native_decide`). A missing, duplicated or unparseable
    answer is `rejected`.
+6. With `verify.kernel_check` (the default), the kernel stage (`kernel.py`) passes too: the same
+   code elaborated afresh with `lean -o` in a process of its own, and SafeVerify, pinned per
+   toolchain, in another given only the two .olean files (the proof's and the trusted target's),
+   replays every constant through the kernel, finds the target with the trusted statement's type
+   as an `Expr`, and collects its axioms from the replayed environment, which must be allowed.
+   The checker saying no is `rejected`; a crash, a timeout or output we cannot read is `error`.
 
 What this does not protect against
 ----------------------------------
 - A wrong trusted statement: a mis-formalized `formal_statement` or a hostile `header` is proved
   as written. The header and statement are trusted input.
 - Bugs in Lean's kernel, in Mathlib's tactics or in the allowed axioms themselves.
-- Elaborator tricks that need none of the denied words and no command outside the allowlist.
-  The text checks are syntactic; the axiom check (rule 5) is the backstop for sorry/axioms/native
-  code and Lean's statement check (rule 4) for the statement, neither for
-  `debug.skipKernelTC`-like switches, which is why those are denied by name and code in tactic
-  configurations is refused (allowlist.py).
+- Elaborator tricks that need none of the denied words and no command outside the allowlist can
+  forge the answers rules 1-5 read; rule 6 does not read them. With `verify.kernel_check = false`
+  the axiom check (rule 5) is the backstop for sorry/axioms/native code and Lean's statement check
+  (rule 4) for the statement, neither for `debug.skipKernelTC`-like switches, which is why those
+  are denied by name and code in tactic configurations is refused (allowlist.py).
+- What rule 6 still rests on: Lean's kernel, the project's Mathlib .olean files, SafeVerify's
+  reading of the proof's .olean (written by the untrusted process), and on the 2024 pins the
+  proof module's imports, which those pins do not compare (docs/verify.md, *The kernel stage*).
 - An unknown command keyword placed where Lean would not start a command by our reading of its
   layout rules (allowlist.py); anything `verify.allow_commands` admits.
-- Resource abuse beyond the address-space limit and the wall-clock deadline: the REPL process is
-  not sandboxed (file system, network). Run untrusted proofs in a container (the Modal image).
-- Results of the test stand-in (`tests/fake_repl.py`): it speaks the REPL protocol but is not
-  Lean, so its verdicts say nothing about proofs.
+- Resource abuse beyond the address-space limit and the wall-clock deadline: the REPL process and
+  the kernel stage's processes are not sandboxed locally (file system, network). Run untrusted
+  proofs in a container (the Modal image: each kernel-stage step a fresh Sandbox).
+- Results of the test stand-ins (`tests/fake_repl.py`, `tests/fake_lean.py`,
+  `tests/fake_safe_verify.py`): they speak the real protocols but are not Lean or SafeVerify, so
+  their verdicts say nothing about proofs.
 """
 
 from __future__ import annotations

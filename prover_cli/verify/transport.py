@@ -73,7 +73,9 @@ def local_transport_factory(verify_config) -> TransportFactory:
 class LocalTransport:
     """The REPL as a local subprocess (see the module docstring for what it guarantees)."""
 
-    def __init__(self, command: list[str], cwd: str | None = None, memory_limit_gb: float = 0.0):
+    def __init__(self, command: list[str], cwd: str | None = None, memory_limit_gb: float = 0.0,
+                 what: str = "verify.repl_command"):
+        self.what = what   # the config key the command comes from, for error messages
         self.command = list(command)
         self.cwd = cwd or None
         self.memory_limit_gb = memory_limit_gb
@@ -100,7 +102,7 @@ class LocalTransport:
         if self.cwd is not None and not os.path.isdir(self.cwd):
             raise BackendError(f"verify.project_dir = {self.cwd!r}: no such directory")
         if not self.command:
-            raise BackendError("verify.repl_command is empty")
+            raise BackendError(f"{self.what} is empty")
         # stderr goes to a file: a pipe nobody reads would fill and block the REPL.
         self._stderr = tempfile.TemporaryFile(prefix="prover-repl-stderr-")
         limit = int(self.memory_limit_gb * (1 << 30))
@@ -118,7 +120,7 @@ class LocalTransport:
             os.close(watch_r)
             os.close(watch_w)
             self._stderr.close()
-            raise BackendError(f"verify.repl_command = {self.command}: cannot start "
+            raise BackendError(f"{self.what} = {self.command}: cannot start "
                                f"`{self.command[0]}`: {exc.strerror or exc}") from None
         os.close(watch_r)
         self._watchdog_w = watch_w
@@ -136,7 +138,7 @@ class LocalTransport:
             if code == 127 and "repl_watchdog: cannot start:" in raw:
                 why = raw.split("repl_watchdog: cannot start:", 1)[1].strip()
                 self.kill()
-                raise BackendError(f"verify.repl_command = {self.command}: cannot start "
+                raise BackendError(f"{self.what} = {self.command}: cannot start "
                                    f"`{self.command[0]}`: {why}")
             started = re.search(r"repl_watchdog: started (\d+)\n", raw)
             if started:
@@ -146,7 +148,7 @@ class LocalTransport:
                 return   # exited at once: the first request reports how
             time.sleep(0.002)
         self.kill()
-        raise BackendError(f"verify.repl_command = {self.command}: the REPL wrapper did not start "
+        raise BackendError(f"{self.what} = {self.command}: the process wrapper did not start "
                            "within 5 s")
 
     def write(self, data: bytes, deadline: float) -> None:
@@ -182,6 +184,23 @@ class LocalTransport:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not _wait(fd, select.POLLIN, remaining):
                     raise ReplTimeout("no answer before the deadline") from None
+
+    def close_stdin(self) -> None:
+        """EOF on the process's stdin (for one-shot commands that read none: `isolated.py`)."""
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+
+    def returncode(self) -> int | None:
+        """The wrapper's exit code (the command's, or 128 + N after a signal); None while running."""
+        return self._returncode()
+
+    def stderr_text(self, limit_chars: int) -> str:
+        """The last `limit_chars` of the command's stderr, without the wrapper's own lines."""
+        text = self._raw_stderr(limit_chars)
+        return "\n".join(line for line in text.splitlines() if not line.startswith("repl_watchdog: "))
 
     def _returncode(self) -> int | None:
         if self._proc is None:

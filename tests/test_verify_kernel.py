@@ -1,0 +1,596 @@
+"""The kernel stage (prover_cli/verify/kernel.py) against its stand-ins: tests/fake_lean.py for
+`lean -o` and tests/fake_safe_verify.py for SafeVerify, at a 2024-dialect pin (Lean 4.15, the
+default toolchain) and a 2026-dialect pin (Lean 4.27). These say nothing about real proofs: they
+test the steps, the data passed between them, the verdict mapping and every fail-closed path."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from prover_cli.errors import BackendError, ConfigError
+from prover_cli.verify.isolated import LocalRunner, RunResult
+from prover_cli.verify.kernel import (
+    PINS,
+    KernelJob,
+    KernelResult,
+    KernelStage,
+    kernel_verdict,
+    pin_for,
+    read_checker,
+    read_elaboration,
+)
+from prover_cli.verify.rules import Verdict
+
+TESTS = Path(__file__).resolve().parent
+FAKE_LEAN = [sys.executable, str(TESTS / "fake_lean.py")]
+HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n"
+STANDARD = {"propext", "Classical.choice", "Quot.sound"}
+PIN_2024 = PINS["v4.15.0"]
+PIN_2026 = PINS["v4.27.0"]
+BOTH = pytest.mark.parametrize("pin", [PIN_2024, PIN_2026], ids=["safeverify-2024", "safeverify-2026"])
+
+
+def checker_command(pin) -> list[str]:
+    return [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", pin.commit]
+
+
+@pytest.fixture
+def stage(verify_config):
+    def make(pin=PIN_2024, **overrides):
+        settings = dict(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
+                        kernel_checker_command=checker_command(pin), kernel_check_timeout_s=20.0)
+        config = verify_config(**{**settings, **overrides})
+        return KernelStage(config)
+    return make
+
+
+def job(body: str, statement: str = "theorem t : 2 + 2 = 4 := by", header: str = HEADER) -> KernelJob:
+    return KernelJob(header=header, statement=statement, target=statement.split()[1], body=body)
+
+
+HONEST = "theorem t : 2 + 2 = 4 := by\n  decide"
+
+
+# -- honest proofs pass, with the replayed environment's axioms ---------------------------------
+
+@BOTH
+def test_an_honest_proof_passes_with_the_axioms_of_the_replayed_environment(stage, pin):
+    [result] = stage(pin).check([job(HONEST)], STANDARD)
+    assert result.status == "passed", result.reason
+    assert set(result.axioms) == STANDARD
+    assert pin.commit[:8] in result.reason
+
+
+@BOTH
+def test_helpers_and_binders_pass(stage, pin):
+    statement = "theorem t2 (n : ℕ) (h : 0 < n) : n + 0 = n := by"
+    body = "theorem helper (n : ℕ) : n + 0 = n := rfl\n\n" + statement + "\n  exact helper n"
+    [result] = stage(pin).check([job(body, statement)], STANDARD)
+    assert result.status == "passed", result.reason
+
+
+@BOTH
+def test_a_target_inside_a_namespace_the_trusted_header_leaves_open(stage, pin):
+    header = HEADER + "\nnamespace Game\n\ndef solution : ℕ := 3\n"
+    statement = "theorem t : 1 + 2 = 3 := by"
+    [result] = stage(pin).check([job(statement + "\n  decide", statement, header=header)], STANDARD)
+    assert result.status == "passed", result.reason
+
+
+# -- forged fast-path answers: the fresh elaboration or the checker says no ---------------------
+
+@BOTH
+def test_a_false_statement_the_fast_path_called_verified_does_not_elaborate_afresh(stage, pin):
+    statement = "theorem f : 2 + 2 = 5 := by"
+    [result] = stage(pin).check([job(statement + "\n  decide", statement)], STANDARD)
+    assert result.status == "rejected"
+    assert "does not elaborate in a fresh Lean process" in result.reason
+
+
+@BOTH
+def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin):
+    [result] = stage(pin).check([job("theorem t : 2 + 2 = 4 := by\n  sorry")], STANDARD)
+    assert result.status == "rejected"
+    assert "sorryAx" in result.reason or "disallowed axioms" in result.reason
+
+
+@BOTH
+@pytest.mark.parametrize("forge, expect", [
+    # code run during elaboration wrote the module; the checker alone must say no
+    ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
+    ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
+    ("axiom", ["prover_forged_ax is not in the allowed set",
+               "f used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
+    ("retype", ["theorem f does not have the same type", "declaration f: theorem type mismatch"]),
+    ("drop", ["f not found in submission", "declaration f: declaration not found in submission"]),
+    ("unsafe", ["f not found in submission", "unsafe constant f detected"]),
+])
+def test_a_forged_olean_is_rejected_by_the_checker(stage, pin, forge, expect):
+    statement = "theorem f : 2 + 2 = 5 := by" if forge == "ignore_errors" else "theorem f : 2 + 2 = 4 := by"
+    [result] = stage(pin).check([job(f"{statement}\n  exact fake_forge_{forge}", statement)], STANDARD)
+    assert result.status == "rejected", result.reason
+    assert any(e in result.reason for e in expect), result.reason
+    assert result.reason.startswith(f"kernel check (SafeVerify {pin.commit[:8]})")
+
+
+@BOTH
+def test_forged_imports_only_the_2026_checker_sees(stage, pin):
+    [result] = stage(pin).check([job(HONEST.replace("decide", "exact fake_forge_imports"))], STANDARD)
+    if pin.checks_imports:
+        assert result.status == "rejected"
+        assert "is missing 2 transitive imports required by target: #[Mathlib, Aesop]" in result.reason
+    else:   # the gap docs/verify.md names for the 2024 pins: imports are not compared
+        assert result.status == "passed"
+
+
+@BOTH
+@pytest.mark.parametrize("forge, expect", [("garbage", "invalid header"), ("corrupt", "SIGSEGV")])
+def test_an_unreadable_olean_is_an_error_never_a_pass(stage, pin, forge, expect):
+    [result] = stage(pin).check([job(HONEST.replace("decide", f"exact fake_forge_{forge}"))], STANDARD)
+    assert result.status == "error"
+    assert expect in result.reason
+
+
+@BOTH
+def test_the_configured_axioms_are_enforced_on_the_replayed_list(stage, pin):
+    [result] = stage(pin).check([job(HONEST)], {"propext", "Quot.sound"})
+    assert result.status == "rejected"
+    assert "depends on axioms outside verify.allowed_axioms: Classical.choice" in result.reason
+
+
+# -- faults: crash, timeout, garbage, a missing checker ------------------------------------------
+
+def test_a_hanging_elaboration_is_an_error(stage):
+    s = stage(kernel_check_timeout_s=1.0)
+    [result] = s.check([job(HONEST.replace("decide", "exact fake_hang"))], STANDARD)
+    assert result.status == "error"
+    assert "no answer before the deadline" in result.reason
+
+
+def test_a_crashing_elaboration_is_an_error(stage):
+    [result] = stage().check([job(HONEST.replace("decide", "exact fake_segfault"))], STANDARD)
+    assert result.status == "error"
+    assert "SIGSEGV" in result.reason
+
+
+@pytest.mark.parametrize("script, expect", [
+    ("import time; time.sleep(60)", "no answer before the deadline"),
+    ("print('Finished with no errors.', end='')", "a report we cannot read"),  # no report before it
+    ("import sys; print('hello'); sys.exit(0)", "no `Finished with no errors.`"),
+    ("import sys; sys.exit(3)", "an exit code it never returns"),
+    ("import sys; sys.stderr.write('PANIC\\n'); sys.exit(1)", "no exception message"),
+    ("import sys; sys.stderr.write('uncaught exception: (kernel) x\\n'); sys.exit(1)", "the trusted target"),
+])
+def test_checker_output_we_cannot_read_is_an_error(stage, verify_config, script, expect):
+    s = stage(kernel_check_timeout_s=2.0)
+    s.checker_command = [sys.executable, "-c", script]
+    [result] = s.check([job(HONEST)], STANDARD)
+    assert result.status == "error", result.reason
+    assert expect in result.reason
+
+
+def test_a_checker_that_cannot_start_stops_the_run(stage):
+    s = stage()
+    s.checker_command = ["/nonexistent/safe_verify"]
+    with pytest.raises(BackendError, match="cannot start"):
+        s.check([job(HONEST)], STANDARD)
+
+
+def test_a_trusted_statement_that_does_not_compile_is_the_records_error(stage):
+    [result] = stage().check([job(HONEST, "theorem t : fake_error = 4 := by")], STANDARD)
+    assert result.status == "error"
+    assert "the trusted statement does not compile" in result.reason
+
+
+def test_no_pin_for_the_toolchain_refuses_to_start(verify_config):
+    config = verify_config(lean_toolchain="leanprover/lean4:v4.3.0")
+    with pytest.raises(BackendError, match="no pinned build for verify.lean_toolchain"):
+        KernelStage(config)
+
+
+def test_a_policy_the_checker_cannot_hold_refuses_to_start(verify_config):
+    with pytest.raises(BackendError, match="allow_native_decide"):
+        KernelStage(verify_config(allow_native_decide=True))
+    with pytest.raises(BackendError, match="Lean.ofReduceBool never passes"):
+        KernelStage(verify_config(allowed_axioms=["propext", "Lean.ofReduceBool"]))
+
+
+# -- steps, data, parallelism --------------------------------------------------------------------
+
+class CountingRunner(LocalRunner):
+    def __init__(self):
+        super().__init__(None)
+        self.calls: list[tuple[list[str], dict]] = []
+
+    def run(self, argv, inputs, outputs, timeout_s, what="command"):
+        self.calls.append((list(argv), {k: len(v) for k, v in inputs.items()}))
+        return super().run(argv, inputs, outputs, timeout_s, what)
+
+
+def test_the_target_compiles_once_per_problem_and_each_step_receives_only_files(verify_config):
+    runner = CountingRunner()
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_2024), workers=3)
+    results = KernelStage(config, runner=runner).check([job(HONEST)] * 4, STANDARD)
+    assert [r.status for r in results] == ["passed"] * 4
+    lean_runs = [inputs for argv, inputs in runner.calls if argv[:2] == FAKE_LEAN]
+    checker_runs = [inputs for argv, inputs in runner.calls if "--pin" in argv]
+    assert len(lean_runs) == 1 + 4          # the target once, each proof once
+    assert len(checker_runs) == 4
+    assert all(set(inputs) == {"Target.olean", "Proof.olean"} for inputs in checker_runs)
+    assert all(set(inputs) == {"Proof.lean"} for inputs in lean_runs)
+
+
+def test_results_come_back_in_order_with_their_own_verdicts(stage):
+    bodies = [HONEST, "theorem t : 2 + 2 = 4 := by\n  sorry", HONEST.replace("decide", "exact fake_forge_garbage")]
+    results = stage(workers=3).check([job(b) for b in bodies], STANDARD)
+    assert [r.status for r in results] == ["passed", "rejected", "error"]
+    assert all(r.time_s > 0 for r in results)
+
+
+def test_local_runner_gives_each_call_a_fresh_directory_and_removes_it(tmp_path):
+    script = ("import os, sys; d = sys.argv[1]; print(sorted(os.listdir(d))); "
+              "open(os.path.join(d, 'out.bin'), 'wb').write(b'data'); print(os.getcwd())")
+    runner = LocalRunner(str(tmp_path))
+    first = runner.run([sys.executable, "-c", script, "{dir}"], {"in.txt": b"x"}, ("out.bin", "missing"), 10)
+    second = runner.run([sys.executable, "-c", script, "{dir}"], {}, ("out.bin",), 10)
+    assert first.exit_code == 0 and first.stdout.splitlines()[0] == "['in.txt']"
+    assert second.stdout.splitlines()[0] == "[]"     # nothing left from the first call
+    assert first.stdout.splitlines()[1] == str(tmp_path)  # run where `lake env` finds the project
+    assert first.files == {"out.bin": b"data"}
+    assert not any(p.name.startswith("prover-kernel-") for p in Path(os.environ.get("TMPDIR", "/tmp")).iterdir()
+                   if p.is_dir() and (p / "in.txt").exists())
+    with pytest.raises(ValueError):
+        runner.run([sys.executable, "-c", ""], {"../escape": b""}, (), 5)
+
+
+# -- reading the tools' answers ------------------------------------------------------------------
+
+def test_reading_lean_o():
+    ok = read_elaboration(RunResult(exit_code=0), wrote_olean=True)
+    assert ok is None
+    failed = read_elaboration(RunResult(exit_code=1, stdout="/tmp/x/Proof.lean:3:2: error: unsolved goals\n⊢ False\n"),
+                              wrote_olean=False)
+    assert failed.status == "rejected" and "Proof.lean:3:2: unsolved goals" in failed.reason
+    assert read_elaboration(RunResult(exit_code=1, stderr="Unknown command line option"), False).status == "error"
+    assert read_elaboration(RunResult(exit_code=0), wrote_olean=False).status == "error"
+    assert read_elaboration(RunResult(exit_code=None, signal=9), wrote_olean=False).status == "error"
+
+
+def test_reading_a_2024_report_needs_the_target_block_and_its_axioms():
+    good = ("------------------\nReplaying /d/Target.olean\nFinished imports\nFinished replay\n---\ntheorem\nt\n"
+            "2 + 2 = 4\n#[sorryAx]\n------------------\nReplaying /d/Proof.olean\nFinished imports\n"
+            "Finished replay\n---\ntheorem\nt\n2 + 2 = 4\n#[propext]\nFinished with no errors.\n")
+    result = read_checker(PIN_2024, RunResult(exit_code=0, stdout=good), "t", frozenset(STANDARD))
+    assert (result.status, result.axioms) == ("passed", ["propext"])
+    for broken in (good.replace("#[propext]", "propext"), good.replace("---\ntheorem\nt\n2 + 2 = 4\n#[propext]\n", ""),
+                   good.replace("Replaying /d/Target.olean", "Replaying /d/Other.olean"),
+                   good.replace("\nt\n2 + 2 = 4\n#[sorryAx]", "\nu\n2 + 2 = 4\n#[sorryAx]")):
+        assert read_checker(PIN_2024, RunResult(exit_code=0, stdout=broken), "t",
+                            frozenset(STANDARD)).status == "error"
+
+
+def test_reading_a_2026_report_needs_the_saved_outcome():
+    stderr = "Replaying /d/Target.olean\nReplaying /d/Proof.olean\nSafeVerify check passed.\n"
+    report = b'[["t", {"targetInfo": {"constInfo": {"kind": "theorem"}, "axioms": ["sorryAx"]}, ' \
+             b'"solutionInfo": {"constInfo": {"kind": "theorem"}, "axioms": ["propext"]}, "failureMode": null}]]'
+    result = read_checker(PIN_2026, RunResult(exit_code=0, stderr=stderr, files={"report.json": report}), "t",
+                          frozenset(STANDARD))
+    assert (result.status, result.axioms) == ("passed", ["propext"])
+    for files in ({}, {"report.json": b"{"}, {"report.json": report.replace(b"null", b'"thmType"')},
+                  {"report.json": report.replace(b'"t"', b'"u"')}):
+        assert read_checker(PIN_2026, RunResult(exit_code=0, stderr=stderr, files=files), "t",
+                            frozenset(STANDARD)).status == "error"
+    # a failure that happened while replaying the *target* is ours, not the proof's
+    target_fail = "Replaying /d/Target.olean\nuncaught exception: (kernel) declaration type mismatch, 'x' has type\n"
+    assert read_checker(PIN_2026, RunResult(exit_code=1, stderr=target_fail), "t",
+                        frozenset(STANDARD)).status == "error"
+
+
+# -- the verdict -----------------------------------------------------------------------------------
+
+def test_kernel_verdict_mapping():
+    fast = Verdict("verified", "all checks passed", [{"severity": "info", "data": "x"}], ["forged"], 1.0)
+    passed = kernel_verdict(fast, KernelResult("passed", "kernel check passed (SafeVerify 577e9531)", ["propext"], 2.5))
+    assert (passed.status, passed.axioms, passed.time_s) == ("verified", ["propext"], 3.5)
+    assert passed.reason == "all checks passed; kernel check passed (SafeVerify 577e9531)"
+    rejected = kernel_verdict(fast, KernelResult("rejected", "kernel check (SafeVerify): no", None, 1.0))
+    assert (rejected.status, rejected.axioms) == ("rejected", None)    # never the fast path's axioms
+    assert kernel_verdict(fast, KernelResult("error", "kernel check: crash")).status == "error"
+    not_verified = Verdict("rejected", "Lean error")
+    assert kernel_verdict(not_verified, KernelResult("passed", "x")) is not_verified
+    assert kernel_verdict(fast, None) is fast
+
+
+def test_pins_are_one_per_toolchain_and_cover_the_default():
+    from prover_cli.config import VerifyConfig
+
+    assert pin_for(VerifyConfig().lean_toolchain) is PIN_2024
+    assert {p.dialect for p in PINS.values()} == {"2024", "2026"}
+    assert all(len(p.commit) == 40 and p.toolchain == key for key, p in PINS.items()), PINS
+    assert all(p.checks_imports == (p.dialect == "2026") for p in PINS.values())
+
+
+def test_config_refuses_a_policy_the_checker_cannot_hold():
+    from prover_cli.config import load_config
+
+    with pytest.raises(ConfigError, match="verify.allow_native_decide=true: SafeVerify"):
+        load_config(None, ["verify.allow_native_decide=true"])
+    with pytest.raises(ConfigError, match="never passes"):
+        load_config(None, ['verify.allowed_axioms=["propext", "Classical.choice", "Quot.sound", "Foo.ax"]'])
+    with pytest.raises(ConfigError, match="verify.kernel_checker_command"):
+        load_config(None, ["verify.kernel_checker_command=[]"])
+    assert load_config(None, ["verify.allow_native_decide=true", "verify.kernel_check=false"]).verify.allow_native_decide
+    assert load_config(None, ['verify.allowed_axioms=["propext"]']).verify.kernel_check   # narrower is fine
+
+
+def test_the_checker_stand_in_speaks_every_pinned_commit_and_only_those():
+    sys.path.insert(0, str(TESTS))
+    import fake_safe_verify
+
+    assert set(fake_safe_verify.DIALECTS) == {p.commit[:8] for p in PINS.values()}
+    for pin in PINS.values():
+        dialect, version = fake_safe_verify.DIALECTS[pin.commit[:8]]
+        assert dialect == pin.dialect and f"v{version}" == pin.toolchain
+
+
+# -- prover doctor ----------------------------------------------------------------------------------
+
+def fake_checkout(root: Path, toolchain: str, head: str) -> Path:
+    """A SafeVerify checkout as the image builds it: the binary in .lake/build/bin, lean-toolchain, .git."""
+    binary = root / ".lake" / "build" / "bin" / "safe_verify"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    (root / "lean-toolchain").write_text(f"leanprover/lean4:{toolchain}\n")
+    (root / ".git" / "refs" / "heads").mkdir(parents=True)
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/pinned\n")
+    (root / ".git" / "refs" / "heads" / "pinned").write_text(head + "\n")
+    return binary
+
+
+def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, monkeypatch):
+    from prover_cli.config import VerifyConfig
+    from prover_cli.doctor import check_kernel_checker
+
+    config = VerifyConfig()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    missing = check_kernel_checker(config)
+    assert not missing.ok and "`safe_verify` not found on PATH" in missing.detail and PIN_2024.commit[:12] in missing.detail
+
+    binary = fake_checkout(tmp_path / "sv", "v4.15.0", PIN_2024.commit)
+    monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
+    found = check_kernel_checker(config)
+    assert found.ok and "minif2f-kimina-check" in found.detail and str(binary) in found.detail
+
+    other = fake_checkout(tmp_path / "sv2", "v4.27.0", PIN_2026.commit)
+    monkeypatch.setenv("PATH", f"{other.parent}:/usr/bin:/bin")
+    wrong = check_kernel_checker(config)
+    assert not wrong.ok and "built for Lean v4.27.0, verify.lean_toolchain is v4.15.0" in wrong.detail
+
+    old = fake_checkout(tmp_path / "sv3", "v4.15.0", "0" * 40)
+    monkeypatch.setenv("PATH", f"{old.parent}:/usr/bin:/bin")
+    assert "not the pinned" in check_kernel_checker(config).detail
+
+    config.kernel_check = False
+    assert check_kernel_checker(config).ok and "off" in check_kernel_checker(config).detail
+
+
+@BOTH
+def test_doctor_runs_the_kernel_canary(verify_config, pin):
+    from prover_cli.doctor import check_kernel_canary
+
+    config = verify_config(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
+                           kernel_checker_command=checker_command(pin), workers=3)
+    check = check_kernel_canary(config)
+    assert check.ok, check.detail
+    assert "5 canaries as expected" in check.detail and "through the stage" in check.detail
+    # a checker that lets everything through breaks the rules the canary names
+    config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
+    broken = check_kernel_canary(config)
+    assert not broken.ok and "kernel canary 'honest'" in broken.detail
+
+
+# -- through the engine: both backends feed the same stage ------------------------------------------
+
+FORGING_REPL = [sys.executable, str(TESTS / "forging_repl.py")]
+AMC = "theorem amc_p1 (x : ℝ) (h₀ : 2 * x = 4) : x = 2 := by"
+FALSE = "theorem false_p (h : True) : 2 + 2 = 5 := by"
+FORGED_CASES = {
+    # id: (statement, proof) — each fools the fast path in its own way
+    "hidden error": (AMC, "  nlinarith [fake_error]"),             # the forged REPL says "no messages"
+    "hidden sorryAx": (AMC, "  exact fake_axiom_sorryAx"),          # the forged `#print axioms` says standard
+    "false statement": ("theorem false_q : 2 + 2 = 5 := by", "  decide"),  # the forged REPL hides Lean's error
+    "kernel skipped": (AMC, "  linarith [fake_forge_skip_kernel]"),  # code in elaboration adds an unchecked theorem
+    "axiom injected": (AMC, "  linarith [fake_forge_axiom]"),        # code in elaboration adds an axiom
+}
+
+
+def engine_records() -> list[dict]:
+    rows = [{"id": "honest", "formal_statement": AMC, "proof": "  linarith"}]
+    rows += [{"id": key, "formal_statement": statement, "proof": proof}
+             for key, (statement, proof) in FORGED_CASES.items()]
+    return rows
+
+
+@pytest.fixture
+def backend_config(verify_config, monkeypatch):
+    """(config factory, context) for backend `repl` (the forging REPL as the pool's REPL) or
+    `kimina` (the Kimina stand-in server running the forging REPL)."""
+    import contextlib
+
+    import test_verify_kimina
+
+    def make(backend: str, **overrides):
+        if backend == "repl":
+            return verify_config(repl_command=FORGING_REPL, **overrides), contextlib.nullcontext()
+        monkeypatch.setattr(test_verify_kimina, "fake_repl_command", lambda *args: FORGING_REPL + list(args))
+        server = test_verify_kimina.FakeKimina()
+        return verify_config(backend="kimina", kimina_url=server.url, timeout_s=5.0, **overrides), server
+    return make
+
+
+@pytest.mark.parametrize("backend", ["repl", "kimina"])
+def test_forged_fast_path_answers_are_not_verified_on_either_backend(backend_config, backend):
+    from prover_cli.verify import verify_records
+
+    config, server = backend_config(backend)
+    with server:
+        verdicts = {v["id"]: v for v in verify_records(engine_records(), config)}
+        config.kernel_check = False
+        fast_only = {v["id"]: v["verdict"] for v in verify_records(engine_records(), config)}
+    # without the stage, every forgery passes: the fast path's answers were forged
+    assert set(fast_only.values()) == {"verified"}, fast_only
+    honest = verdicts.pop("honest")
+    assert honest["verdict"] == "verified", honest["reason"]
+    assert honest["reason"] == "all checks passed; kernel check passed (SafeVerify 577e9531)"
+    assert honest["verifier"]["kernel_check"]["commit"].startswith("577e9531")
+    for key, verdict in verdicts.items():
+        assert verdict["verdict"] == "rejected", (key, verdict["reason"])
+        assert verdict["reason"].startswith("kernel check"), (key, verdict["reason"])
+    assert "does not elaborate in a fresh Lean process" in verdicts["hidden error"]["reason"]
+    assert "does not elaborate in a fresh Lean process" in verdicts["false statement"]["reason"]
+    assert "sorryAx is not in the allowed set" in verdicts["hidden sorryAx"]["reason"]
+    assert "(kernel) declaration type mismatch, 'prover_forged_false'" in verdicts["kernel skipped"]["reason"]
+    assert "prover_forged_ax is not in the allowed set" in verdicts["axiom injected"]["reason"]
+    assert verdicts["hidden sorryAx"]["axioms"] is None   # never the forged list
+
+
+def test_kernel_check_off_is_a_warning_in_the_summary_and_recorded_everywhere(verify_config, tmp_path):
+    import json
+
+    from prover_cli.config import Config
+    from prover_cli.verify import verify_file
+    from prover_cli.verify.engine import KERNEL_CHECK_OFF_WARNING, policy_digest
+
+    proofs = tmp_path / "p.jsonl"
+    proofs.write_text(json.dumps({"id": "a", "formal_statement": AMC, "proof": "  linarith"}) + "\n")
+    config = Config()
+    config.verify = verify_config()
+    on = verify_file(config, proofs_path=proofs, out_path=tmp_path / "on.jsonl")
+    assert on["warnings"] == [] and on["verified"] == 1
+    digest_on = policy_digest(config.verify)
+    config.verify.kernel_check = False
+    off = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
+    assert off["warnings"] == [KERNEL_CHECK_OFF_WARNING]
+    assert {"title": "warnings", "columns": ["warning"], "rows": [[KERNEL_CHECK_OFF_WARNING]]} in off["tables"]
+    [line] = [json.loads(x) for x in (tmp_path / "off.jsonl").read_text().splitlines()]
+    assert line["verifier"]["kernel_check"] is False and line["reason"] == "all checks passed"
+    assert policy_digest(config.verify) != digest_on
+    # resume under the other setting rechecks the line
+    config.verify.kernel_check = True
+    again = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
+    assert (again["rechecked"], again["warnings"]) == (1, [])
+
+
+def test_the_kernel_canary_runs_before_the_first_pass_and_refuses_a_broken_checker(verify_config, tmp_path,
+                                                                                  monkeypatch):
+    from prover_cli.verify import verify_records
+
+    monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path / "cache"))
+    config = verify_config(canary=True)
+    monkeypatch.setattr("prover_cli.verify.canary.ensure_canary", lambda pool: None)   # the fast path's: elsewhere
+    rejected_only = [{"id": "x", "formal_statement": AMC, "proof": "  nlinarith [fake_error]"}]
+    assert verify_records(rejected_only, config)[0]["verdict"] == "rejected"
+    assert not (tmp_path / "cache").exists()      # no pass to check: the kernel canary did not run
+    assert verify_records(engine_records()[:1], config)[0]["verdict"] == "verified"
+    assert len(list((tmp_path / "cache").glob("kernel-*.json"))) == 1
+    config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
+    with pytest.raises(BackendError, match="verification refuses to run: rule `an honest proof passes"):
+        verify_records(engine_records()[:1], config)
+
+
+@pytest.mark.parametrize("backend", ["repl", "kimina"])
+def test_the_kernel_canary_fools_the_fast_path_and_the_stage_rejects(backend_config, backend, tmp_path,
+                                                                       monkeypatch):
+    """The canary's case: a REPL that says "no errors, standard axioms" for a false statement (the
+    forging stand-in), through a fresh fast path of the configured backend; the stage rejects it."""
+    import json
+
+    from prover_cli.verify import verify_records
+    from prover_cli.verify.kernel import FOOLED
+
+    monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("prover_cli.verify.canary.ensure_canary", lambda pool: None)  # it would see the forgery too
+    config, server = backend_config(backend, canary=True)
+    with server:
+        assert verify_records(engine_records()[:1], config)[0]["verdict"] == "verified"
+    [stored] = (tmp_path / "cache").glob("kernel-*.json")
+    fooled = next(r for r in json.loads(stored.read_text())["results"] if r["canary"] == FOOLED)
+    assert (fooled["fast_path"], fooled["got"], fooled["ok"]) == ("verified", "rejected", True)
+    assert "does not elaborate in a fresh Lean process" in fooled["reason"]
+
+
+def test_the_fooled_case_rejected_by_an_honest_fast_path_needs_no_stage(stage):
+    from prover_cli.verify.kernel import FOOLED, run_kernel_canary
+
+    honest = run_kernel_canary(stage(), HEADER, fast_path=lambda c: Verdict("rejected", "Lean error: decide failed"))
+    fooled = next(r for r in honest if r["canary"] == FOOLED)
+    assert (fooled["fast_path"], fooled["got"], fooled["ok"], fooled["time_s"]) == ("rejected", "rejected", True, 0.0)
+    assert all(r["ok"] for r in honest)
+
+
+def test_the_stand_in_models_kernel_decides_only_closed_natural_number_arithmetic():
+    sys.path.insert(0, str(TESTS))
+    from fake_kernel_model import closed_truth
+
+    assert closed_truth(": 2 + 2 = 4") is True and closed_truth(": 2 + 2 = 5") is False
+    assert closed_truth(": 3 - 5 = 0") is True            # ℕ subtraction truncates
+    assert closed_truth(": 7 / 2 = 3") is True and closed_truth(": 7 % 0 = 7") is True
+    assert closed_truth(": (2 + 3) * 4 ≤ 20") is True and closed_truth(": 2 ^ 10 ≠ 1024") is False
+    assert closed_truth(": True") is True and closed_truth(": False") is False
+    for undecided in ("(x : ℕ) : x = x", ": 2 + 2 = 4 ∧ True", ": (2 : ℝ) = 2", ": Real.sqrt 4 = 2", ": 2 ^ 100 = 1"):
+        assert closed_truth(undecided) is None, undecided
+
+
+def test_a_target_that_failed_for_the_machine_is_compiled_again(verify_config):
+    """A timeout or a signal while compiling the trusted target says nothing about the statement:
+    the next proof of the problem compiles it again (Lean's error on it would be kept)."""
+    class FlakyRunner(CountingRunner):
+        def run(self, argv, inputs, outputs, timeout_s, what="command"):
+            if argv[:2] == FAKE_LEAN and not self.calls:   # the first target compile: killed
+                self.calls.append((list(argv), {}))
+                return RunResult(exit_code=None, signal=9)
+            return super().run(argv, inputs, outputs, timeout_s, what)
+
+    runner = FlakyRunner()
+    stage = KernelStage(verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_2024)),
+                        runner=runner)
+    first = stage.check_one(job(HONEST), STANDARD)
+    assert first.status == "error" and "SIGKILL" in first.reason
+    assert stage.check_one(job(HONEST), STANDARD).status == "passed"
+    broken = job(HONEST, "theorem t : fake_error = 4 := by")
+    assert stage.check_one(broken, STANDARD).status == "error"
+    calls = len(runner.calls)
+    assert stage.check_one(broken, STANDARD).status == "error" and len(runner.calls) == calls   # kept: no new compile
+
+
+def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
+    """Ctrl-C while a kernel check runs: its process is killed and no verdict is written (a kill of
+    ours is never the proof's `error`); verdicts already known were reported as they came."""
+    import time
+
+    from prover_cli.verify.kernel import second_stage
+    from prover_cli.verify.statement import Candidate
+
+    reported = []
+    s = stage(workers=2, kernel_check_timeout_s=60.0)
+    fast = Verdict("verified", "all checks passed")
+
+    def candidate(body):
+        return Candidate(id="c", header=HEADER, body=body, target="t", statement="theorem t : 2 + 2 = 4 := by")
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with second_stage(s, STANDARD) as second:
+            second.submit(candidate(HONEST), fast, ("quick", {}), lambda *a: reported.append(a))
+            second.submit(candidate(HONEST.replace("decide", "exact fake_hang")), fast, ("hangs", {}),
+                          lambda *a: reported.append(a))
+            while not reported:              # the quick one is reported from its own thread
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+    assert [key for key, _, _ in reported] == ["quick"] and reported[0][2].status == "verified"
+    assert time.monotonic() - start < 30     # the hanging `lean -o` was killed, not waited for

@@ -475,10 +475,13 @@ def report(
                                            "existing report is not overwritten."),
     json_mode: bool = JsonOpt,
 ):
-    """Compare ES and GRPO runs: training reward and held-out verified rate per iteration, per 1,000 samples, per hour.
+    """Compare ES and GRPO runs: training reward and held-out verified rates (sampled and greedy, with 95%
+    intervals) per iteration, per 1,000 samples, per hour; seeds of one method are aggregated, and ES - GRPO is
+    paired by seed and held-out problem.
 
     Examples:
       prover report runs/es runs/grpo
+      prover report runs/seed*/es runs/seed*/grpo runs/seed*/es-null
       prover report runs/es runs/grpo --out reports/es-vs-grpo --json
     """
     from prover_cli import backends

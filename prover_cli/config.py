@@ -204,6 +204,13 @@ class ESConfig:
     problems_per_iteration: int = _key(8, "Problems every member of an iteration is scored on.", min=1)
     samples_per_problem: int = _key(1, "Samples per problem per member.", min=1)
     snapshot_every: int = _key(0, "Also save the weights every K iterations so replay can start there (0 = never).", min=0)
+    member_temperature: float = _key(0.0, "Sampling temperature members are scored with; 0 = greedy, as in the ES-at-scale "
+                                     "paper (with `generate.top_p` when > 0; one sampling seed per iteration for all "
+                                     "members either way). Recorded in the ledger as `sampling.temperature`; "
+                                     "docs/ledger.md gives the evidence for the default.", min=0.0)
+    shuffle_rewards: bool = _key(False, "Null control: permute the members' rewards within each iteration (a seeded "
+                                 "permutation) before the update, so the update is noise with the real rewards' "
+                                 "spread: what \"no learning\" looks like on your setup. The ledger keeps the true rewards.")
 
 
 @dataclass
@@ -227,6 +234,9 @@ class GRPOConfig:
     vllm_gpu_memory_utilization: float = _key(0.3, "vLLM colocate: GPU memory fraction for the engine.", min=0.05, max=1.0)
     save_every: int = _key(50, "Checkpoint (weights, optimizer, scheduler, RNG) into `<run.dir>/checkpoints/` every this many "
                            "steps, keeping the last 2, for `--resume`; 0 = never.", min=0)
+    shuffle_rewards: bool = _key(False, "Null control: permute the rewards within each prompt's group of completions (a "
+                                 "seeded permutation) before TRL computes advantages, so the step follows no signal; "
+                                 "metrics.jsonl keeps the true rewards.")
     fp32_master: bool = _key(True, "With `model.dtype` bfloat16/float16: train fp32 master weights (fp32 parameters, gradients and "
                              "AdamW state; forward/backward under autocast in the model dtype; `final/` in fp32). false: "
                              "AdamW updates the low-precision weights directly (half the memory; small steps round away).")
@@ -564,7 +574,7 @@ def _kernel_check_rules(config: Config) -> None:
 def _greedy_checks(config: Config) -> None:
     """Greedy decoding (temperature 0) gives one answer per prompt: asking for several samples of
     it would make identical copies (vLLM) or fail at the first generate call (transformers)."""
-    pairs = [("generate.n", "generate.temperature"), ("es.samples_per_problem", "generate.temperature"),
+    pairs = [("generate.n", "generate.temperature"), ("es.samples_per_problem", "es.member_temperature"),
              ("run.eval_n", "run.eval_temperature")]
     for count_key, temperature_key in pairs:
         count = getattr(getattr(config, count_key.split(".")[0]), count_key.split(".")[1])
@@ -643,9 +653,9 @@ def config_reference() -> str:
         "",
         "Cross-key rules: `es.population` must be even when `es.antithetic = true`; every `eval.k`",
         "must be <= `eval.n`; `verify.repl_command` must not be empty; greedy decoding (temperature 0)",
-        "takes one sample per problem: `generate.n` and `es.samples_per_problem` must be 1 when",
-        "`generate.temperature = 0`, `run.eval_n` must be 1 when `run.eval_temperature = 0`, and",
-        "`prover eval` needs `eval.n = 1` then.",
+        "takes one sample per problem: `generate.n` must be 1 when `generate.temperature = 0`,",
+        "`es.samples_per_problem` when `es.member_temperature = 0`, `run.eval_n` when",
+        "`run.eval_temperature = 0`, and `prover eval` needs `eval.n = 1` then.",
         "",
         "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
         "(\"inf = no limit\"); integers fit in 64 bits, and keys a library would overflow have an upper",

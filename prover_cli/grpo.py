@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -60,7 +61,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from prover_cli.errors import ConfigError, InputError
+from prover_cli.errors import BackendError, ConfigError, InputError
 from prover_cli.progress import NULL_REPORTER
 
 METHOD = "grpo"
@@ -122,9 +123,10 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
         progress.advance(resumed_from)
         last = kept[-1] if kept else {}
         evaluation = HeldOutEvaluation(config, task, heldout, tokenizer, compute_dtype, reporter)
+        base_due = bool(heldout) and checkpoint is None and not any(r["iteration"] == 0 for r in kept)
         callback = make_metrics_callback(config, stats, progress, samples_total=last.get("samples/total", 0),
                                          elapsed_s=last.get("time/elapsed_s", 0.0), tracker=tracker,
-                                         evaluation=evaluation)
+                                         evaluation=evaluation, base_line=base_due)
         trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                             processing_class=tokenizer, callbacks=[callback])
         for printer in (PrinterCallback, ProgressCallback):  # both print to stdout
@@ -407,15 +409,44 @@ def problem_columns(problems: list[dict[str, Any]]) -> list[str]:
 def build_dataset(problems: list[dict[str, Any]], task: Any, tokenizer: Any, family: str):
     """A `datasets.Dataset`: a chat-templated `prompt` string plus the problem columns.
 
-    String prompts (not message lists) make TRL use them verbatim, so the prompt the policy is
-    trained on is byte-identical to the one `generate` and ES sample from.
+    String prompts (not message lists) make TRL use them verbatim, so the policy is trained on
+    the token ids `generate`, ES and the held-out evaluation sample from (`trainer_prompts`).
     """
     from datasets import Dataset
 
     columns = problem_columns(problems)
-    rows = [{**{c: p.get(c) for c in columns}, "prompt": task.build_prompt(p, tokenizer, family)}
-            for p in problems]
+    prompts = trainer_prompts([task.build_prompt(p, tokenizer, family) for p in problems], tokenizer)
+    rows = [{**{c: p.get(c) for c in columns}, "prompt": prompt} for p, prompt in zip(problems, prompts)]
     return Dataset.from_list(rows)
+
+
+def trainer_prompts(prompts: list[str], tokenizer: Any) -> list[str]:
+    """The prompt strings to hand TRL so that the ids it trains on are the samplers' ids.
+
+    The samplers tokenize a prompt with `add_special_tokens=False` (the prompt text carries its
+    BOS: chat templates write it, prompts.py adds it to continuation prompts). TRL tokenizes a
+    string prompt with the tokenizer's defaults, and a tokenizer that adds a BOS itself (LLaMA
+    style: the DeepSeek-Prover and Goedel-Prover-V1 families) would put a second BOS in front.
+    For those the prompt goes to TRL without its leading BOS text, and the tokenizer puts back
+    exactly one. Any other difference is an error: training on other tokens than evaluation
+    samples from would bias the comparison silently."""
+    if not prompts:
+        return prompts
+    wanted = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    given = list(prompts)
+    if tokenizer(given)["input_ids"] == wanted:
+        return given
+    bos = getattr(tokenizer, "bos_token", None)
+    if isinstance(bos, str) and bos:
+        given = [p[len(bos):] if p.startswith(bos) else p for p in prompts]
+    got = tokenizer(given)["input_ids"]
+    for index, (a, b) in enumerate(zip(got, wanted)):
+        if a != b:
+            name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            raise BackendError(f"tokenizer {name}: GRPO would train on other token ids than the samplers use for "
+                               f"prompt {index} (starts {a[:6]} vs {b[:6]}; bos_token {bos!r})",
+                               hint="the tokenizer adds special tokens TRL cannot be told to skip; please report it")
+    return given
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,6 +470,8 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
     TRL passes each dataset column as a list aligned with `completions` (prompts repeated
     `num_generations` times); we rebuild the problem dicts and score the whole generation batch
     in ONE task call, so Lean verification runs as one batch through the verify pool.
+    With `grpo.shuffle_rewards` (the null control) TRL gets each group's rewards permuted
+    (`shuffle_in_groups`); `stats` keeps the true ones for metrics.jsonl.
     """
 
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
@@ -448,10 +481,37 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
             raise ValueError(f"reward got {len(completions)} completions but {len(problems)} problem rows")
         rewards = [float(r) for r in task.rewards(problems, list(completions), config)]
         stats.rewards.extend(rewards)
+        if config.grpo.shuffle_rewards:
+            return shuffle_in_groups(rewards, list(prompts), list(completions), config.grpo.num_generations,
+                                     config.run.seed)
         return rewards
 
     reward.__name__ = f"{task.name}_reward"  # TRL logs rewards under the function's name
     return reward
+
+
+def shuffle_in_groups(rewards: list[float], prompts: list[str], completions: list[str], group: int,
+                      run_seed: int) -> list[float]:
+    """Rewards permuted within each group of `group` consecutive completions of one prompt.
+
+    TRL's sampler repeats each prompt `num_generations` times in a row and normalises advantages
+    per such group, so a permutation inside a group keeps every group's rewards and removes
+    their link to the completions. The permutation is seeded by the run seed and the group's
+    own texts: the same group gets the same permutation on a resumed run."""
+    import random
+
+    if len(rewards) % group:
+        raise ValueError(f"{len(rewards)} rewards are not whole groups of {group}")
+    out: list[float] = []
+    for start in range(0, len(rewards), group):
+        if len(set(prompts[start:start + group])) != 1:
+            raise ValueError(f"completions {start}..{start + group - 1} are not one prompt's group")
+        digest = hashlib.sha256("\x00".join([f"grpo-shuffle|{run_seed}", prompts[start],
+                                             *completions[start:start + group]]).encode()).digest()
+        order = list(range(start, start + group))
+        random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
+        out.extend(rewards[i] for i in order)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -613,10 +673,11 @@ class HeldOutEvaluation:
 
         return eval_due(self.config, step, self.config.grpo.steps)
 
-    def __call__(self, model: Any) -> dict[str, Any]:
+    def __call__(self, model: Any, base: bool = False) -> dict[str, Any]:
+        """The `eval/*` keys of `model`; `base=True`: of the untrained base, through the shared cache."""
         import torch
 
-        from prover_cli.heldout import evaluate_heldout
+        from prover_cli.heldout import evaluate_base, evaluate_heldout, weights_sha256
         from prover_cli.samplers.transformers_sampler import TransformersSampler
 
         sampler = TransformersSampler(self.config, model=model, tokenizer=self.tokenizer)
@@ -628,6 +689,9 @@ class HeldOutEvaluation:
         model.eval()
         try:
             with autocast:
+                if base:
+                    return evaluate_base(sampler, self.config, self.problems, weights_sha256(model), task=self.task,
+                                         reporter=self.reporter)
                 return evaluate_heldout(sampler, self.config, self.problems, task=self.task, reporter=self.reporter)
         finally:
             model.train(was_training)
@@ -669,12 +733,15 @@ _TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo
 
 
 def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, samples_total: int = 0,
-                          elapsed_s: float = 0.0, tracker: Any = None, evaluation: Any = None):
+                          elapsed_s: float = 0.0, tracker: Any = None, evaluation: Any = None,
+                          base_line: bool = False):
     """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log.
 
     `samples_total` and `elapsed_s` are where a resumed run's cumulative counters start. On the
     steps `run.eval_every` picks, `evaluation(model)` adds the held-out `eval/*` keys (its time is
-    not counted in `time/*`); every line also goes to `tracker` (run.report_to)."""
+    not counted in `time/*`); with `base_line`, the base's evaluation is the iteration-0 line,
+    written when training begins. Every line also goes to `tracker` (run.report_to)."""
+    from prover_cli.heldout import base_record
     from transformers import TrainerCallback
 
     from prover_cli.metrics import append_metrics
@@ -689,6 +756,9 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
             self.start = self.last = time.perf_counter()
 
         def on_train_begin(self, args, state, control, **kwargs):
+            if base_line and state.global_step == 0:  # the model holds the base weights still
+                self.pending = base_record(METHOD, config.data.task, evaluation(kwargs["model"], base=True))
+                self._flush()
             self.start = self.last = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
@@ -730,6 +800,7 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
 
 def summarize(records: list[dict[str, Any]], final_dir: Path, metrics_path: Path,
               resumed_from: int = 0) -> dict[str, Any]:
+    records = [r for r in records if r["iteration"] >= 1]  # not the base's iteration-0 evaluation
     rows = [[r["iteration"], round(r["reward/mean"], 4), r["reward/max"], r["verify/verified"], r["samples"],
              round(r["time/wall_s"], 2)] for r in records]
     last = records[-1] if records else {}

@@ -1,8 +1,9 @@
 """Held-out evaluation of the current weights: the one function ES and GRPO both call.
 
-    from prover_cli.heldout import eval_due, evaluate_heldout, heldout_problems
+    from prover_cli.heldout import eval_due, evaluate_base, evaluate_heldout, heldout_problems
 
     problems = heldout_problems(config)                       # chosen once per run
+    append(base_record("es", task, evaluate_base(sampler, config, problems, fingerprint)))  # iteration 0
     if eval_due(config, iteration, last_iteration):
         record.update(evaluate_heldout(sampler, config, problems))   # {"eval/verified_rate": ...}
 
@@ -14,9 +15,19 @@ What is evaluated, and why it is the same for both methods:
 - weights: whatever the sampler holds now. ES calls it after the iteration's update, when the
   live model holds the unperturbed center theta; GRPO calls it from a TrainerCallback after the
   optimizer step, on the policy (the fp32 master under the training compute dtype).
-- sampling: `run.eval_n` samples per problem at `run.eval_temperature` (0 = greedy), with
-  `generate.top_p` and `generate.max_tokens`, and ONE seed derived from `run.seed` that every
-  evaluation reuses, so two evaluations differ only because the weights do.
+- two metrics, always, because each method tends to improve the one that matches its training
+  signal and a report showing one picks a winner by accident:
+  * sampled: `run.eval_n` samples per problem at `run.eval_temperature`, with `generate.top_p`
+    and `generate.max_tokens`, and ONE seed derived from `run.seed` that every evaluation reuses,
+    so two evaluations differ only because the weights do;
+  * greedy: one sample per problem at temperature 0 (at `run.eval_temperature = 0` the sampled
+    metric is this one, evaluated once).
+  Each comes with a 95% interval: Wilson over the samples with the sample size deflated by the
+  design effect of samples sharing a problem (prover_cli/stats.py says why and when).
+- the base: evaluated once, before training, and written as the iteration-0 line of the run
+  (`base_record`). The result is cached under `model.cache_dir`, keyed by the base weights'
+  fingerprint, the problems and the settings (`evaluate_base`), so ES and GRPO runs from the same
+  base on the same problems start their curves at the very same point.
 - reward: the task's own batched `rewards(...)`: for Lean the same verify engine and warm REPL
   pool training uses (`keep_warm`), 1.0 only for `verified`.
 - side effects: none on training. torch's global RNG states (CPU and CUDA) are saved before
@@ -24,25 +35,32 @@ What is evaluated, and why it is the same for both methods:
   without (tested for GRPO, whose sampling uses the global generator).
 
 The keys it returns (merged into that iteration's metrics.jsonl line, `EVAL_KEYS`):
-`eval/verified_rate` (verified samples / samples), `eval/solved_rate` (problems with at least one
-verified sample / problems), `eval/reward_mean`, `eval/verified`, `eval/samples`,
-`eval/problems`, `eval/wall_s` (not counted in `time/wall_s`, so evaluation does not tax the
-per-hour axis of `prover report`).
+`eval/verified_rate` (sampled: verified samples / samples) with `eval/verified_rate_lo` and
+`_hi`; `eval/greedy_verified_rate` with `_lo` and `_hi`; `eval/solved_rate` (problems with at
+least one verified sample / problems), `eval/reward_mean`, `eval/verified`,
+`eval/greedy_verified`, `eval/samples`, `eval/problems`, `eval/wall_s` (not counted in
+`time/wall_s`, so evaluation does not tax the per-hour axis of `prover report`), and
+`eval/by_problem`: {problem id: [verified samples of the sampled metric, greedy verified 0/1]},
+which lets `prover report` pair two runs problem by problem.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import os
 import random
 import time
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from prover_cli.errors import InputError
 from prover_cli.progress import NULL_REPORTER
 
-EVAL_KEYS = ("eval/verified_rate", "eval/solved_rate", "eval/reward_mean", "eval/verified", "eval/samples",
-             "eval/problems", "eval/wall_s")
+EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_hi", "eval/greedy_verified_rate",
+             "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate", "eval/reward_mean",
+             "eval/verified", "eval/greedy_verified", "eval/samples", "eval/problems", "eval/wall_s", "eval/by_problem")
 
 
 def _derive_seed(*parts: Any, bits: int = 63) -> int:
@@ -113,32 +131,143 @@ def preserved_torch_rng() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda)
 
 
-def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any]] | None = None, *,
-                     task: Any = None, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
-    """Sample the held-out problems with the sampler's current weights and score them: `eval/*` keys.
+def problem_keys(problems: Sequence[dict[str, Any]]) -> list[str]:
+    """One key per problem for `eval/by_problem`: its `id` (or `name`), made unique by position if needed."""
+    keys = [str(p.get("id", p.get("name", i))) for i, p in enumerate(problems)]
+    if len(set(keys)) < len(keys):
+        keys = [f"{i}:{key}" for i, key in enumerate(keys)]
+    return keys
 
-    `sampler` is any prover sampler (`sampler.tokenizer`, `sampler.generate(prompts, params)`);
-    `problems` defaults to `heldout_problems(config)`, `task` to `data.task`."""
-    from prover_cli.tasks import get_task
 
-    task = task if task is not None else get_task(config.data.task)
-    problems = list(problems) if problems is not None else heldout_problems(config)
-    params = heldout_params(config)
-    started = time.monotonic()
-    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in problems]
+def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], prompts: list[str],
+                     params: Any, reporter: Any) -> tuple[list[int], list[float]]:
+    """(verified samples per problem, every reward) for one decoding setting."""
     with preserved_torch_rng():
         outputs = sampler.generate(prompts, params)
     completions = [sample.text for samples in outputs for sample in samples]
     scored = [p for p in problems for _ in range(params.n)]
     rewards = [float(r) for r in task.rewards(scored, completions, config, reporter=reporter)]
-    verified = [r == 1.0 for r in rewards]
-    solved = sum(any(verified[i * params.n:(i + 1) * params.n]) for i in range(len(problems)))
+    counts = [sum(r == 1.0 for r in rewards[i * params.n:(i + 1) * params.n]) for i in range(len(problems))]
+    return counts, rewards
+
+
+def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any]] | None = None, *,
+                     task: Any = None, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """Sample the held-out problems with the sampler's current weights and score them: `eval/*` keys.
+
+    Both metrics, each with its 95% interval (prover_cli/stats.py): the sampled verified rate
+    (`run.eval_n` samples at `run.eval_temperature`) and the greedy one (one sample at temperature
+    0). At `run.eval_temperature = 0` the two are one evaluation, made once.
+
+    `sampler` is any prover sampler (`sampler.tokenizer`, `sampler.generate(prompts, params)`);
+    `problems` defaults to `heldout_problems(config)`, `task` to `data.task`."""
+    from prover_cli.stats import rate_interval
+    from prover_cli.tasks import get_task
+
+    task = task if task is not None else get_task(config.data.task)
+    problems = list(problems) if problems is not None else heldout_problems(config)
+    params = heldout_params(config)
+    greedy = greedy_params(config)
+    started = time.monotonic()
+    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in problems]
+    if params.temperature == 0:  # greedy samples are all alike: the sampled metric is the greedy one
+        params = greedy
+    counts, rewards = _verified_counts(sampler, config, task, problems, prompts, params, reporter)
+    greedy_counts = (counts if params is greedy
+                     else _verified_counts(sampler, config, task, problems, prompts, greedy, reporter)[0])
+    rate, low, high = rate_interval(counts, params.n)
+    greedy_rate, greedy_low, greedy_high = rate_interval(greedy_counts, 1)
     return {
-        "eval/verified_rate": sum(verified) / len(rewards),
-        "eval/solved_rate": solved / len(problems),
+        "eval/verified_rate": rate,
+        "eval/verified_rate_lo": low,
+        "eval/verified_rate_hi": high,
+        "eval/greedy_verified_rate": greedy_rate,
+        "eval/greedy_verified_rate_lo": greedy_low,
+        "eval/greedy_verified_rate_hi": greedy_high,
+        "eval/solved_rate": sum(c > 0 for c in counts) / len(problems),
         "eval/reward_mean": sum(rewards) / len(rewards),
-        "eval/verified": sum(verified),
+        "eval/verified": sum(counts),
+        "eval/greedy_verified": sum(greedy_counts),
         "eval/samples": len(rewards),
         "eval/problems": len(problems),
         "eval/wall_s": time.monotonic() - started,
+        "eval/by_problem": {key: [c, g] for key, c, g in zip(problem_keys(problems), counts, greedy_counts)},
     }
+
+
+def greedy_params(config: Any):
+    """The greedy metric: one sample per problem at temperature 0, `generate.max_tokens` long."""
+    from prover_cli.samplers import SamplingParams
+
+    return SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=config.generate.max_tokens,
+                          seed=_derive_seed("heldout-sampling", config.run.seed, bits=31))
+
+
+# --------------------------------------------------------------------------------------------
+# The base: evaluated once, the first `eval/*` record (iteration 0) of every run that starts from it
+# --------------------------------------------------------------------------------------------
+
+BASE_CACHE_DIR = "heldout-base"
+BASE_CACHE_VERSION = 1  # bump when evaluate_heldout changes what it computes
+
+
+def base_cache_key(config: Any, problems: Sequence[dict[str, Any]], weights_sha256: str) -> str:
+    """sha256 over everything the base evaluation depends on: the weights, the problems, the settings.
+
+    The sampler backend and device are left out on purpose: they change the numerics, not what is
+    measured, and leaving them out is what lets an ES run (vLLM) and a GRPO run (transformers
+    on the trainer's model) start from one shared base point."""
+    params, greedy = heldout_params(config), greedy_params(config)
+    inputs = {
+        "version": BASE_CACHE_VERSION, "weights": weights_sha256, "task": config.data.task,
+        "family": config.model.family,
+        "problems": hashlib.sha256(json.dumps(list(problems), sort_keys=True).encode()).hexdigest(),
+        "sampled": [params.n, params.temperature, params.top_p, params.max_tokens, params.seed],
+        "greedy": [greedy.n, greedy.temperature, greedy.top_p, greedy.max_tokens],
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]], weights_sha256: str, *,
+                  task: Any = None, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+    """`evaluate_heldout` of the base weights, computed once per cache key and reused after.
+
+    The result is kept in `<model.cache_dir>/heldout-base/<key>.json` (written atomically, under
+    a lock, so an ES and a GRPO run started together evaluate the base once between them)."""
+    import fcntl
+
+    directory = Path(config.model.cache_dir) / BASE_CACHE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{base_cache_key(config, problems, weights_sha256)}.json"
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other run waits for this evaluation, then reads it
+        try:
+            cached = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(cached, dict) and "eval/verified_rate" in cached:
+                reporter.log(f"held-out evaluation of the base: reused {path}")
+                return cached
+        except (OSError, ValueError):
+            pass  # absent or torn: evaluate again
+        record = evaluate_heldout(sampler, config, problems, task=task, reporter=reporter)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return record
+
+
+def base_record(method: str, task: str, evaluation: dict[str, Any]) -> dict[str, Any]:
+    """The iteration-0 metrics.jsonl line: the base's `eval/*` keys and zero counters (no training keys)."""
+    return {"iteration": 0, "method": method, "task": task, "samples": 0, "samples/total": 0,
+            "time/wall_s": 0.0, "time/elapsed_s": 0.0, **evaluation}
+
+
+def weights_sha256(model: Any) -> str:
+    """The fingerprint ES records for the base (es/weights.py), from a torch module: fp32-promoted parameters."""
+    from prover_cli.es.weights import fingerprint
+
+    class Promoted(dict):  # one fp32 copy at a time, not the whole model twice
+        def __getitem__(self, name: str) -> Any:
+            tensor = super().__getitem__(name).detach()
+            return tensor.float() if tensor.is_floating_point() and tensor.element_size() < 4 else tensor
+
+    return fingerprint(Promoted(model.named_parameters()))

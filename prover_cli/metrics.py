@@ -4,7 +4,7 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 
 | key | meaning |
 |---|---|
-| `iteration` | 1-based iteration (ES) or optimizer step (GRPO) |
+| `iteration` | 1-based iteration (ES) or optimizer step (GRPO); 0 = the base's held-out evaluation (below) |
 | `method` | `es` or `grpo` |
 | `task` | `lean`, `countdown`, ... |
 | `reward/mean`, `reward/max` | over all samples scored this iteration |
@@ -18,14 +18,22 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `es/signal_var`, `es/noise_var` | ES only: this iteration's variance of the update's units' true rewards (pair differences with antithetic pairs; can read < 0) and the sampling-noise variance of one unit's reward, unbiased estimates from its sample rewards (prover_cli/es/signal.py, docs/ledger.md); absent with 1 sample per member |
 | `es/signal_share` | ES only: the share of signal in the update's rewards, pooled over the last 5 iterations: sum signal_var / sum (signal_var + noise_var); 1 = signal, 0 = noise, below 0.5 mostly noise (the run warns once 5 iterations are pooled); absent while no reward varied |
 | `grpo/loss`, `grpo/grad_norm`, `grpo/kl`, ... | GRPO only: TRL's own numbers for the step |
-| `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/heldout.py): verified samples / samples |
-| `eval/solved_rate`, `eval/reward_mean` | held-out: problems with a verified sample / problems; mean reward |
-| `eval/verified`, `eval/samples`, `eval/problems` | held-out counts |
+| `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/heldout.py), sampled: `run.eval_n` samples per problem at `run.eval_temperature`, verified samples / samples |
+| `eval/verified_rate_lo`, `eval/verified_rate_hi` | its 95% interval (Wilson with the design effect of samples sharing a problem; prover_cli/stats.py) |
+| `eval/greedy_verified_rate`, `_lo`, `_hi` | held-out, greedy: one sample per problem at temperature 0; verified problems / problems and its 95% interval (Wilson) |
+| `eval/solved_rate`, `eval/reward_mean` | held-out, sampled: problems with a verified sample / problems; mean reward |
+| `eval/verified`, `eval/greedy_verified`, `eval/samples`, `eval/problems` | held-out counts |
+| `eval/by_problem` | held-out, per problem id: `[verified samples (sampled), verified (greedy, 0/1)]`; `prover report` pairs runs by it (not streamed to trackers) |
 | `eval/wall_s` | held-out evaluation seconds (not counted in `time/wall_s` or `time/elapsed_s`) |
 
 The `eval/*` keys appear only on the lines of the iterations that were evaluated (every
-`run.eval_every` and the last one). Every line is also streamed to `run.report_to`
-(prover_cli/tracking.py), with `iteration` as the step.
+`run.eval_every` and the last one) and on the first line, **iteration 0**: the base model's
+evaluation, before any training, written by ES and GRPO alike (the same numbers for runs from
+the same base on the same problems: prover_cli/heldout.py caches it). That line has
+`iteration`, `method`, `task`, `samples` = `samples/total` = 0, `time/wall_s` =
+`time/elapsed_s` = 0 and the `eval/*` keys, and no training keys (`reward/*`,
+`verify/verified`). Every line is also streamed to `run.report_to` (prover_cli/tracking.py),
+with `iteration` as the step.
 """
 
 from __future__ import annotations
@@ -38,11 +46,23 @@ from typing import Any
 METRICS_FILE = "metrics.jsonl"
 REQUIRED_KEYS = ("iteration", "method", "task", "reward/mean", "reward/max", "verify/verified",
                  "samples", "samples/total", "time/wall_s", "time/elapsed_s")
+BASE_REQUIRED_KEYS = ("iteration", "method", "task", "samples", "samples/total", "time/wall_s", "time/elapsed_s",
+                      "eval/verified_rate")  # the iteration-0 line: the base's evaluation, no training
+
+
+def required_keys(record: dict[str, Any]) -> tuple[str, ...]:
+    """The keys a metrics line must have: iteration 0 is the base's evaluation, the others training."""
+    return BASE_REQUIRED_KEYS if record.get("iteration") == 0 else REQUIRED_KEYS
+
+
+def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines of trained iterations (iteration >= 1), without the base's iteration-0 line."""
+    return [r for r in records if r.get("iteration", 0) >= 1]
 
 
 def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
     """Append one iteration's metrics (flushed and fsynced: metrics survive a kill)."""
-    missing = [k for k in REQUIRED_KEYS if k not in record]
+    missing = [k for k in required_keys(record) if k not in record]
     if missing:
         raise ValueError(f"metrics record lacks {missing}")  # a bug in the trainer, not user input
     path = Path(run_dir) / METRICS_FILE

@@ -1,27 +1,49 @@
-"""`prover report`: ES and GRPO runs side by side, on the same axes.
+"""`prover report`: ES and GRPO runs side by side, on the same axes; several seeds per method aggregated.
 
-    prover report runs/es runs/grpo                       # -> reports/es-vs-grpo-<timestamp>/
+    prover report runs/es runs/grpo                                  # one run per method
+    prover report runs/s*/es runs/s*/grpo runs/s*/es-null            # seeds per method: means, bands, differences
     prover report runs/es runs/grpo --out reports/cmp --json
 
 Reads each run directory's `metrics.jsonl` (one line per iteration, the schema of
-`prover_cli.metrics`) and `config.toml` (the resolved config written when the run started), and
-writes into a NEW output directory (`--out`; default `reports/<run names>-<timestamp>/`): never
-an input run directory itself (a subdirectory such as `runs/es/report/` is fine), and never over
-an existing report.
+`prover_cli.metrics`; iteration 0 is the base's held-out evaluation) and `config.toml` (the
+resolved config written when the run started), and writes into a NEW output directory (`--out`;
+default `reports/<run names>-<timestamp>/`): never an input run directory itself (a
+subdirectory such as `runs/es/report/` is fine), and never over an existing report.
 
-- `report.json`: one summary per run (the table below, unrounded);
-- `report.png`: two rows of three panels, every run on the same axes:
-  1. training reward (`reward/mean`) vs iteration, vs thousands of samples, vs wall-clock time;
-  2. held-out verified rate (`eval/verified_rate`, prover_cli/heldout.py) on the same three axes,
-     for runs trained with `run.eval_every > 0`;
-  3. for ES runs, the signal share of the update (`es/signal_share`, pooled over the last 5
-     iterations; es/signal.py) on the same axes, with the 0.5 line below which the update is
-     mostly noise.
-  Iterations are integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever
-  fits the longest run), and the title names the task, the model(s) and the runs.
+**Arms.** Runs are grouped into arms: the same method with the same method section (`[es]` or
+`[grpo]`, save for how often it snapshots) and model; the runs of an arm are its seeds
+(`run.seed`). A null control (`es.shuffle_rewards`, `grpo.shuffle_rewards`) is an arm of its own,
+`es null` / `grpo null`; two arms of one method that differ otherwise are named by what differs
+(`es (sigma=0.003)`).
 
-"Verified" in the table is `verify/verified`: samples with reward 1.0 (Lean: proofs Lean accepted);
-"held-out" is the last `eval/verified_rate`, "best held-out" the highest.
+**Held-out, both metrics** (sampled `eval/verified_rate`, greedy `eval/greedy_verified_rate`;
+prover_cli/heldout.py), per arm:
+- at every sample budget (`samples/total`) all its runs were evaluated at, the base (0) first:
+  the mean over seeds and its 95% interval (Student's t over seeds); for an arm of one run, that
+  run's own interval, which covers the held-out problems and samples, not the luck of training;
+- base -> final (each run's last evaluation), and the gain final - base (per seed, then t over
+  seeds; for one run, paired problem by problem).
+
+**Paired differences** at the last evaluations: ES - GRPO (every ES arm against every GRPO arm,
+null controls aside), and every method against its null control (of the same method if there
+is one). Runs with the same `run.seed` are scored on the same held-out problems and are paired;
+each pair's difference is taken problem by problem (`eval/by_problem`), and the interval is t
+over the pairs, or over the problems for a single pair (prover_cli/stats.py says why).
+
+Outputs:
+- `report.json`: every run's summary, every arm's aggregates per budget, every difference;
+- `report.png`: three rows of three panels, training reward, held-out sampled and held-out
+  greedy verified rate, each vs iteration, vs thousands of samples, vs wall-clock time: one
+  curve per arm (its mean over seeds) with its 95% band, and the base as a star at 0. Iterations
+  are integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever fits the
+  longest run), and the title names the task, the model(s) and the arms; for ES runs a fourth
+  row, the signal share of the update (`es/signal_share`, pooled over the last 5 iterations;
+  es/signal.py) on the same axes, with the 0.5 line below which the update is mostly noise.
+- tables: per run (one run per arm) or per arm (training numbers), then held-out base -> final
+  with gains, then the paired differences.
+
+"Verified" in the per-run table is `verify/verified`: samples with reward 1.0 (Lean: proofs Lean
+accepted); "held-out" is the last `eval/verified_rate`, "best held-out" the highest.
 
 Comparisons are refused, with the runs and the values named, when
 - the tasks differ (`data.task`), or
@@ -29,8 +51,9 @@ Comparisons are refused, with the runs and the values named, when
   split (`data.train_split`), of its eval split (`eval.split`, from `eval.problems` or else the
   training problems) and, for runs with held-out evaluations, of its held-out set
   (`data.valid_split`, with `run.eval_problems` and the seed choosing its subset) are
-  fingerprinted, and the fingerprints must agree. A run whose problems file is absent is not
-  checked (nothing to compare), and the report says so.
+  fingerprinted. Runs of one seed must agree; across seeds the sets may differ (a seed may draw
+  its own problems), but two arms must have at least one set in common (their paired seeds). A
+  run whose problems file is absent is not checked (nothing to compare), and the report says so.
 """
 
 from __future__ import annotations
@@ -51,50 +74,73 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, load_jsonl_strict, log_malformed, read_jsonl, with_malformed, write_text_atomic
-from prover_cli.metrics import METRICS_FILE, REQUIRED_KEYS
+from prover_cli.metrics import METRICS_FILE, required_keys, training_records
 from prover_cli.progress import NULL_REPORTER
+from prover_cli.stats import mean_interval, paired_difference
 
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
 _NUMERIC_KEYS = ("reward/mean", "reward/max", "verify/verified", "samples", "samples/total",
                  "time/wall_s", "time/elapsed_s")
-EVAL_RATE = "eval/verified_rate"  # the held-out curve (prover_cli/heldout.py)
-_EVAL_NUMERIC_KEYS = (EVAL_RATE, "eval/solved_rate", "eval/reward_mean", "eval/samples", "eval/problems")
+EVAL_RATE = "eval/verified_rate"  # the held-out curves (prover_cli/heldout.py): sampled ...
+GREEDY_RATE = "eval/greedy_verified_rate"  # ... and greedy
+HELDOUT_METRICS = ((EVAL_RATE, "sampled"), (GREEDY_RATE, "greedy"))
+BY_PROBLEM = "eval/by_problem"
+_EVAL_NUMERIC_KEYS = (EVAL_RATE, "eval/verified_rate_lo", "eval/verified_rate_hi", GREEDY_RATE,
+                      "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate",
+                      "eval/reward_mean", "eval/samples", "eval/problems")
+_ARM_IGNORED_KEYS = ("snapshot_every", "save_every")  # how often a run saves, not what it trains
 SIGNAL_KEYS = ("es/signal_share", "es/signal_var", "es/noise_var")  # ES only (es/signal.py)
 SIGNAL_SHARE = SIGNAL_KEYS[0]
 
 
 def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
                 reporter: Any = NULL_REPORTER) -> dict[str, Any]:
-    """Compare runs: one table, `report.json` and `report.png` in a new `out_dir`.
+    """Compare runs: tables, `report.json` and `report.png` in a new `out_dir`.
 
     A malformed metrics line is reported by file and line and left out; the rest is reported
     and the command exits 1 (`ok` false)."""
     if not run_dirs:
         raise InputError("prover report needs at least one run directory")
     runs = [load_run(Path(d)) for d in run_dirs]
-    check_comparable(runs)
+    arms = group_arms(runs)
+    check_comparable(runs, arms)
     for run in runs:
         log_malformed(reporter, run["dir"] / METRICS_FILE, run["malformed"])
 
     summaries = [summarize_run(run) for run in runs]
+    arm_summaries = [summarize_arm(arm) for arm in arms]
+    diffs = differences(arms)
     out = prepare_out_dir(out_dir, runs)
     json_path, png_path = out / REPORT_JSON, out / REPORT_PNG
     task = runs[0]["task"]
     unchecked = [str(run["dir"]) for run in runs if run["problem_sets"] is None]
-    write_text_atomic(json_path, json.dumps({"task": task, "runs": summaries, "problem_sets_unchecked": unchecked},
+    write_text_atomic(json_path, json.dumps({"task": task, "runs": summaries, "arms": arm_summaries,
+                                             "differences": diffs, "problem_sets_unchecked": unchecked},
                                             indent=2, sort_keys=True) + "\n")
     plot_runs(runs, png_path)
+    single = all(len(arm["runs"]) == 1 for arm in arms)
+    tables = [summary_table(summaries) if single else arm_training_table(arm_summaries)]
+    if any(a["heldout"] for a in arm_summaries):
+        tables.append(heldout_table(arm_summaries))
+    if diffs:
+        tables.append(difference_table(diffs))
     result = {
         "ok": True,
         "task": task,
         "runs": summaries,
+        "arms": arm_summaries,
+        "differences": diffs,
         "problem_sets_unchecked": len(unchecked),
         "out": str(out),
         "report_json": str(json_path),
         "plot": str(png_path),
-        "tables": [summary_table(summaries)],
+        "tables": tables,
     }
+    if any(a["heldout"] for a in arm_summaries) and min(len(arm["runs"]) for arm in arms) < 2:
+        result["note"] = ("one run per arm: its intervals cover the held-out problems and samples, not the luck of "
+                          "training, so they cannot say which method is better; report several seeds per method "
+                          "(benchmarks/bench_demo.py runs 10 of the demo)")
     for run in runs:
         with_malformed(result, run["dir"] / METRICS_FILE, run["malformed"])
     return result
@@ -152,14 +198,22 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     methods = {record["method"] for _, record in records}
     if len(methods) > 1:
         raise InputError(f"{run_dir / METRICS_FILE}: mixes methods {sorted(methods)}; one run directory per run")
+    if not any(record["iteration"] >= 1 for _, record in records):
+        raise InputError(f"{run_dir / METRICS_FILE}: only the base's evaluation so far; no trained iteration yet")
     kept = [record for _, record in records]
+    method = methods.pop()
+    section = config.get(method, {})
     return {
         "dir": run_dir,
         "name": run_dir.resolve().name or str(run_dir),
         "task": task,
         "model": config.get("model", {}).get("name", "?"),
-        "method": methods.pop(),
+        "method": method,
+        "seed": config.get("run", {}).get("seed", 0),
+        "null": bool(section.get("shuffle_rewards", False)),
+        "settings": {k: v for k, v in section.items() if k not in _ARM_IGNORED_KEYS},
         "records": kept,
+        "base": kept[0] if kept[0]["iteration"] == 0 else None,
         "problem_sets": problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept)),
         "malformed": malformed,
     }
@@ -204,21 +258,29 @@ def read_metrics(path: Path, malformed: list[dict[str, Any]] | None = None) -> l
 
 
 def _metrics_defect(record: Any) -> str | None:
-    """Why a metrics.jsonl line cannot be reported, or None."""
+    """Why a metrics.jsonl line cannot be reported, or None (iteration 0: the base's evaluation)."""
     if isinstance(record, BadLine):
         return record.reason
-    missing = [key for key in REQUIRED_KEYS if key not in record]
+    missing = [key for key in required_keys(record) if key not in record]
     if missing:
         return f"missing {', '.join(missing)}"
     optional = (*_EVAL_NUMERIC_KEYS, *SIGNAL_KEYS)
-    for key in ("iteration", *_NUMERIC_KEYS, *(k for k in optional if k in record)):
+    for key in ("iteration", *(k for k in (*_NUMERIC_KEYS, *optional) if k in record)):
         value = record[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{key} = {value!r}: expected a finite number"
     for key in ("method", "task"):
         if not isinstance(record[key], str):
             return f"{key} = {record[key]!r}: expected a string"
+    if BY_PROBLEM in record and not _valid_by_problem(record[BY_PROBLEM]):
+        return f"{BY_PROBLEM} must map problem ids to [verified samples, greedy verified] pairs of non-negative integers"
     return None
+
+
+def _valid_by_problem(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+        for v in value.values())
 
 
 def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -> dict[str, str] | None:
@@ -247,8 +309,11 @@ def _fingerprint(path: Path, split: str) -> str:
     return f"{len(ids)} problems, sha256 {digest}"
 
 
-def check_comparable(runs: list[dict[str, Any]]) -> None:
-    """Refuse to compare different tasks or different problem sets, naming the runs and values."""
+def check_comparable(runs: list[dict[str, Any]], arms: list[dict[str, Any]] | None = None) -> None:
+    """Refuse to compare different tasks or different problem sets, naming the runs and values.
+
+    Runs of one seed must have the same sets; runs of different seeds may not (a seed may draw its
+    problems), but two arms with no set in common share no seed to pair."""
     first = runs[0]
     for run in runs[1:]:
         if run["task"] != first["task"]:
@@ -256,23 +321,37 @@ def check_comparable(runs: list[dict[str, Any]]) -> None:
                 f"cannot compare runs of different tasks: {first['dir']} is {first['task']!r}, "
                 f"{run['dir']} is {run['task']!r}",
                 hint="report runs of one task together")
+    arms = arms if arms is not None else group_arms(runs)
     for which in ("train", "eval", "heldout"):
-        checked = [run for run in runs if run["problem_sets"] is not None and which in run["problem_sets"]]
-        for run in checked[1:]:
-            a, b = checked[0]["problem_sets"][which], run["problem_sets"][which]
-            if a != b:
-                raise InputError(
-                    f"cannot compare runs with different {which} problem sets: {checked[0]['dir']} has {a}, "
-                    f"{run['dir']} has {b}",
-                    hint="train both runs on the same problems file (data.problems) and splits")
+        def fingerprint(run: dict[str, Any]) -> str | None:
+            return (run["problem_sets"] or {}).get(which)
+
+        def refuse(a: dict[str, Any], b: dict[str, Any]) -> None:
+            raise InputError(
+                f"cannot compare runs with different {which} problem sets: {a['dir']} has {fingerprint(a)}, "
+                f"{b['dir']} has {fingerprint(b)}",
+                hint="train the runs of one seed on the same problems file (data.problems) and splits")
+
+        by_seed: dict[Any, dict[str, Any]] = {}
+        for run in runs:
+            if fingerprint(run) is None:
+                continue
+            seen = by_seed.setdefault(run["seed"], run)
+            if fingerprint(seen) != fingerprint(run):
+                refuse(seen, run)
+        covered = [(arm, {fingerprint(r): r for r in arm["runs"] if fingerprint(r) is not None}) for arm in arms]
+        covered = [(arm, sets) for arm, sets in covered if sets]
+        for arm, sets in covered[1:]:  # arms with no set in common have nothing to pair
+            if not set(sets) & set(covered[0][1]):
+                refuse(next(iter(covered[0][1].values())), next(iter(sets.values())))
 
 
 # --------------------------------------------------------------------------------------------
-# Summary and table
+# One run: its summary and table
 # --------------------------------------------------------------------------------------------
 
 def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
-    records = run["records"]
+    records = training_records(run["records"])
     last = records[-1]
     verified = sum(r["verify/verified"] for r in records)
     iterations = len(records)
@@ -280,10 +359,14 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
     hours = last["time/elapsed_s"] / 3600
     evals = [r for r in records if EVAL_RATE in r]
     best = max(evals, key=lambda r: r[EVAL_RATE]) if evals else None
+    base = run["base"]
+    final = evals[-1] if evals else {}
     return {
         "run": run["name"],
         "dir": str(run["dir"]),
         "method": run["method"],
+        "null_control": run["null"],
+        "seed": run["seed"],
         "model": run["model"],
         "iterations": iterations,
         "samples": samples,
@@ -294,35 +377,284 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "verified_per_hour": verified / hours if hours else None,
         "final_reward": last["reward/mean"],
         # held-out evaluation of the current weights (None: the run had run.eval_every = 0)
-        "heldout_verified_rate": evals[-1][EVAL_RATE] if evals else None,
-        "heldout_iteration": evals[-1]["iteration"] if evals else None,
+        "heldout_verified_rate": final.get(EVAL_RATE),
+        "heldout_verified_rate_lo": final.get("eval/verified_rate_lo"),
+        "heldout_verified_rate_hi": final.get("eval/verified_rate_hi"),
+        "heldout_greedy_verified_rate": final.get(GREEDY_RATE),
+        "heldout_greedy_verified_rate_lo": final.get("eval/greedy_verified_rate_lo"),
+        "heldout_greedy_verified_rate_hi": final.get("eval/greedy_verified_rate_hi"),
+        "heldout_iteration": final.get("iteration"),
         "heldout_best_verified_rate": best[EVAL_RATE] if best else None,
         "heldout_best_iteration": best["iteration"] if best else None,
-        "heldout_problems": evals[-1].get("eval/problems") if evals else None,
-        "heldout_samples": evals[-1].get("eval/samples") if evals else None,
+        "heldout_base_verified_rate": base.get(EVAL_RATE) if base else None,
+        "heldout_base_greedy_verified_rate": base.get(GREEDY_RATE) if base else None,
+        "heldout_problems": final.get("eval/problems"),
+        "heldout_samples": final.get("eval/samples"),
         "heldout_evaluations": len(evals),
         # ES: the signal share of the last iterations at the end (None for GRPO, or before any estimate)
         "es_signal_share": next((r[SIGNAL_SHARE] for r in reversed(records) if SIGNAL_SHARE in r), None),
     }
 
 
-def summary_table(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The human table (samples, hours and held-out details stay in report.json)."""
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
-    def num(value: float | None, digits: int) -> str:
-        return "-" if value is None else f"{value:,.{digits}f}"
+
+def summary_table(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The human table, one row per run (samples, hours and held-out details stay in report.json)."""
 
     def at(value: float | None, iteration: int | None) -> str:
         return "-" if value is None else f"{value:.3f} @{iteration}"
 
-    rows = [[s["run"], s["method"], s["iterations"], s["verified"], num(s["verified_per_iteration"], 2),
-             num(s["verified_per_1k_samples"], 1), num(s["verified_per_hour"], 1), num(s["final_reward"], 3),
+    rows = [[s["run"], s["method"], s["iterations"], s["verified"], _num(s["verified_per_iteration"], 2),
+             _num(s["verified_per_1k_samples"], 1), _num(s["verified_per_hour"], 1), _num(s["final_reward"], 3),
              at(s["heldout_verified_rate"], s["heldout_iteration"]),
              at(s["heldout_best_verified_rate"], s["heldout_best_iteration"])]
             for s in summaries]
     return {"title": "verified proofs: ES vs GRPO",
             "columns": ["run", "method", "iters", "verified", "per iter", "per 1k samples", "per hour",
                         "final reward", "held-out", "best held-out"],
+            "rows": rows}
+
+
+# --------------------------------------------------------------------------------------------
+# Arms: the seeds of one method and setting
+# --------------------------------------------------------------------------------------------
+
+def group_arms(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs grouped by (method, null control, method section, model), in first-seen order, labelled."""
+    arms: list[dict[str, Any]] = []
+    for run in runs:
+        key = json.dumps([run["method"], run["null"], run["settings"], run["model"]], sort_keys=True)
+        arm = next((a for a in arms if a["key"] == key), None)
+        if arm is None:
+            arm = {"key": key, "method": run["method"], "null": run["null"], "runs": []}
+            arms.append(arm)
+        arm["runs"].append(run)
+    for arm in arms:
+        arm["label"] = arm["method"] + (" null" if arm["null"] else "")
+    for label in {a["label"] for a in arms}:
+        same = [a for a in arms if a["label"] == label]
+        if len(same) > 1:  # name them by what differs
+            settings = [a["runs"][0]["settings"] | {"model": a["runs"][0]["model"]} for a in same]
+            keys = sorted(k for k in set().union(*settings) if len({json.dumps(s.get(k)) for s in settings}) > 1)
+            for arm, setting in zip(same, settings):
+                arm["label"] = f"{label} ({', '.join(f'{k}={_toml(setting.get(k))}' for k in keys)})"
+    for arm in arms:  # what the plot and the tables call it
+        run = arm["runs"][0]
+        arm["display"] = (f"{run['name']} ({arm['label']})" if len(arm["runs"]) == 1
+                          else f"{arm['label']} ({len(arm['runs'])} seeds)")
+    return arms
+
+
+def _toml(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (str, list)) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _spread(values: list[float], floor: float | None = None) -> dict[str, Any]:
+    """Mean and 95% interval over seeds (t) of any number (`floor`: its least possible value); none for one seed."""
+    mean, low, high = mean_interval(values)
+    if floor is not None and low is not None:
+        low = max(floor, low)
+    return {"mean": mean, "lo": low, "hi": high, "n": len(values)}
+
+
+def _interval(values: list[float], single: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+    """A rate's mean and 95% interval over seeds (t, clipped to [0, 1]); one seed: `single`, the run's own."""
+    mean, low, high = mean_interval(values)
+    if len(values) == 1:
+        low, high = single
+    elif low is not None and high is not None:
+        low, high = max(0.0, low), min(1.0, high)
+    return {"mean": mean, "lo": low, "hi": high, "n": len(values)}
+
+
+def curve(arm: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """`key` at each sample budget every run of the arm has it at: mean and interval over seeds,
+    with the mean iteration and mean elapsed time there (for the plot's other axes)."""
+    per_run = [{r["samples/total"]: r for r in run["records"] if key in r} for run in arm["runs"]]
+    budgets = sorted(set.intersection(*(set(p) for p in per_run)))
+    points = []
+    for budget in budgets:
+        records = [p[budget] for p in per_run]
+        single = (records[0].get(f"{key}_lo"), records[0].get(f"{key}_hi"))
+        point = _interval([r[key] for r in records], single)
+        point.update({"samples": budget, "iteration": sum(r["iteration"] for r in records) / len(records),
+                      "elapsed_s": sum(r["time/elapsed_s"] for r in records) / len(records)})
+        points.append(point)
+    return points
+
+
+def per_problem(record: dict[str, Any], key: str) -> dict[str, float] | None:
+    """One evaluation's verified fraction per held-out problem, for `key` (sampled or greedy)."""
+    by_problem = record.get(BY_PROBLEM)
+    if by_problem is None:
+        return None
+    if key == GREEDY_RATE:
+        return {pid: float(v[1]) for pid, v in by_problem.items()}
+    per = record["eval/samples"] / record["eval/problems"]
+    return {pid: v[0] / per for pid, v in by_problem.items()}
+
+
+def paired(pairs: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict[str, Any] | None:
+    """Mean a - b over pairs of evaluations on the same problems, with its 95% interval.
+
+    Each pair's difference is the mean of its per-problem differences (`eval/by_problem`);
+    several pairs: t over the pairs; one pair: t over its problems."""
+    pairs = [(a, b) for a, b in pairs if key in a and key in b]
+    if not pairs:
+        return None
+    per_pair, problems = [], []
+    for a, b in pairs:
+        pa, pb = per_problem(a, key), per_problem(b, key)
+        if pa is not None and pb is not None:
+            try:
+                diffs = paired_difference(pa, pb)
+            except ValueError as exc:
+                raise InputError(f"cannot pair evaluations at iterations {a['iteration']} and {b['iteration']}: "
+                                 f"{exc}") from None
+            per_pair.append(sum(diffs) / len(diffs))
+            problems.append(diffs)
+        else:  # written before eval/by_problem: the rates, if the problem counts agree
+            if a.get("eval/problems") != b.get("eval/problems"):
+                raise InputError(f"cannot pair evaluations on {a.get('eval/problems')} and {b.get('eval/problems')} "
+                                 "held-out problems")
+            per_pair.append(a[key] - b[key])
+            problems.append(None)
+    if len(per_pair) > 1:
+        mean, low, high = mean_interval(per_pair)
+        basis = f"t over {len(per_pair)} seeds"
+    elif problems[0] is not None:
+        mean, low, high = mean_interval(problems[0])
+        mean = per_pair[0]
+        basis = f"t over {len(problems[0])} problems (one seed)"
+    else:
+        mean, low, high, basis = per_pair[0], None, None, "one seed, no per-problem results"
+    return {"mean": mean, "lo": low, "hi": high, "pairs": len(per_pair), "basis": basis}
+
+
+def _final(run: dict[str, Any], key: str) -> dict[str, Any] | None:
+    evals = [r for r in training_records(run["records"]) if key in r]
+    return evals[-1] if evals else None
+
+
+def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
+    """Held-out curves per budget, base -> final and the gain, for both metrics."""
+    runs = arm["runs"]
+    summary = {"arm": arm["label"], "method": arm["method"], "null_control": arm["null"],
+               "runs": [run["name"] for run in runs], "seeds": [run["seed"] for run in runs],
+               "iterations": sum(len(training_records(r["records"])) for r in runs) / len(runs),
+               "samples": sum(training_records(r["records"])[-1]["samples/total"] for r in runs) / len(runs),
+               "final_reward": _spread([training_records(r["records"])[-1]["reward/mean"] for r in runs]),
+               "verified_per_1k_samples": _spread(
+                   [sum(x["verify/verified"] for x in training_records(r["records"])) * 1000
+                    / max(training_records(r["records"])[-1]["samples/total"], 1) for r in runs], floor=0.0),
+               "heldout": {}}
+    for key, name in HELDOUT_METRICS:
+        finals = [_final(run, key) for run in runs]
+        if any(f is None for f in finals):
+            continue
+        bases = [run["base"] if run["base"] and key in run["base"] else None for run in runs]
+        entry = {"curve": curve(arm, key),
+                 "final": _interval([f[key] for f in finals],
+                                    (finals[0].get(f"{key}_lo"), finals[0].get(f"{key}_hi"))),
+                 "final_samples": [f["samples/total"] for f in finals],
+                 "base": None, "gain": None}
+        if all(b is not None for b in bases):
+            entry["base"] = _interval([b[key] for b in bases], (bases[0].get(f"{key}_lo"), bases[0].get(f"{key}_hi")))
+            entry["gain"] = paired(list(zip(finals, bases)), key)
+        summary["heldout"][name] = entry
+    return summary
+
+
+def differences(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ES - GRPO for every pair of non-null arms, and every non-null arm - its null control."""
+    plain = [a for a in arms if not a["null"]]
+    nulls = [a for a in arms if a["null"]]
+    comparisons = [(a, b) for a in plain if a["method"] == "es" for b in plain if b["method"] == "grpo"]
+    for arm in plain:
+        null = next((n for n in nulls if n["method"] == arm["method"]), nulls[0] if nulls else None)
+        if null is not None:
+            comparisons.append((arm, null))
+    out = []
+    for a, b in comparisons:
+        by_seed_b = _by_seed(b)
+        pairs = [(run, by_seed_b[seed]) for seed, run in _by_seed(a).items() if seed in by_seed_b]
+        if not pairs:
+            continue
+        entry = {"a": a["label"], "b": b["label"], "name": f"{a['label']} - {b['label']}",
+                 "seeds": sorted(seed for seed in _by_seed(a) if seed in by_seed_b)}
+        for key, name in HELDOUT_METRICS:
+            finals = [(_final(x, key), _final(y, key)) for x, y in pairs]
+            if any(fa is None or fb is None for fa, fb in finals):
+                continue
+            result = paired(finals, key)
+            if result is not None:
+                result["samples"] = sorted({fa["samples/total"] for fa, _ in finals} | {fb["samples/total"] for _, fb in finals})
+                entry[name] = result
+        if any(name in entry for _, name in HELDOUT_METRICS):
+            out.append(entry)
+    return out
+
+
+def _by_seed(arm: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    seen: dict[Any, dict[str, Any]] = {}
+    for run in arm["runs"]:
+        if run["seed"] in seen:
+            raise InputError(f"{seen[run['seed']]['dir']} and {run['dir']}: two runs of arm {arm['label']!r} with "
+                             f"run.seed = {run['seed']}; a paired comparison needs one run per seed and arm",
+                             hint="leave one of them out of the report")
+        seen[run["seed"]] = run
+    return seen
+
+
+def _rate(point: dict[str, Any] | None, digits: int = 3) -> str:
+    if point is None:
+        return "-"
+    band = f" ({point['lo']:.{digits}f}..{point['hi']:.{digits}f})" if point.get("lo") is not None else ""
+    return f"{point['mean']:.{digits}f}{band}"
+
+
+def _signed(point: dict[str, Any] | None) -> str:
+    if point is None:
+        return "-"
+    band = f" ({point['lo']:+.3f}..{point['hi']:+.3f})" if point.get("lo") is not None else ""
+    return f"{point['mean']:+.3f}{band}"
+
+
+def _base_to_final(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "-"
+    base = f"{entry['base']['mean']:.3f} -> " if entry.get("base") else ""
+    return base + _rate(entry["final"])
+
+
+def arm_training_table(arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """Training numbers per arm, mean over seeds (per run: report.json)."""
+    rows = [[a["arm"], len(a["runs"]), _num(a["iterations"], 0), _num(a["samples"], 0),
+             _rate(a["verified_per_1k_samples"], 1), _rate(a["final_reward"])] for a in arms]
+    return {"title": "training, mean over seeds (95% interval)",
+            "columns": ["arm", "seeds", "iters", "samples", "verified per 1k samples", "final reward"],
+            "rows": rows}
+
+
+def heldout_table(arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """Held-out verified rate, base -> final with the final's interval, and the gain, both metrics."""
+    rows = []
+    for a in arms:
+        sampled, greedy = a["heldout"].get("sampled"), a["heldout"].get("greedy")
+        rows.append([a["arm"], len(a["runs"]), _num(a["samples"], 0), _base_to_final(sampled),
+                     _signed(sampled and sampled["gain"]), _base_to_final(greedy), _signed(greedy and greedy["gain"])])
+    return {"title": "held-out verified rate: base -> final (95% interval), gain = final - base",
+            "columns": ["arm", "seeds", "samples", "sampled", "gain", "greedy", "gain"],
+            "rows": rows}
+
+
+def difference_table(diffs: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [[d["name"], len(d["seeds"]), _signed(d.get("sampled")), _signed(d.get("greedy")),
+             (d.get("sampled") or d.get("greedy"))["basis"]] for d in diffs]
+    return {"title": "paired difference at the final evaluation, same held-out problems (95% interval)",
+            "columns": ["difference", "seeds", "sampled", "greedy", "interval"],
             "rows": rows}
 
 
@@ -351,32 +683,60 @@ def plot_runs(runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _training_curve(arm: dict[str, Any]) -> list[dict[str, Any]]:
+    """Training reward per iteration every run of the arm reached: mean and interval over seeds."""
+    per_run = [{r["iteration"]: r for r in training_records(run["records"])} for run in arm["runs"]]
+    points = []
+    for iteration in sorted(set.intersection(*(set(p) for p in per_run))):
+        records = [p[iteration] for p in per_run]
+        point = _spread([r["reward/mean"] for r in records])
+        point.update({"iteration": iteration,
+                      "samples": sum(r["samples/total"] for r in records) / len(records),
+                      "elapsed_s": sum(r["time/elapsed_s"] for r in records) / len(records)})
+        points.append(point)
+    return points
+
+
 def build_figure(runs: list[dict[str, Any]]):
-    """Training reward, held-out verified rate (and ES signal share) in rows, each vs iteration, samples, time."""
+    """Training reward, held-out sampled and greedy verified rate (rows; and the ES signal share), each vs
+    iteration, samples, time.
+
+    One curve per arm (the mean over its seeds); held-out curves with their 95% band and the base
+    as a star at 0."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    arms = group_arms(runs)
     unit, per_unit = time_unit(max(run["records"][-1]["time/elapsed_s"] for run in runs))
     signal_runs = [run for run in runs if any(SIGNAL_SHARE in r for r in run["records"])]
-    fig, axes = plt.subplots(3 if signal_runs else 2, 3, figsize=(15, 12 if signal_runs else 8))
-    rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate"))
+    rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate, sampled"),
+            (GREEDY_RATE, "held-out verified rate, greedy"))
+    fig, axes = plt.subplots(len(rows) + bool(signal_runs), 3, figsize=(15, 4 * (len(rows) + bool(signal_runs))))
     for row, (key, what) in zip(axes, rows):
-        for run in runs:
-            records = [r for r in run["records"] if key in r]
-            if not records:
+        bases = []
+        for arm in arms:
+            points = _training_curve(arm) if key == "reward/mean" else curve(arm, key)
+            if not points:
                 continue
-            label = run["name"] if run["name"] == run["method"] else f"{run['name']} ({run['method']})"
-            values = [r[key] for r in records]
-            row[0].plot([r["iteration"] for r in records], values, marker=".", label=label)
-            row[1].plot([r["samples/total"] / 1000 for r in records], values, marker=".", label=label)
-            row[2].plot([r["time/elapsed_s"] / per_unit for r in records], values, marker=".", label=label)
+            bases += [p for p in points if p["iteration"] == 0]
+            xs = ([p["iteration"] for p in points], [p["samples"] / 1000 for p in points],
+                  [p["elapsed_s"] / per_unit for p in points])
+            for axis, x in zip(row, xs):
+                line, = axis.plot(x, [p["mean"] for p in points], marker=".", label=arm["display"])
+                if key != "reward/mean" and all(p["lo"] is not None for p in points):  # held-out: the band
+                    axis.fill_between(x, [p["lo"] for p in points], [p["hi"] for p in points],
+                                      color=line.get_color(), alpha=0.2, linewidth=0)
+        if bases:  # the shared starting point of every held-out curve
+            for axis in row:
+                axis.plot([0], [sum(p["mean"] for p in bases) / len(bases)], marker="*", markersize=12,
+                          color="black", linestyle="none", label="base (iteration 0)")
         for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
             axis.set(title=f"{what} vs {xlabel.split(' (')[0]}", xlabel=xlabel, ylabel=what)
             axis.set_xlim(left=0)
-            axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1]) if key == EVAL_RATE else None)
+            axis.set_ylim(bottom=0, top=min(1.0, axis.get_ylim()[1]) if key != "reward/mean" else None)  # rates: <= 1
             axis.grid(alpha=0.3)
             if axis.get_legend_handles_labels()[0]:
                 axis.legend(fontsize="small")
@@ -385,10 +745,9 @@ def build_figure(runs: list[dict[str, Any]]):
                           transform=axis.transAxes, color="gray")
         row[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
     if signal_runs:
-        plot_signal(axes[2], signal_runs, unit, per_unit)
+        plot_signal(axes[len(rows)], signal_runs, unit, per_unit)
     models = sorted({run["model"] for run in runs})
-    fig.suptitle(f"{runs[0]['task']} with {', '.join(models)}: "
-                 + " vs ".join(f"{run['name']} ({run['method']})" for run in runs))
+    fig.suptitle(f"{runs[0]['task']} with {', '.join(models)}: " + " vs ".join(arm["display"] for arm in arms))
     fig.tight_layout()
     return fig
 

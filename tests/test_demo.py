@@ -1,4 +1,4 @@
-"""The demo's main stage in miniature: ES and GRPO from the warm-started base, one comparison line."""
+"""The demo's main stage in miniature: ES and GRPO from the warm-started base, one line per held-out metric."""
 
 import json
 import re
@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from prover_cli.warmstart import build_warmstart, heldout_line, sample_budgets, warmstart_dir
+from prover_cli.warmstart import build_warmstart, heldout_lines, sample_budgets, warmstart_dir
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
-LINE = re.compile(r"held-out (\w+) \((\d+) problems\): es (\d\.\d{3}) -> (\d\.\d{3}), grpo (\d\.\d{3}) -> (\d\.\d{3})")
+RATE = r"(\d\.\d{3}) \(\d\.\d{3}\.\.\d\.\d{3}\)"
+LINE = re.compile(rf"held-out (\w+) \((\d+) problems\), (sampled|greedy) \(([^)]*)\): base {RATE} -> es {RATE}, grpo {RATE}")
 
 
 @pytest.fixture(scope="session")
@@ -21,9 +22,15 @@ def warm_cache(tmp_path_factory):
 
 
 def test_line_format():
-    line = heldout_line("countdown", 40, 0.0625, 0.1, 0.15625)
-    assert line == "held-out countdown (40 problems): es 0.062 -> 0.100, grpo 0.062 -> 0.156"
-    assert LINE.fullmatch(line)
+    record = lambda rate, greedy: {"eval/verified_rate": rate, "eval/verified_rate_lo": rate - 0.05,  # noqa: E731
+                                   "eval/verified_rate_hi": rate + 0.05, "eval/greedy_verified_rate": greedy,
+                                   "eval/greedy_verified_rate_lo": greedy - 0.1, "eval/greedy_verified_rate_hi": greedy + 0.1}
+    what = {"sampled": "4 samples/problem at temperature 0.7", "greedy": "1 sample/problem at temperature 0"}
+    sampled, greedy = heldout_lines("countdown", 40, what, record(0.0625, 0.25), record(0.1, 0.3), record(0.15625, 0.2))
+    assert sampled == ("held-out countdown (40 problems), sampled (4 samples/problem at temperature 0.7): "
+                       "base 0.062 (0.012..0.113) -> es 0.100 (0.050..0.150), grpo 0.156 (0.106..0.206)")
+    assert greedy.startswith("held-out countdown (40 problems), greedy (1 sample/problem at temperature 0): base 0.250")
+    assert LINE.fullmatch(sampled) and LINE.fullmatch(greedy)
 
 
 def test_demo_budgets_are_equal():
@@ -50,14 +57,25 @@ def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
 
     base = base_heldout(config)
     result = comparison(config, tmp_path / "es", tmp_path / "grpo", base=base)
-    match = LINE.fullmatch(result["line"])
-    assert match, result["line"]
-    task, problems, a, b, c, d = match.groups()
-    assert task == "countdown" and int(problems) == 20 and a == c == f"{base['eval/verified_rate']:.3f}"
-    for run, value in (("es", b), ("grpo", d)):
+    for line, metric, key in zip(result["lines"], ("sampled", "greedy"), ("eval/verified_rate", "eval/greedy_verified_rate")):
+        match = LINE.fullmatch(line)
+        assert match, line
+        task, problems, name, _, a, b, c = match.groups()
+        assert (task, int(problems), name) == ("countdown", 20, metric) and a == f"{base[key]:.3f}"
+        for run, value in (("es", b), ("grpo", c)):
+            last = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()][-1]
+            assert value == f"{last[key]:.3f}"  # the line reports the last evaluation
+    first_lines = []
+    for run in ("es", "grpo"):
         lines = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-        assert [x["iteration"] for x in lines if "eval/verified_rate" in x] == [1, 2]
-        assert value == f"{lines[-1]['eval/verified_rate']:.3f}"  # the line reports the last evaluation
+        assert [x["iteration"] for x in lines if "eval/verified_rate" in x] == [0, 1, 2]  # the base first
+        assert [x["iteration"] for x in lines if "eval/greedy_verified_rate" in x] == [0, 1, 2]  # both metrics
+        first_lines.append({k: v for k, v in lines[0].items() if k.startswith("eval/")})
+    # Both runs start at the very same base evaluation (evaluated once, by the first run), the one
+    # `base_heldout` returns.
+    assert first_lines[0] == first_lines[1]
+    assert first_lines[0]["eval/verified_rate"] == base["eval/verified_rate"]
+    assert first_lines[0]["eval/by_problem"] == base["eval/by_problem"]
 
     with pytest.raises(ValueError, match="not the same held-out set"):
         comparison(config, tmp_path / "es", tmp_path / "grpo", base={**base, "eval/problems": 21})

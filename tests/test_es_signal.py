@@ -91,15 +91,15 @@ def test_spearman_brown_samples():
 
 
 def test_the_warning_waits_for_a_window_and_names_every_knob_and_a_budget():
-    config = config_from_dict({"es": {"problems_per_iteration": 8, "samples_per_problem": 1, "sigma": 0.01},
-                               "generate": {"temperature": 0.7}})
+    config = config_from_dict({"es": {"problems_per_iteration": 8, "samples_per_problem": 1, "sigma": 0.01,
+                                      "member_temperature": 0.7}})
     noisy, clean = (0.1, 0.9), (0.9, 0.1)                   # shares 0.1 and 0.9
     assert noise_warning([], config) is None and noise_warning([clean] * WINDOW, config) is None
     assert noise_warning([noisy] * (WINDOW - 1), config) is None  # not "the last few iterations" yet
     assert noise_warning([noisy], config, minimum=1) is not None  # the run summary of a short run
     text = noise_warning([clean] * 10 + [noisy, None] * WINDOW, config)  # the last WINDOW defined parts
     for knob in ("signal share 0.10 over the last 5 iterations", "es.problems_per_iteration",
-                 "es.samples_per_problem", "generate.temperature = 0.7", "es.sigma", "--probe", "= 8 now", "about 72"):
+                 "es.samples_per_problem", "es.member_temperature = 0.7", "es.sigma", "--probe", "= 8 now", "about 72"):
         assert knob in text, knob
     assert "no signal at all" in noise_warning([(-0.1, 0.5)] * WINDOW, config)
     assert progress_field(0.1, text) == "0.10 NOISE" and progress_field(0.1, None) == "0.10"
@@ -186,7 +186,7 @@ def synthetic_run(tmp_path, cache_dir, monkeypatch, kind, name=None, iterations=
         "data": {"task": "toy"},
         "generate": {"temperature": 0.7, "max_tokens": 4},
         "es": {"population": 16, "sigma": 0.01, "learning_rate": 0.001, "iterations": iterations,
-               "problems_per_iteration": 8, "samples_per_problem": 2},
+               "problems_per_iteration": 8, "samples_per_problem": 2, "member_temperature": 0.7},
         "run": {"dir": str(run_dir), "seed": 3, **run},
     })
     task = SyntheticTask(kind)
@@ -246,12 +246,13 @@ def test_report_plots_the_signal_share_of_es_runs_only(tmp_path):
                     "time/elapsed_s": float(i),
                     **({"es/signal_share": 0.1 * i, "es/signal_var": 0.1, "es/noise_var": 0.1} if signal else {})}
                    for i in range(1, 4)]
-        return {"name": name, "method": method, "model": "tiny", "task": "toy", "records": records}
+        return {"name": name, "method": method, "model": "tiny", "task": "toy", "records": records, "seed": 0,
+                "null": False, "settings": {}, "base": None}
 
     es, grpo = run("es", "es", True), run("grpo", "grpo", False)
     titles = [axis.get_title() for axis in build_figure([es, grpo]).axes]
-    assert len(titles) == 9 and "ES signal share vs iteration" in titles
-    assert len(build_figure([grpo]).axes) == 6  # no ES estimate, no third row
+    assert len(titles) == 12 and "ES signal share vs iteration" in titles
+    assert len(build_figure([grpo]).axes) == 9  # no ES estimate, no fourth row
     assert summarize_run({**es, "dir": tmp_path})["es_signal_share"] == pytest.approx(0.3)
     assert summarize_run({**grpo, "dir": tmp_path})["es_signal_share"] is None
 

@@ -126,7 +126,7 @@ def test_training_writes_ledger_metrics_and_a_final_model_that_moved(trained):
     assert [bool(r.get("snap")) for r in records] == [False, True, False, True]
     assert all((run_dir / "snapshots" / f"{r['snap']}.safetensors").exists() for r in records if "snap" in r)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["iteration"] for m in metrics] == [1, 2, 3, 4]
+    assert [m["iteration"] for m in metrics] == [1, 2, 3, 4]  # no held-out evaluation: no base line either
     assert all(m["method"] == "es" and m["samples"] == 16 and "es/update_norm" in m for m in metrics)
     assert metrics[-1]["samples/total"] == 64
     assert (run_dir / "config.toml").exists()
@@ -249,6 +249,89 @@ def test_an_existing_ledger_needs_resume_and_resume_needs_the_same_settings(trai
     assert extended["resumed_from"] == 4 and extended["iterations"] == 5
 
 
+# -- the null control and the member evaluation ----------------------------------------------------
+
+def test_shuffled_rewards_update_along_a_seeded_permutation_of_the_true_rewards():
+    from prover_cli.es.train import apply_rewards, shuffled
+
+    rewards = [0.0, 0.25, 0.5, 0.75, 1.0, 0.125]
+    permuted = [shuffled(rewards, 3, i) for i in range(1, 6)]
+    assert all(sorted(p) == sorted(rewards) for p in permuted) and permuted[0] == shuffled(rewards, 3, 1)
+    assert any(p != rewards for p in permuted) and len({tuple(p) for p in permuted}) > 1  # per iteration
+
+    class Recorder:
+        def update(self, terms):
+            self.terms = terms
+            return 1.0
+
+    es = {"fitness_shaping": "zscore", "antithetic": True, "learning_rate": 0.1}
+    plain, null, by_hand = Recorder(), Recorder(), Recorder()
+    apply_rewards(plain, rewards, 3, 2, es)
+    apply_rewards(null, rewards, 3, 2, {**es, "shuffle_rewards": True})
+    apply_rewards(by_hand, shuffled(rewards, 3, 2), 3, 2, es)
+    assert null.terms == by_hand.terms != plain.terms
+
+
+def test_null_control_ledger_keeps_the_true_rewards_and_replays_bit_exactly(trained, tmp_path, cache_dir):
+    plain_config, _ = trained
+    config = make_config(tmp_path / "null", cache_dir, snapshot_every=2, shuffle_rewards=True)
+    train_es(config)
+    header, records = read_ledger(config.run_dir / "ledger.json")
+    plain_header, plain_records = read_ledger(plain_config.run_dir / "ledger.json")
+    assert header["es"]["shuffle_rewards"] is True and plain_header["es"]["shuffle_rewards"] is False
+    # Iteration 1 starts from the same base with the same members: the same (true) rewards, another step.
+    assert records[0]["rewards"] == plain_records[0]["rewards"] and len(set(records[0]["rewards"])) > 1
+    assert records[0]["fp"] != plain_records[0]["fp"]
+    out = tmp_path / "replayed"
+    replay_seeds(config, ledger_path=config.run_dir / "ledger.json", out_dir=out)
+    assert tensor_hashes(out) == tensor_hashes(config.run_dir / "final")
+    # Ledgers written before the key existed read as not shuffled: they still resume.
+    from prover_cli.es.ledger import header_differences
+
+    older = json.loads(json.dumps(plain_header))
+    del older["es"]["shuffle_rewards"]
+    assert header_differences(older, plain_header) == []
+    assert header_differences(older, header) == ["es.shuffle_rewards: ledger False != now True"]
+
+
+def test_members_are_scored_at_the_member_temperature_recorded_in_the_ledger(tmp_path, cache_dir):
+    from prover_cli.es.train import member_completions
+    from prover_cli.samplers import Sample
+
+    class Spy:
+        tokenizer = None
+
+        def generate(self, prompts, params):
+            self.params = params
+            return [[Sample("x", "stop", 1, 1)] * params.n for _ in prompts]
+
+    class Weights:
+        def perturb(self, seed, scale):
+            pass
+
+        def restore(self):
+            pass
+
+    task = ToyTask()
+    task.build_prompt = lambda problem, tokenizer, family: "p"
+    for temperature, expected in ((None, 0.0), (0.7, 0.7)):
+        extra = {} if temperature is None else {"member_temperature": temperature}
+        config = make_config(tmp_path / "run", cache_dir, **extra)
+        spy = Spy()
+        member_completions(spy, Weights(), task, [{"id": "a"}], config, 1, 0)
+        assert spy.params.temperature == expected and spy.params.top_p == config.generate.top_p
+
+    config = make_config(tmp_path / "sampled", cache_dir, member_temperature=0.7, iterations=1)
+    train_es(config)
+    header, _ = read_ledger(config.run_dir / "ledger.json")
+    assert header["sampling"]["temperature"] == 0.7
+    with pytest.raises(ConfigError, match="sampling.temperature: ledger 0.7 != now 0.0"):
+        train_es(make_config(tmp_path / "sampled", cache_dir, iterations=2), resume=True)
+    with pytest.raises(ConfigError, match=r"es.samples_per_problem = 2.*es.member_temperature = 0"):
+        make_config(tmp_path / "x", cache_dir, samples_per_problem=2)
+    make_config(tmp_path / "x", cache_dir, samples_per_problem=2, member_temperature=1.0)  # sampled: fine
+
+
 def test_kill_9_during_training_then_resume_ends_bit_identical_to_an_uninterrupted_run(tmp_path, cache_dir):
     def write_config(name):
         raw = raw_config(tmp_path / name, cache_dir, iterations=20, snapshot_every=3)
@@ -309,9 +392,13 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
 
     assert tensor_hashes(config.run_dir / "final") == tensor_hashes(plain_config.run_dir / "final")
     assert read_ledger(config.run_dir / "ledger.json")[1] == read_ledger(plain_config.run_dir / "ledger.json")[1]
-    metrics = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [sorted(k for k in m if k.startswith("eval/")) for m in metrics] == [[], [], sorted(EVAL_KEYS),
-                                                                                sorted(EVAL_KEYS)]
+    base, *metrics = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(k for k in m if k.startswith("eval/")) for m in [base, *metrics]] == \
+        [sorted(EVAL_KEYS), [], [], sorted(EVAL_KEYS), sorted(EVAL_KEYS)]
+    assert base["iteration"] == 0 and base["method"] == "es" and "reward/mean" not in base
+    of_base = evaluate_heldout(load_sampler(config), config, heldout_problems(config))  # the base model, anew
+    for key in ("eval/verified_rate", "eval/greedy_verified_rate", "eval/by_problem", "eval/samples"):
+        assert base[key] == of_base[key], key
     problems = heldout_problems(config)
     assert len(problems) == 6 and {p["split"] for p in problems} == {"valid"}
     assert problems == heldout_problems(config)  # a fixed subset
@@ -322,7 +409,8 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
     events = EventAccumulator(str(config.run_dir / "tensorboard")).Reload()
     assert [(e.step, pytest.approx(e.value)) for e in events.Scalars("reward/mean")] == \
         [(m["iteration"], m["reward/mean"]) for m in metrics]
-    assert [e.step for e in events.Scalars("eval/reward_mean")] == [3, 4]
+    assert [e.step for e in events.Scalars("eval/reward_mean")] == [0, 3, 4]
+    assert [e.step for e in events.Scalars("eval/greedy_verified_rate")] == [0, 3, 4]
     assert [e.value for e in events.Scalars("es/skipped")] == [float(m["es/skipped"]) for m in metrics]
 
 

@@ -420,7 +420,7 @@ def test_reward_is_one_only_for_verified_and_verifies_one_batch(recording_verify
 # --------------------------------------------------------------------------------------------
 
 OURS_TO_TRL = {"steps": "max_steps", "save_every": "save_steps"}  # every other [grpo] key has TRL's name
-NOT_TRL_KEYS = {"fp32_master"}  # ours alone: how load_policy loads the model (tested below)
+NOT_TRL_KEYS = {"fp32_master", "shuffle_rewards"}  # ours alone: how load_policy loads the model, the null control
 
 
 def test_every_grpo_key_lands_on_trl_config(tmp_path):
@@ -567,7 +567,7 @@ def test_bf16_model_trains_fp32_master_weights_where_bf16_weights_round_small_st
         base = load_file(_tiny_dir(cache_dir) / "model.safetensors")  # built by the first run
         after = load_file(run / "final" / "model.safetensors")
         dtype = json.loads((run / "final" / "config.json").read_text())["dtype"]
-        assert [m["eval/samples"] for m in read_metrics(run) if "eval/samples" in m] == [2]
+        assert [m["eval/samples"] for m in read_metrics(run) if "eval/samples" in m] == [2, 2]  # base, then step 4
         moved[master] = ({name: changed_fraction(base, after, name) for name in base}, dtype,
                          {t.dtype for t in after.values()})
 
@@ -671,18 +671,27 @@ def test_heldout_eval_and_tensorboard_leave_the_trajectory_unchanged(tmp_path, c
     before, after = load_file(plain / "final" / "model.safetensors"), load_file(tracked / "final" / "model.safetensors")
     assert all(before[name].equal(after[name]) for name in before), "evaluation changed the training trajectory"
     plain_metrics, metrics = read_metrics(plain), read_metrics(tracked)
+    base, metrics = metrics[0], metrics[1:]  # the base's evaluation, before step 1
+    assert base["iteration"] == 0 and base["samples/total"] == 0 and "reward/mean" not in base
     assert [m["reward/mean"] for m in metrics] == [m["reward/mean"] for m in plain_metrics]
-    assert [sorted(k for k in m if k.startswith("eval/")) for m in metrics] == [[], sorted(EVAL_KEYS), sorted(EVAL_KEYS)]
-    for m in metrics[1:]:
+    assert [sorted(k for k in m if k.startswith("eval/")) for m in [base, *metrics]] == \
+        [sorted(EVAL_KEYS), [], sorted(EVAL_KEYS), sorted(EVAL_KEYS)]
+    for m in [base, *metrics[1:]]:
         assert m["eval/problems"] == 3 == len(heldout_problems(config)) and m["eval/samples"] == 3  # eval_n = 1
         assert 0.0 <= m["eval/reward_mean"] <= 1.0 and m["eval/wall_s"] > 0
+        assert m["eval/verified_rate_lo"] <= m["eval/verified_rate"] <= m["eval/verified_rate_hi"]
+        assert m["eval/greedy_verified_rate_lo"] <= m["eval/greedy_verified_rate"] <= m["eval/greedy_verified_rate_hi"]
 
     events = EventAccumulator(str(tracked / "tensorboard")).Reload()
-    assert "eval/reward_mean" in events.Tags()["scalars"]
-    for key in ("reward/mean", "verify/verified", "samples/total"):
+    assert {"eval/reward_mean", "eval/greedy_verified_rate", "eval/verified_rate_hi"} <= set(events.Tags()["scalars"])
+    assert not any("by_problem" in tag for tag in events.Tags()["scalars"])  # per-problem results stay in the file
+    for key in ("reward/mean", "verify/verified"):
         assert [(e.step, pytest.approx(e.value)) for e in events.Scalars(key)] == \
             [(m["iteration"], m[key]) for m in metrics], key
-    assert [e.step for e in events.Scalars("eval/reward_mean")] == [2, 3]
+    assert [e.step for e in events.Scalars("samples/total")] == [0, 1, 2, 3]
+    assert [e.step for e in events.Scalars("eval/reward_mean")] == [0, 2, 3]
+    assert [e.value for e in events.Scalars("eval/greedy_verified_rate")] == \
+        [pytest.approx(m["eval/greedy_verified_rate"]) for m in (base, *metrics[1:])]
     assert list((tracked / "tensorboard" / "trl").glob("events.out.tfevents.*"))  # TRL's own curves too
 
 
@@ -721,3 +730,126 @@ def test_cli_grpo_streams_to_trackio_and_wandb_offline_with_clean_json(tmp_path,
     assert [row["step"] for row in logs if "train/loss" in row] == [1, 2]  # TRL's, in the same run
     run_id = (run / "wandb-run-id").read_text().strip()
     assert [p.name.rsplit("-", 1)[1] for p in (run / "wandb").glob("offline-run-*")] == [run_id]
+
+
+# --------------------------------------------------------------------------------------------
+# The null control: rewards permuted within each group
+# --------------------------------------------------------------------------------------------
+
+def test_shuffle_in_groups_permutes_within_each_group_only_and_is_seeded_by_content():
+    prompts = ["a"] * 4 + ["b"] * 4
+    completions = [f"c{i}" for i in range(8)]
+    rewards = [1.0, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0]
+    shuffled = grpo.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=0)
+    assert sorted(shuffled[:4]) == sorted(rewards[:4]) and sorted(shuffled[4:]) == sorted(rewards[4:])
+    assert shuffled == grpo.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=0)  # a resume: the same
+    seeds = {tuple(grpo.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=s)) for s in range(20)}
+    assert len(seeds) > 5  # the seed matters, and the permutation is not the identity every time
+    with pytest.raises(ValueError, match="not one prompt's group"):
+        grpo.shuffle_in_groups(rewards, ["a", "b"] * 4, completions, 4, run_seed=0)
+    with pytest.raises(ValueError, match="not whole groups"):
+        grpo.shuffle_in_groups(rewards[:6], prompts[:6], completions[:6], 4, run_seed=0)
+
+
+def test_null_control_reward_gives_trl_permuted_rewards_and_logs_the_true_ones():
+    from prover_cli.tasks import get_task
+
+    task = get_task("countdown")
+    config = load_config(None, ["data.task=countdown", "grpo.num_generations=2", "grpo.per_device_train_batch_size=4",
+                                "grpo.shuffle_rewards=true"])
+    problems = {"numbers": [[1, 2], [1, 2], [3, 4], [3, 4]], "target": [3, 3, 7, 7]}
+    completions = ["<answer> 1 + 2 </answer>", "<answer> 2 - 1 </answer>", "<answer> 3 + 4 </answer>", "no"]
+    stats = grpo.StepRewards()
+    reward = grpo.make_reward_function(task, config, stats, columns=["numbers", "target"])
+    given = reward(["p1", "p1", "p2", "p2"], completions, **problems)
+    true = [1.0, 0.0, 1.0, 0.0]
+    assert stats.take() == true
+    assert given == grpo.shuffle_in_groups(true, ["p1", "p1", "p2", "p2"], completions, 2, run_seed=0)
+    assert sorted(given[:2]) == [0.0, 1.0] and sorted(given[2:]) == [0.0, 1.0]
+    plain = grpo.make_reward_function(task, load_config(None, ["data.task=countdown"]), stats, ["numbers", "target"])
+    assert plain(["p1", "p1", "p2", "p2"], completions, **problems) == true
+
+
+# --------------------------------------------------------------------------------------------
+# Prompts: GRPO trains on the token ids the samplers sample from
+# --------------------------------------------------------------------------------------------
+
+DEEPSEEK_BOS = "<｜begin▁of▁sentence｜>"
+
+
+def bos_model_dir(path: Path) -> Path:
+    """A tiny model whose tokenizer adds a BOS itself, as DeepSeek-Prover's and Goedel-Prover-V1's do
+    (LLaMA-style: `tokenizer(text)` starts with BOS; `add_special_tokens=False` does not)."""
+    import torch
+    from tokenizers import processors
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    from prover_cli.tiny_model import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.add_special_tokens({"bos_token": DEEPSEEK_BOS})
+    bos_id = tokenizer.convert_tokens_to_ids(DEEPSEEK_BOS)
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{DEEPSEEK_BOS} $A", pair=f"{DEEPSEEK_BOS} $A {DEEPSEEK_BOS} $B", special_tokens=[(DEEPSEEK_BOS, bos_id)])
+    tokenizer.save_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert tokenizer("x")["input_ids"][0] == bos_id != tokenizer("x", add_special_tokens=False)["input_ids"][0]
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, bos_token_id=bos_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_grpo_trains_on_the_prompt_ids_the_sampler_uses_with_a_bos_adding_tokenizer(tmp_path):
+    from prover_cli.samplers import SamplingParams
+    from prover_cli.samplers.transformers_sampler import TransformersSampler, load_model_and_tokenizer
+    from prover_cli.tasks import get_task
+
+    config = load_config(DEMO, [f"run.dir={tmp_path / 'run'}", f"model.name={bos_model_dir(tmp_path / 'model')}",
+                                "model.family=deepseek-v1.5", "data.task=lean", "grpo.steps=1",
+                                "grpo.num_generations=2", "grpo.per_device_train_batch_size=4",
+                                "grpo.max_completion_length=4", "grpo.save_every=0"])
+    model, tokenizer, _ = load_model_and_tokenizer(config.model)
+    bos = tokenizer.bos_token_id
+    task = get_task("lean")
+    problems = [{"id": f"p{i}", "formal_statement": f"theorem t{i} : {i} + 1 = {i + 1} := by\n", "split": "train"}
+                for i in range(2)]
+
+    # What the samplers feed the model (generate, ES, held-out evaluation): one BOS, from the prompt text.
+    sampler = TransformersSampler(config, model=model, tokenizer=tokenizer)
+    seen = []
+    original = model.generate
+
+    def spy(**kwargs):
+        for ids, mask in zip(kwargs["input_ids"], kwargs["attention_mask"]):
+            seen.append(ids[mask.bool()].tolist())
+        return original(**kwargs)
+
+    model.generate = spy
+    prompts = [task.build_prompt(p, tokenizer, config.model.family) for p in problems]
+    sampler.generate(prompts, SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=2, seed=0))
+    model.generate = original
+    assert all(ids[0] == bos != ids[1] for ids in seen)
+    assert tokenizer(prompts[0])["input_ids"][:2] == [bos, bos]  # the prompt as-is through TRL: two BOS
+
+    # What GRPO trains on: the prompt ids TRL builds for the step, from grpo.build_dataset's prompts.
+    dataset = grpo.build_dataset(problems, task, tokenizer, config.model.family)
+    trained = []
+    trainer = grpo.resumable_trainer_class()(
+        model=model, reward_funcs=lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions],
+        args=grpo.grpo_args(config, output_dir=tmp_path / "ckpt", cuda=False), train_dataset=dataset,
+        processing_class=tokenizer)
+    score = trainer._generate_and_score_completions
+
+    def record(inputs):
+        output = score(inputs)
+        for ids, mask in zip(output["prompt_ids"], output["prompt_mask"]):
+            trained.append(ids[mask.bool()].tolist())
+        return output
+
+    trainer._generate_and_score_completions = record
+    trainer.train()
+    assert len(trained) == 4 and {tuple(ids) for ids in trained} == {tuple(ids) for ids in seen}

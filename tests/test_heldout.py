@@ -81,7 +81,9 @@ class FakeTask:
         return [1.0 if c == "ok" else 0.25 for c in completions]
 
 
-def test_evaluate_heldout_counts_verified_samples_with_fixed_sampling(tmp_path):
+def test_evaluate_heldout_gives_both_metrics_with_fixed_sampling(tmp_path):
+    from prover_cli.stats import rate_interval
+
     config = config_for(tmp_path, "run.eval_n=3", "run.eval_temperature=0.5", "run.eval_problems=4",
                         "generate.max_tokens=17")
     sampler = FakeSampler()
@@ -92,15 +94,72 @@ def test_evaluate_heldout_counts_verified_samples_with_fixed_sampling(tmp_path):
     assert torch.rand(1).equal(expected_next)  # the global RNG is where it was
 
     assert set(record) == set(EVAL_KEYS)
-    # 4 problems x 3 samples; problems 0 and 2 have one verified sample each.
+    # Sampled: 4 problems x 3 samples; problems 0 and 2 have one verified sample each.
     assert record["eval/samples"] == 12 and record["eval/problems"] == 4 and record["eval/verified"] == 2
     assert record["eval/verified_rate"] == pytest.approx(2 / 12)
     assert record["eval/solved_rate"] == pytest.approx(2 / 4)
     assert record["eval/reward_mean"] == pytest.approx((2 * 1.0 + 10 * 0.25) / 12)
+    _, low, high = rate_interval([1, 0, 1, 0], 3)
+    assert (record["eval/verified_rate_lo"], record["eval/verified_rate_hi"]) == (low, high)
+    assert low < 2 / 12 < high
+    # Greedy: one sample per problem, problems 0 and 2 verified.
+    assert record["eval/greedy_verified"] == 2 and record["eval/greedy_verified_rate"] == 0.5
+    assert (record["eval/greedy_verified_rate_lo"], record["eval/greedy_verified_rate_hi"]) == \
+        rate_interval([1, 0, 1, 0], 1)[1:]
+    ids = [p["id"] for p in heldout_problems(config)]
+    assert record["eval/by_problem"] == {ids[0]: [1, 1], ids[1]: [0, 0], ids[2]: [1, 1], ids[3]: [0, 0]}
 
-    prompts, params = sampler.calls[0]
-    assert prompts == ["prompt:" + p["prompt"] for p in heldout_problems(config)]
+    (prompts, params), (greedy_prompts, greedy) = sampler.calls
+    assert prompts == greedy_prompts == ["prompt:" + p["prompt"] for p in heldout_problems(config)]
     assert (params.n, params.temperature, params.max_tokens, params.top_p) == (3, 0.5, 17, config.generate.top_p)
+    assert (greedy.n, greedy.temperature, greedy.max_tokens) == (1, 0.0, 17)
     evaluate_heldout(sampler, config, task=FakeTask())
-    assert sampler.calls[1][1] == params == heldout_params(config)  # the same seed at every evaluation
+    assert sampler.calls[2][1] == params == heldout_params(config)  # the same seed at every evaluation
     assert heldout_params(config_for(tmp_path, "run.seed=1")).seed != params.seed
+
+
+def test_at_temperature_zero_the_two_metrics_are_one_evaluation(tmp_path):
+    config = config_for(tmp_path, "run.eval_n=1", "run.eval_temperature=0", "run.eval_problems=4")
+    sampler = FakeSampler()
+    record = evaluate_heldout(sampler, config, task=FakeTask())
+    assert len(sampler.calls) == 1 and sampler.calls[0][1].n == 1  # greedy samples would all be alike
+    assert record["eval/verified_rate"] == record["eval/greedy_verified_rate"] == 0.5 and record["eval/samples"] == 4
+
+
+def test_base_is_evaluated_once_per_weights_problems_and_settings(tmp_path):
+    from prover_cli.heldout import base_record, evaluate_base
+
+    config = config_for(tmp_path, "run.eval_n=2", "run.eval_temperature=0.7", f"model.cache_dir={tmp_path / 'cache'}")
+    problems = heldout_problems(config)
+    sampler = FakeSampler()
+    first = evaluate_base(sampler, config, problems, "ab" * 32, task=FakeTask())
+    assert len(sampler.calls) == 2  # sampled and greedy
+    again = evaluate_base(sampler, config, problems, "ab" * 32, task=FakeTask())  # e.g. the GRPO run of that seed
+    assert again == first and len(sampler.calls) == 2
+    assert len(list((tmp_path / "cache" / "heldout-base").glob("*.json"))) == 1
+
+    evaluate_base(sampler, config, problems, "cd" * 32, task=FakeTask())  # other base weights
+    evaluate_base(sampler, config, problems[:3], "ab" * 32, task=FakeTask())  # other problems
+    evaluate_base(sampler, config_for(tmp_path, "run.eval_n=3", "run.eval_temperature=0.7",
+                                      f"model.cache_dir={tmp_path / 'cache'}"), problems, "ab" * 32, task=FakeTask())
+    assert len(sampler.calls) == 8 and len(list((tmp_path / "cache" / "heldout-base").glob("*.json"))) == 4
+
+    line = base_record("grpo", "toy", first)
+    assert line["iteration"] == 0 and line["samples/total"] == 0 and line["method"] == "grpo"
+    assert "reward/mean" not in line and line["eval/verified_rate"] == first["eval/verified_rate"]
+    from prover_cli.metrics import append_metrics
+
+    append_metrics(tmp_path / "run", line)  # a valid metrics line: iteration 0 needs no training keys
+    with pytest.raises(ValueError, match="reward/mean"):
+        append_metrics(tmp_path / "run", {**line, "iteration": 1})
+
+
+def test_weights_fingerprint_of_a_module_is_the_es_master_fingerprint():
+    from prover_cli.es.weights import NamedWeights
+    from prover_cli.heldout import weights_sha256
+
+    module = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    bf16 = weights_sha256(module)
+    assert bf16 == NamedWeights.from_module(module).fingerprint()  # ES's fp32 master of the bf16 weights
+    module.float()  # GRPO's fp32 master (load_policy): the same values, the same fingerprint
+    assert weights_sha256(module) == bf16

@@ -534,7 +534,16 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     # once per run: the 30 members idle out their 2040 s window at most (1880 s + the stage's 160 s)
     once = 30 * 2040 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
-    assert plan["est_usd_total"] == pytest.approx(usd * 100 + once, abs=0.05)
+    # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
+    # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
+    # 64 proofs (300 s each with their kernel stage, one wave) and 320 kernel passes of 40 s; the loop
+    # and its 30 warm members stay up for those 463.84 s.
+    eval_s = 2 * 8192 / 100 + batch_s
+    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 32 * 0.024)
+                + 320 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
+    assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
+    assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
+    assert plan["est_usd_total"] == pytest.approx(usd * 100 + once + eval_usd * 11, abs=0.05)
     # a cold member replays at most es.snapshot_every = 10 iterations at 25 s each
     assert (plan["cold_member_replay_iterations"], plan["cold_member_replay_s"]) == (10, 250.0)
     assert plan["es_gap_bound_s"] == 1880.0 + 160
@@ -580,6 +589,12 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 110 * (8 * 0.142 + 32 * 0.024)
            + 8 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
+    # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
+    eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 40  # 300 s, kernel stage included
+    eval_usd = ((2 * 8192 / 100 + eval_batch_s) * (3.95 + 8 * 0.047 + 64 * 0.008)
+                + 5 * eval_batch_s * (8 * 0.142 + 32 * 0.024) + 320 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
+    assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
+    assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}
     assert "trl==1.16.*" in plan["images"]["trl"]["python_packages"]
 
@@ -587,6 +602,7 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     assert local.exit_code == 0
     plan = json.loads(local.stdout)
     assert plan["backend"] == "local" and plan["samples_total"] == 24000
+    assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_total"] == 11 * 320
     assert not any(key.startswith("est_usd") for key in plan)
 
 

@@ -81,7 +81,7 @@ def test_report_table_numbers_and_plot(tmp_path, two_runs):
     import matplotlib.image
 
     pixels = matplotlib.image.imread(png)
-    assert pixels.shape[:2] == (800, 1500)  # two rows of three panels
+    assert pixels.shape[:2] == (1200, 1500)  # three rows of three panels
     assert pixels[..., :3].std() > 0.05  # curves and text, not a blank canvas
 
 
@@ -268,3 +268,171 @@ def test_cli_report_refusal_is_one_error_line(tmp_path):
     result = runner.invoke(app, ["report", str(es), str(lean), "--json"])
     assert result.exit_code == 1 and result.stdout == ""
     assert "Error:" in result.stderr and "different tasks" in result.stderr and "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Several seeds per method: arms, bands, the base point, paired differences (known answers)
+# --------------------------------------------------------------------------------------------
+
+def counts_for(rate: float, problems: int = 10, per: int = 4) -> list[int]:
+    """Per-problem verified counts (of `per` samples) whose mean rate is `rate` exactly."""
+    total = round(rate * problems * per)
+    return [min(per, max(0, total - per * i)) for i in range(problems)]
+
+
+def make_eval_run(run_dir: Path, method: str, seed: int, evals: dict, *overrides: str, steps: int = 4,
+                  samples_per_step: int = 8) -> Path:
+    """A run whose evaluations are given per iteration as (sampled rate, greedy rate); iteration 0 = the base.
+
+    Every seed has its own 10 held-out problems (`s<seed>-p<i>`), 4 samples each for the sampled
+    metric; the per-problem results are laid out so the rates are exact."""
+    from prover_cli.stats import rate_interval
+
+    run_dir.mkdir(parents=True)
+    config = load_config(None, ["data.task=countdown", f"run.dir={run_dir}", f"run.seed={seed}", "run.eval_n=4",
+                                "run.eval_temperature=0.7", *overrides])
+    (run_dir / "config.toml").write_text(config.to_toml(), encoding="utf-8")
+
+    def evaluation(sampled: float, greedy: float) -> dict:
+        counts, bits = counts_for(sampled), counts_for(greedy, per=1)
+        ids = [f"s{seed}-p{i}" for i in range(10)]
+        record = {"eval/verified_rate": sum(counts) / 40, "eval/greedy_verified_rate": sum(bits) / 10,
+                  "eval/samples": 40, "eval/problems": 10, "eval/by_problem": {k: [c, b] for k, c, b in zip(ids, counts, bits)}}
+        record["eval/verified_rate_lo"], record["eval/verified_rate_hi"] = rate_interval(counts, 4)[1:]
+        record["eval/greedy_verified_rate_lo"], record["eval/greedy_verified_rate_hi"] = rate_interval(bits, 1)[1:]
+        return record
+
+    lines = []
+    if 0 in evals:
+        lines.append({"iteration": 0, "method": method, "task": "countdown", "samples": 0, "samples/total": 0,
+                      "time/wall_s": 0.0, "time/elapsed_s": 0.0, **evaluation(*evals[0])})
+    for i in range(1, steps + 1):
+        record = {"iteration": i, "method": method, "task": "countdown", "reward/mean": 0.1 * i, "reward/max": 1.0,
+                  "verify/verified": i, "samples": samples_per_step, "samples/total": i * samples_per_step,
+                  "time/wall_s": 10.0, "time/elapsed_s": 10.0 * i}
+        if i in evals:
+            record.update(evaluation(*evals[i]))
+        lines.append(record)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return run_dir
+
+
+# Per seed: base, ES final, GRPO final, ES-null final; sampled rate (greedy = sampled + 0.1).
+SEEDS = {0: (0.20, 0.30, 0.20, 0.20), 1: (0.20, 0.40, 0.40, 0.20), 2: (0.20, 0.50, 0.30, 0.30)}
+T2 = 4.30265272975  # Student's t 0.975 quantile, 2 degrees of freedom
+
+
+@pytest.fixture
+def seeded_runs(tmp_path):
+    dirs = []
+    for seed, (base, es, grpo, null) in SEEDS.items():
+        for name, method, final, extra in (("es", "es", es, ()), ("grpo", "grpo", grpo, ()),
+                                           ("es-null", "es", null, ("es.shuffle_rewards=true",))):
+            evals = {0: (base, base + 0.1), 2: ((base + final) / 2, (base + final) / 2 + 0.1), 4: (final, final + 0.1)}
+            dirs.append(make_eval_run(tmp_path / f"seed{seed}" / name, method, seed, evals, *extra))
+    return dirs
+
+
+def band(values):
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return mean, mean - T2 * sd / len(values) ** 0.5, mean + T2 * sd / len(values) ** 0.5
+
+
+def test_seeds_aggregate_per_arm_with_t_intervals_and_the_base(tmp_path, seeded_runs):
+    result = report_runs(run_dirs=seeded_runs, out_dir=tmp_path / "out")
+    arms = {a["arm"]: a for a in result["arms"]}
+    assert list(arms) == ["es", "grpo", "es null"] and arms["es null"]["null_control"] is True
+    assert arms["es"]["seeds"] == [0, 1, 2] and arms["es"]["runs"] == ["es", "es", "es"]
+
+    es = arms["es"]["heldout"]["sampled"]
+    finals = [v[1] for v in SEEDS.values()]
+    mean, low, high = band(finals)
+    assert (es["final"]["mean"], es["final"]["lo"], es["final"]["hi"]) == pytest.approx((mean, low, high))
+    assert (es["base"]["mean"], es["base"]["lo"], es["base"]["hi"]) == pytest.approx((0.20, 0.20, 0.20))
+    gain = band([f - 0.20 for f in finals])
+    assert (es["gain"]["mean"], es["gain"]["lo"], es["gain"]["hi"]) == pytest.approx(gain)
+    assert es["gain"]["basis"] == "t over 3 seeds"
+    # The curve per sample budget: the base at 0, then every budget all seeds were evaluated at.
+    assert [p["samples"] for p in es["curve"]] == [0, 16, 32]
+    assert [p["mean"] for p in es["curve"]] == pytest.approx([0.20, 0.30, 0.40])
+    greedy = arms["grpo"]["heldout"]["greedy"]
+    assert greedy["final"]["mean"] == pytest.approx(0.40) and greedy["base"]["mean"] == pytest.approx(0.30)
+
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert saved["arms"] == json.loads(json.dumps(result["arms"])) and "note" not in result
+
+
+def test_paired_differences_es_minus_grpo_and_each_method_minus_its_null(tmp_path, seeded_runs):
+    result = report_runs(run_dirs=seeded_runs, out_dir=tmp_path / "out")
+    diffs = {d["name"]: d for d in result["differences"]}
+    assert list(diffs) == ["es - grpo", "es - es null", "grpo - es null"]
+    for name, index in (("es - grpo", 2), ("es - es null", 3)):
+        expected = band([v[1] - v[index] for v in SEEDS.values()])
+        for metric in ("sampled", "greedy"):  # greedy = sampled + 0.1 on both sides: the same differences
+            d = diffs[name][metric]
+            assert (d["mean"], d["lo"], d["hi"]) == pytest.approx(expected, abs=1e-12), (name, metric)
+            assert d["pairs"] == 3 and diffs[name]["seeds"] == [0, 1, 2]
+    # es - grpo: +0.100 (-0.148..+0.348), not clear of zero; es - null: +0.167 (+0.023..+0.310), clear.
+    assert diffs["es - grpo"]["sampled"]["lo"] < 0 < diffs["es - es null"]["sampled"]["lo"]
+
+    tables = {t["title"].split(":")[0].split(" (")[0]: t for t in result["tables"]}
+    held = tables["held-out verified rate"]
+    row = dict(zip(held["columns"], held["rows"][0]))
+    assert row["arm"] == "es" and row["seeds"] == 3 and row["sampled"] == "0.200 -> 0.400 (0.152..0.648)"
+    assert held["rows"][0][4] == "+0.200 (-0.048..+0.448)"
+    rows = {r[0]: r for r in tables["paired difference at the final evaluation, same held-out problems"]["rows"]}
+    assert rows["es - grpo"][2] == "+0.100 (-0.148..+0.348)" and rows["es - grpo"][4] == "t over 3 seeds"
+    assert rows["es - es null"][2] == "+0.167 (+0.023..+0.310)"
+
+
+def test_one_seed_per_arm_pairs_problem_by_problem_and_says_it_cannot_decide(tmp_path):
+    from prover_cli.stats import mean_interval
+
+    es = make_eval_run(tmp_path / "es", "es", 7, {0: (0.2, 0.2), 4: (0.5, 0.4)})
+    grpo = make_eval_run(tmp_path / "grpo", "grpo", 7, {0: (0.2, 0.2), 4: (0.3, 0.4)})
+    result = report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    (diff,) = result["differences"]
+    # Per problem (4 samples each): es counts 4,4,4,4,4,0,... grpo 4,4,4,0,...: differences 0,0,0,1,1,0,...
+    per_problem = [a / 4 - b / 4 for a, b in zip(counts_for(0.5), counts_for(0.3))]
+    mean, low, high = mean_interval(per_problem)
+    assert (diff["sampled"]["mean"], diff["sampled"]["lo"], diff["sampled"]["hi"]) == pytest.approx((0.2, low, high))
+    assert diff["sampled"]["basis"] == "t over 10 problems (one seed)"
+    assert diff["greedy"]["mean"] == 0 and diff["greedy"]["lo"] == diff["greedy"]["hi"] == 0  # identical bits
+    final = result["arms"][0]["heldout"]["sampled"]["final"]  # one run: its own interval
+    assert (final["lo"], final["hi"]) == (json.loads((es / "metrics.jsonl").read_text().splitlines()[-1])[
+        "eval/verified_rate_lo"], json.loads((es / "metrics.jsonl").read_text().splitlines()[-1])["eval/verified_rate_hi"])
+    assert "cannot say which method is better" in result["note"] and "bench_demo" in result["note"]
+    assert result["tables"][0]["title"] == "verified proofs: ES vs GRPO"  # the per-run table, as before
+
+
+def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
+    from matplotlib.collections import PolyCollection
+
+    from prover_cli.report import build_figure, load_run
+
+    fig = build_figure([load_run(d) for d in seeded_runs])
+    axes = fig.axes
+    assert len(axes) == 9
+    sampled_iter = axes[3]
+    curves = [line for line in sampled_iter.get_lines() if line.get_label() != "base (iteration 0)"]
+    assert [c.get_label() for c in curves] == ["es (3 seeds)", "grpo (3 seeds)", "es null (3 seeds)"]
+    assert list(curves[0].get_xdata()) == [0, 2, 4] and list(curves[0].get_ydata()) == pytest.approx([0.2, 0.3, 0.4])
+    assert sum(isinstance(c, PolyCollection) for c in sampled_iter.collections) == 3  # one band per arm
+    (star,) = [line for line in sampled_iter.get_lines() if line.get_label() == "base (iteration 0)"]
+    assert list(star.get_xdata()) == [0] and list(star.get_ydata()) == pytest.approx([0.2])
+    greedy_star = [line for line in axes[6].get_lines() if line.get_label() == "base (iteration 0)"][0]
+    assert list(greedy_star.get_ydata()) == pytest.approx([0.3])
+    assert not any(isinstance(c, PolyCollection) for c in axes[0].collections)  # training reward: means only
+
+
+def test_arms_of_one_method_are_named_by_what_differs_and_duplicate_seeds_are_refused(tmp_path):
+    a = make_eval_run(tmp_path / "a", "es", 0, {0: (0.2, 0.2), 4: (0.3, 0.3)}, "es.sigma=0.01")
+    b = make_eval_run(tmp_path / "b", "es", 0, {0: (0.2, 0.2), 4: (0.3, 0.3)}, "es.sigma=0.003")
+    c = make_eval_run(tmp_path / "c", "es", 0, {0: (0.2, 0.2), 4: (0.3, 0.3)}, "es.sigma=0.003", "es.snapshot_every=5")
+    g = make_eval_run(tmp_path / "g", "grpo", 0, {0: (0.2, 0.2), 4: (0.3, 0.3)})
+    result = report_runs(run_dirs=[a, b, g], out_dir=tmp_path / "out")
+    assert [x["arm"] for x in result["arms"]] == ["es (sigma=0.01)", "es (sigma=0.003)", "grpo"]
+    assert [d["name"] for d in result["differences"]] == ["es (sigma=0.01) - grpo", "es (sigma=0.003) - grpo"]
+    with pytest.raises(InputError, match="two runs of arm 'es' with run.seed = 0"):
+        report_runs(run_dirs=[b, c, g], out_dir=tmp_path / "out2")  # snapshot cadence: the same arm

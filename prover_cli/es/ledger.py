@@ -48,6 +48,8 @@ MASTER_DTYPE = "float32"  # es/weights.py keeps the master in fp32 whatever the 
 UNIT_REWARD_TASKS = ("lean", "countdown", "toy")  # built-in tasks: every reward lies in [0, 1]
 # Header keys that may change when a run is resumed (everything else must match the config).
 RESUMABLE_CHANGES = ("es.iterations", "created_by")
+# Header keys added after version 2 was first written, and their value in ledgers that lack them.
+LATER_KEYS = {"es.shuffle_rewards": False}
 
 
 def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: str,
@@ -74,9 +76,11 @@ def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: s
             "antithetic": es.antithetic, "fitness_shaping": es.fitness_shaping,
             "iterations": es.iterations, "problems_per_iteration": es.problems_per_iteration,
             "samples_per_problem": es.samples_per_problem, "snapshot_every": es.snapshot_every,
+            "shuffle_rewards": es.shuffle_rewards,  # the null control: replay permutes as training did
         },
-        # These change rewards, not replay; a resumed run needs them unchanged to stay bit-exact.
-        "sampling": {"backend": gen.backend, "temperature": gen.temperature, "top_p": gen.top_p,
+        # How members are scored (temperature = es.member_temperature; 0 = greedy). These change
+        # rewards, not replay; a resumed run needs them unchanged to stay bit-exact.
+        "sampling": {"backend": gen.backend, "temperature": es.member_temperature, "top_p": gen.top_p,
                      "max_tokens": gen.max_tokens},
         "reward_denominator": REWARD_DENOMINATOR,
         "fingerprint_chars": FINGERPRINT_CHARS,
@@ -103,7 +107,7 @@ def header_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
         return [f"version: ledger {stored.get('version')!r} (written by {stored.get('created_by')}) != "
                 f"{current.get('version')!r}: this prover replays it (`prover replay-seeds`) but resumes only "
                 f"version-{current.get('version')} ledgers"]
-    a, b = flat(stored), flat(current)
+    a, b = {**LATER_KEYS, **flat(stored)}, flat(current)
     return [f"{k}: ledger {a.get(k)!r} != now {b.get(k)!r}"
             for k in sorted(set(a) | set(b)) if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k)]
 

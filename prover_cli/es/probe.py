@@ -156,7 +156,7 @@ def advice(rows: list[dict[str, Any]], configured: float, samples: int) -> str:
     measured = [r for r in rows if r["signal_share"] is not None]
     if not measured or max(r["signal_share"] for r in measured) <= 0:
         return (f"no sigma showed signal at {samples} samples per member: raise es.problems_per_iteration or "
-                "es.samples_per_problem (or lower the sampling temperature) and probe again")
+                "es.samples_per_problem (or lower es.member_temperature) and probe again")
     best = max(measured, key=lambda r: r["signal_share"])
     which = "the configured es.sigma" if best["sigma"] == configured else f"es.sigma = {best['sigma']:.3g}"
     text = f"{which} shows the most signal: share {best['signal_share']:.2f} at {samples} samples per member"

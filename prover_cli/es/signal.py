@@ -140,7 +140,7 @@ def noise_warning(parts: Sequence[Parts | None], config: Any, minimum: int = WIN
     share = pooled_share(pooled)
     if len(pooled) < max(1, minimum) or share is None or share >= NOISE_BELOW:
         return None
-    es, gen = config.es, config.generate
+    es = config.es
     samples = es.problems_per_iteration * es.samples_per_problem
     needed = samples_for_share(share, samples)
     estimate = (f"about {needed} would reach {NOISE_BELOW} by this estimate" if needed is not None
@@ -149,7 +149,8 @@ def noise_warning(parts: Sequence[Parts | None], config: Any, minimum: int = WIN
     return (f"the ES update is mostly sampling noise: signal share {share:.2f} over {over} "
             f"(1 = all signal, below {NOISE_BELOW} = mostly noise). Signal rises with samples per member "
             f"(es.problems_per_iteration x es.samples_per_problem = {samples} now; {estimate}), with a lower "
-            f"member sampling temperature (generate.temperature = {gen.temperature:g}) and with a better es.sigma "
+            f"member sampling temperature (es.member_temperature = {es.member_temperature:g}; 0 = greedy) and with a "
+            f"better es.sigma "
             f"(= {es.sigma:g} now); `prover train es --probe` measures es.sigma and its neighbours before training")
 
 

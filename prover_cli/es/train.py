@@ -24,8 +24,11 @@ Where we depart from the paper, and why:
   in the model's dtype, and the update is accumulated in fp32 over members in a fixed order and
   added to the fp32 master, so with bf16/fp16 models small steps add up instead of rounding away.
 - All members of an iteration share one sampling seed (common random numbers): their rewards
-  differ by their weights, not by sampling luck. The paper decodes greedily for the same reason;
-  we keep [generate].temperature.
+  differ by their weights, not by sampling luck. Members are scored at `es.member_temperature`,
+  by default 0 (greedy), the paper's choice; > 0 samples them (docs/ledger.md: the evidence).
+- `es.shuffle_rewards` (a null control, not a method): the members' rewards are permuted by a
+  seeded permutation before shaping, so the update is noise with the real rewards' spread. The
+  ledger keeps the true rewards; the header says they were shuffled and replay does the same.
 - Member rewards are rounded to 3 decimals before normalising: the ledger stores them exactly
   (integer numerators over 1000), and training uses exactly what replay will read.
 
@@ -49,7 +52,7 @@ from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_diffe
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.noise import fp32
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
-from prover_cli.heldout import eval_due, evaluate_heldout, heldout_problems
+from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout, heldout_problems
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
@@ -117,7 +120,7 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
     prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
     if seed is None:
         seed = sampling_seed(config.run.seed, iteration)
-    params = SamplingParams(n=es.samples_per_problem, temperature=gen.temperature, top_p=gen.top_p,
+    params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=gen.top_p,
                             max_tokens=gen.max_tokens, seed=seed)
     noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
     weights.perturb(noise_seed, sign * fp32(es.sigma if sigma is None else sigma))
@@ -193,9 +196,18 @@ def update_terms(fitness: Sequence[float], run_seed: int, iteration: int, antith
     return [(seed, fp32(learning_rate * total / len(fitness))) for seed, total in totals.items()]
 
 
+def shuffled(rewards: Sequence[float], run_seed: int, iteration: int) -> list[float]:
+    """The null control's rewards: a permutation of the iteration's, drawn from (run seed, iteration)."""
+    order = list(range(len(rewards)))
+    random.Random(derive_seed("es-shuffle", run_seed, iteration)).shuffle(order)
+    return [rewards[i] for i in order]
+
+
 def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iteration: int,
                   es: dict[str, Any]) -> tuple[float, bool]:
     """One iteration's update from its rewards: (update norm, skipped). Training and replay share it."""
+    if es.get("shuffle_rewards"):  # absent from ledgers written before the key existed: false
+        rewards = shuffled(rewards, run_seed, iteration)
     fitness = shape_fitness(rewards, es["fitness_shaping"])
     if fitness is None:
         return 0.0, True
@@ -237,6 +249,12 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
 
     with reporter.task("train es", total=es.iterations, unit="it") as bar, \
             open_tracker(config, resumed_from=resumed_from) as tracker:
+        if heldout and not records and not _has_base_line(run_dir):  # the weights are the base now
+            line = base_record("es", config.data.task,
+                               evaluate_base(sampler, config, heldout, header["base_model"]["sha256"], task=task,
+                                             reporter=reporter))
+            append_metrics(run_dir, line)
+            tracker.log(line)
         bar.advance(resumed_from)
         for iteration in range(resumed_from + 1, es.iterations + 1):
             started = time.monotonic()
@@ -327,6 +345,13 @@ def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: R
                           hint="raise es.iterations, or use `prover replay-seeds --upto`")
     rebuild(weights, stored, records, ledger_path=ledger_path, reporter=reporter)
     return records
+
+
+def _has_base_line(run_dir: Path) -> bool:
+    """Whether metrics.jsonl starts with the base's iteration-0 evaluation (kept across a resume)."""
+    path = run_dir / METRICS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return bool(lines) and json.loads(lines[0]).get("iteration") == 0
 
 
 def _last_metrics(run_dir: Path) -> dict[str, Any]:

@@ -329,6 +329,18 @@ def _work_per_iteration(config: Any, command: str) -> _Work:
     return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0)
 
 
+def heldout_evaluations(config: Any, iterations: int) -> tuple[int, int]:
+    """(evaluations, samples per evaluation) of the held-out evaluation (prover_cli/heldout.py): the base,
+    every `run.eval_every` iterations and the last; sampled (`run.eval_n`, once at temperature 0) plus greedy."""
+    r = config.run
+    if not r.eval_every:
+        return 0, 0
+    count = 1 + iterations // r.eval_every + (1 if iterations % r.eval_every else 0)
+    problems = r.eval_problems or 0  # 0 = the whole valid split: unknown before prepare-data
+    per_problem = 1 if r.eval_temperature == 0 else r.eval_n + 1
+    return count, problems * per_problem
+
+
 @dataclass(frozen=True)
 class _Timings:
     generation_s: float       # one generation call
@@ -384,6 +396,11 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         ["reward", "this machine", reward],
         ["update", f"this machine, model.device = {device}", update],
     ]
+    evaluations, eval_samples = heldout_evaluations(config, work.iterations)
+    if evaluations:
+        rows.append(["held-out", f"this machine, {sampler if command == 'train_es' else 'transformers'} sampler",
+                     f"{evaluations} evaluations of {eval_samples or 'all valid-split'} samples (base, every "
+                     f"{config.run.eval_every} {work.unit}s, the last)"])
     return {
         "ok": True,
         "command": command.replace("_", " "),
@@ -391,6 +408,8 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         f"samples_per_{work.unit}": work.samples,
         f"{work.unit}s": work.iterations,
         "samples_total": work.samples * work.iterations,
+        "heldout_evaluations": evaluations,
+        "heldout_samples_total": evaluations * eval_samples,
         "tables": [{"title": f"plan: {command.replace('_', ' ')} on this machine (no cost estimate for local runs)",
                     "columns": ["stage", "where", "what"], "rows": rows}],
     }
@@ -461,6 +480,32 @@ def kernel_check_core_s_per_proof(config: Any) -> float:
     return config.modal.est_pass_rate * config.modal.est_kernel_check_s_per_proof * cores
 
 
+def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
+    """One held-out evaluation on Modal: two generation calls (sampled, greedy) in the training container,
+    which holds its GPU (and ES its warm members) meanwhile, then its proofs through Lean, priced as
+    a GRPO step's generation and verification are."""
+    evaluations, samples = heldout_evaluations(config, work.iterations)
+    calls = 1 if config.run.eval_temperature == 0 else 2
+    evaluation = _Work(work.unit, evaluations, samples, 1, calls * config.generate.max_tokens,
+                       samples if config.data.task == "lean" else 0)
+    te = _timings(config, "train_grpo", evaluation)  # one container generates, then Lean checks
+    generation_s, batches, batch_s, wall_s = te.generation_s, te.batches, te.batch_s, te.iteration_s
+    lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te) if line.name != "train_grpo"]
+    if command == "train_es":  # the loop and its warm members stay up through the evaluation
+        lines += [_Line("train_es", res["train_es"], 1, 1, wall_s),
+                  _Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s)]
+    else:
+        lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, wall_s))
+    usd = sum(sum(line.usd(config).values()) for line in lines)
+    note = (f"{evaluations} evaluations (base, every {config.run.eval_every} {work.unit}s, the last) x "
+            f"{samples or 'all valid-split'} samples ({config.run.eval_problems or 'all'} problems x "
+            f"{'1 greedy' if calls == 1 else f'{config.run.eval_n} sampled + 1 greedy'}): {calls} generation call(s) of "
+            f"{generation_s / calls:.0f} s + {batches} Sandbox(es) of {batch_s:.0f} s = {wall_s:.0f} s, "
+            f"{usd:.4f} USD each"
+            + (f", {1 + t.gen_containers} GPUs held (the loop and its warm members)" if command == "train_es" else ""))
+    return {"evaluations": evaluations, "samples": samples, "usd": usd, "wall_s": wall_s, "note": note}
+
+
 def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     m, v = config.modal, config.verify
     res = resources(config)
@@ -475,6 +520,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
             line.container_s for line in lines if line.seconds()[kind] > 0), 1),
             "usd": round(sum(line.usd(config)[kind] for line in lines), 4)}
     cost = sum(item["usd"] for item in breakdown.values())
+    heldout = _heldout_cost(config, command, work, t, res)
 
     rows: list[list[Any]] = []
     for line in lines:
@@ -532,6 +578,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         ["not counted", "container start and model load (once per container), network"
                         + (", the backward pass" if command == "train_grpo" else ", a cold member's replay (above)")],
     ]
+    if heldout["evaluations"]:
+        notes.append(["held-out evaluation", heldout["note"]])
     if command == "train_es":
         bound = es_gap_bound_s(config)
         replay_iterations, replay_s = cold_member_replay(config)
@@ -571,8 +619,11 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "kernel_check": bool(v.kernel_check),
         "est_kernel_check_core_s_per_proof": round(kernel_check_core_s_per_proof(config), 1),
         "est_usd_breakdown": breakdown,
+        "heldout_evaluations": heldout["evaluations"],
+        "heldout_samples_per_evaluation": heldout["samples"],
+        "est_usd_per_heldout_evaluation": round(heldout["usd"], 4),
         "est_usd_once": round(once_usd, 4),
-        "est_usd_total": round(cost * work.iterations + once_usd, 2),
+        "est_usd_total": round(cost * work.iterations + once_usd + heldout["usd"] * heldout["evaluations"], 2),
         **({"cold_member_replay_iterations": cold_member_replay(config)[0],
             "cold_member_replay_s": round(cold_member_replay(config)[1], 1),
             "es_gap_bound_s": round(es_gap_bound_s(config), 1)} if command == "train_es" else {}),
@@ -707,7 +758,9 @@ def docs_block(config_path: str) -> str:
              f"Per {unit}: {p[f'samples_per_{unit}']} samples, ~{p[f'est_wall_s_per_{unit}']:g} s, "
              f"**{p[f'est_usd_per_{unit}']:.2f} USD** (GPU {p['est_usd_breakdown']['gpu']['usd']:.2f}, "
              f"CPU {p['est_usd_breakdown']['cpu']['usd']:.2f}, memory {p['est_usd_breakdown']['memory']['usd']:.2f}); "
-             f"**{p['est_usd_total']:.2f} USD** for {p[f'{unit}s']} {unit}s."]
+             f"**{p['est_usd_total']:.2f} USD** for {p[f'{unit}s']} {unit}s"
+             + (f" and {p['heldout_evaluations']} held-out evaluations ({p['est_usd_per_heldout_evaluation']:.2f} USD "
+                "each)." if p["heldout_evaluations"] else ".")]
     return "\n".join(lines)
 
 

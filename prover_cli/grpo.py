@@ -80,9 +80,8 @@ def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORT
 
 def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
     from prover_cli.metrics import METRICS_FILE, write_resolved_config
+    from prover_cli.problems import heldout_problems, train_problems
     from prover_cli.tasks import get_task
-
-    from prover_cli.heldout import heldout_problems
     from prover_cli.tracking import open_tracker
 
     check_batch_shape(config)
@@ -92,7 +91,7 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
     if checkpoint is not None and checkpoint_step(checkpoint) == config.grpo.steps:
         return finished_run(config, checkpoint, reporter)  # nothing to train: say so, change nothing
     task = get_task(config.data.task)
-    problems = load_train_problems(config, reporter)  # before the model: a missing file fails fast
+    problems = train_problems(config, reporter, save_generated=True)  # before the model: a missing file fails fast
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
     write_resolved_config(config)
@@ -376,26 +375,8 @@ def resumable_trainer_class():
 
 
 # --------------------------------------------------------------------------------------------
-# Problems and dataset
+# Dataset: the train problems (prover_cli/problems.py) as TRL rows
 # --------------------------------------------------------------------------------------------
-
-def load_train_problems(config: Any, reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
-    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing
-    (only where `data.problems` is left empty: a named file that does not exist is an error)."""
-    from prover_cli.jsonl import write_jsonl_atomic
-    from prover_cli.tasks import run_problems
-
-    path = config.problems_path
-    all_problems, _, generated = run_problems(config)
-    if generated:
-        write_jsonl_atomic(path, all_problems)  # the run's problems stay inspectable and reusable
-        reporter.log(f"{path}: generated {len(all_problems)} {config.data.task} problems (seed {config.run.seed})")
-    problems = [p for p in all_problems if p.get("split") == config.data.train_split]
-    if not problems:
-        raise InputError(f"{path}: no problems with split {config.data.train_split!r} (data.train_split)",
-                         hint="check data.train_split against the `split` field of the problems")
-    return problems
-
 
 def problem_columns(problems: list[dict[str, Any]]) -> list[str]:
     """Every key of any problem, in first-seen order (TRL passes each as a reward kwarg)."""

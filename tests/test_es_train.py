@@ -20,9 +20,9 @@ from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError, ReplayMismatchError
 from prover_cli.es.ledger import decode_rewards, encode_rewards, read_ledger
 from prover_cli.es.replay import replay_seeds
-from prover_cli.es.train import (load_problems, member_noise, pick_problems, shape_fitness, train_es,
-                                 update_terms)
+from prover_cli.es.train import member_noise, pick_problems, shape_fitness, train_es, update_terms
 from prover_cli.es.noise import fp32
+from prover_cli.problems import heldout_problems, train_problems as load_problems
 from prover_cli.tasks.toy import ToyTask
 
 pytestmark = pytest.mark.slow
@@ -111,7 +111,7 @@ def test_problems_come_from_the_file_or_are_generated_and_lean_needs_prepare_dat
     path = tmp_path / "problems.jsonl"
     path.write_text(json.dumps({"id": "a", "prompt": "x", "split": "valid"}) + "\n")
     only_valid = config_from_dict({"data": {"task": "toy", "problems": str(path)}})
-    with pytest.raises(InputError, match="no problems in split 'train'"):
+    with pytest.raises(InputError, match="no problems with split 'train' \\(data.train_split\\); splits present: valid"):
         load_problems(only_valid)
 
 
@@ -381,7 +381,7 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
     TensorBoard gets the metrics.jsonl values."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from prover_cli.heldout import EVAL_KEYS, evaluate_heldout, heldout_problems
+    from prover_cli.heldout import EVAL_KEYS, evaluate_heldout
     from prover_cli.samplers import load_sampler
 
     plain_config, _ = trained

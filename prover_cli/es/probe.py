@@ -33,8 +33,8 @@ from typing import Any, Sequence
 
 from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
                                   single_scoring_share)
-from prover_cli.es.train import (_load_sampler, load_problems, member_completions, pick_problems,
-                                 sampling_seed)
+from prover_cli.es.train import _load_sampler, member_completions, pick_problems, sampling_seed
+from prover_cli.problems import train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
 
@@ -62,7 +62,7 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
                  f"(the center + {len(sigmas)} sigmas x {es.population} members), about "
                  f"{cost['iterations_of_training']:g} training iterations; nothing is written")
     task = get_task(config.data.task)
-    problems = load_problems(config)
+    problems = train_problems(config)
     sampler = _load_sampler(config)
     weights = sampler.es_weights()
 

@@ -52,8 +52,9 @@ from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_diffe
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.noise import fp32
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
-from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout, heldout_problems
+from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
+from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
 from prover_cli.tracking import open_tracker
@@ -81,20 +82,8 @@ def sampling_seed(run_seed: int, iteration: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Problems: the train split of problems.jsonl, or generated in-process for countdown and toy
+# Problems: the run's train split (prover_cli/problems.py), a seeded batch of it per iteration
 # ---------------------------------------------------------------------------------------------
-
-def load_problems(config: Any) -> list[dict[str, Any]]:
-    """The `data.train_split` problems of the run (prover_cli.tasks.run_problems: the file, or
-    countdown/toy problems generated from run.seed when data.problems is left empty)."""
-    from prover_cli.tasks import run_problems
-
-    problems, source, _ = run_problems(config)
-    train = [p for p in problems if p.get("split") == config.data.train_split]
-    if not train:
-        raise InputError(f"{source}: no problems in split {config.data.train_split!r} (data.train_split)")
-    return train
-
 
 def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int, count: int) -> list[dict[str, Any]]:
     """The iteration's problems, the same for every member."""
@@ -228,7 +217,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         raise InputError(f"{ledger_path}: a ledger already exists",
                          hint="pass --resume to continue it, or set run.dir to a new directory")
     task = get_task(config.data.task)
-    problems = load_problems(config)
+    problems = train_problems(config)
     sampler = _load_sampler(config)
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()

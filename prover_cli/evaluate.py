@@ -372,6 +372,7 @@ def _eval_label(config: Any, model_label: str) -> str:
 
 def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
     """Countdown/toy: reward 1.0 = solved, written as verdict records so one pass@k path scores all tasks."""
+    from prover_cli import rollout
     from prover_cli.generate import SAMPLE_FIELDS
     from prover_cli.tasks import get_task
 
@@ -382,7 +383,7 @@ def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, repor
         if not todo:
             return
         problems = [{**{k: v for k, v in s.items() if k not in SAMPLE_FIELDS}, "id": s["problem_id"]} for s in todo]
-        rewards = task.rewards(problems, [s["completion"] for s in todo], config, reporter=reporter)
+        rewards = rollout.score(task, problems, [s["completion"] for s in todo], config, reporter=reporter)
         for sample, reward in zip(todo, rewards, strict=True):
             writer.write({"id": sample["id"], "problem_id": sample["problem_id"], "split": sample.get("split"),
                           "verdict": "verified" if reward >= 1.0 else "rejected", "reward": reward})

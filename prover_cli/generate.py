@@ -79,6 +79,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     `family_name` is the name the prompt family is resolved from (a rebuilt directory's path
     says nothing about the base model's family).
     """
+    from prover_cli import rollout
     from prover_cli.problems import check_fields
     from prover_cli.prompts import resolve_family
     from prover_cli.samplers import load_sampler, sampling_params
@@ -111,8 +112,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
                 for start in range(0, len(todo), batch_size):
                     chunk = todo[start:start + batch_size]
                     seeds = [problem_seed(config.generate.seed, problem["id"]) for problem in chunk]
-                    prompts = [task.build_prompt(problem, sampler.tokenizer, family) for problem in chunk]
-                    outputs = sampler.generate(prompts, sampling_params(config, n=n), seeds=seeds)
+                    outputs = rollout.sample(sampler, task, chunk, sampling_params(config, n=n), family, seeds=seeds)
                     completion_tokens += _write_samples(writer, chunk, outputs, seeds, n, task_name,
                                                         family, model_label, counts)
                     sampling_s = time.monotonic() - sampling_start

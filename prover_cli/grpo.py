@@ -395,8 +395,10 @@ def build_dataset(problems: list[dict[str, Any]], task: Any, tokenizer: Any, fam
     """
     from datasets import Dataset
 
+    from prover_cli.rollout import prompts as task_prompts
+
     columns = problem_columns(problems)
-    prompts = trainer_prompts([task.build_prompt(p, tokenizer, family) for p in problems], tokenizer)
+    prompts = trainer_prompts(task_prompts(task, problems, tokenizer, family), tokenizer)
     rows = [{**{c: p.get(c) for c in columns}, "prompt": prompt} for p, prompt in zip(problems, prompts)]
     return Dataset.from_list(rows)
 
@@ -455,12 +457,14 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
     (`shuffle_in_groups`); `stats` keeps the true ones for metrics.jsonl.
     """
 
+    from prover_cli import rollout
+
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
         present = [c for c in columns if c in kwargs]
         problems = [dict(zip(present, values)) for values in zip(*(kwargs[c] for c in present))]
         if len(problems) != len(completions):
             raise ValueError(f"reward got {len(completions)} completions but {len(problems)} problem rows")
-        rewards = [float(r) for r in task.rewards(problems, list(completions), config)]
+        rewards = rollout.score(task, problems, list(completions), config)
         stats.rewards.extend(rewards)
         if config.grpo.shuffle_rewards:
             return shuffle_in_groups(rewards, list(prompts), list(completions), config.grpo.num_generations,

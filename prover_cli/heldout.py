@@ -106,14 +106,14 @@ def problem_keys(problems: Sequence[dict[str, Any]]) -> list[str]:
     return keys
 
 
-def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], prompts: list[str],
-                     params: Any, reporter: Any) -> tuple[list[int], list[float]]:
+def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], params: Any,
+                     reporter: Any) -> tuple[list[int], list[float]]:
     """(verified samples per problem, every reward) for one decoding setting."""
+    from prover_cli import rollout
+
     with preserved_torch_rng():
-        outputs = sampler.generate(prompts, params)
-    completions = [sample.text for samples in outputs for sample in samples]
-    scored = [p for p in problems for _ in range(params.n)]
-    rewards = [float(r) for r in task.rewards(scored, completions, config, reporter=reporter)]
+        completions = rollout.texts(rollout.sample(sampler, task, problems, params, config.model.family))
+    rewards = rollout.score(task, problems, completions, config, reporter=reporter)
     counts = [sum(r == 1.0 for r in rewards[i * params.n:(i + 1) * params.n]) for i in range(len(problems))]
     return counts, rewards
 
@@ -136,12 +136,11 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
     params = heldout_params(config)
     greedy = greedy_params(config)
     started = time.monotonic()
-    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in problems]
     if params.temperature == 0:  # greedy samples are all alike: the sampled metric is the greedy one
         params = greedy
-    counts, rewards = _verified_counts(sampler, config, task, problems, prompts, params, reporter)
+    counts, rewards = _verified_counts(sampler, config, task, problems, params, reporter)
     greedy_counts = (counts if params is greedy
-                     else _verified_counts(sampler, config, task, problems, prompts, greedy, reporter)[0])
+                     else _verified_counts(sampler, config, task, problems, greedy, reporter)[0])
     rate, low, high = rate_interval(counts, params.n)
     greedy_rate, greedy_low, greedy_high = rate_interval(greedy_counts, 1)
     return {

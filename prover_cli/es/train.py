@@ -56,6 +56,7 @@ from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_he
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli import rollout
 from prover_cli.tasks import get_task
 from prover_cli.tracking import open_tracker
 
@@ -93,8 +94,8 @@ def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int,
 
 # ---------------------------------------------------------------------------------------------
 # Perturb and evaluate: each member samples with theta + sign * sigma * eps, then the weights
-# are restored exactly (from the base copy). All samples are scored in one batch per iteration,
-# so a Lean verifier pool works on every member's proofs at once.
+# are restored exactly (from the base copy). All samples are scored in one batch per iteration
+# (prover_cli/rollout.py), so a Lean verifier pool works on every member's proofs at once.
 # ---------------------------------------------------------------------------------------------
 
 def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
@@ -106,7 +107,6 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
     from prover_cli.samplers import SamplingParams
 
     es, gen = config.es, config.generate
-    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
     if seed is None:
         seed = sampling_seed(config.run.seed, iteration)
     params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=gen.top_p,
@@ -114,7 +114,7 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
     noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
     weights.perturb(noise_seed, sign * fp32(es.sigma if sigma is None else sigma))
     try:
-        return [s.text for samples in sampler.generate(prompts, params) for s in samples]
+        return rollout.texts(rollout.sample(sampler, task, batch, params, config.model.family))
     finally:
         weights.restore()
 
@@ -137,9 +137,8 @@ def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[
     expected = len(batch) * es.samples_per_problem
     if len(per_member) != es.population or any(len(c) != expected for c in per_member):
         raise RuntimeError(f"iteration {iteration}: expected {es.population} members x {expected} samples")
-    scored = [p for _ in range(es.population) for p in batch for _ in range(es.samples_per_problem)]
-    completions = [text for member in per_member for text in member]
-    rewards = task.rewards(scored, completions, config, reporter=reporter)
+    completions = [text for member in per_member for text in member]  # member-major, then problem-major
+    rewards = rollout.score(task, batch * es.population, completions, config, reporter=reporter)
     per_member = len(rewards) // es.population
     means = [sum(rewards[m * per_member:(m + 1) * per_member]) / per_member for m in range(es.population)]
     return means, rewards

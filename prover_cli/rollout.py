@@ -7,10 +7,10 @@
     rewards = rollout.score(task, problems, completions, config)             # one reward each, ONE task call
     completions, rewards = rollout.rollout(sampler, task, problems, params, config)   # both
 
-Everyone who samples or scores goes through here: ES members (es/train.py, the probe, Modal's
-member workers), the held-out evaluation both trainers run (heldout.py), `prover generate` and
-`prover eval` (generate.py, evaluate.py), GRPO's reward function (grpo.py: TRL samples, we score)
-and the demo's base evaluation. So a task, a sampler or a third trainer plugs in at one place.
+Everyone who samples or scores goes through here: ES members (es/population.py, which the
+training loop, the probe and Modal's member workers run), the held-out evaluation both trainers
+run (heldout.py), `prover generate` and `prover eval` (generate.py, evaluate.py), GRPO's reward
+function (grpo.py: TRL samples, we score) and the demo's base evaluation (demo.py). So a task, a sampler or a third trainer plugs in at one place.
 
 The order is the contract (ledgers, `generate` resume and the tests' digests depend on it):
 - completions are problem-major: problem 0's `params.n` samples, then problem 1's, and so on;

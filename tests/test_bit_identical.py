@@ -144,7 +144,7 @@ def test_grpo_run_is_bit_identical(tmp_path, cache_dir, recorded):
 
 
 def test_heldout_evaluation_of_the_base_is_bit_identical(tmp_path, cache_dir, recorded):
-    from prover_cli.warmstart import base_heldout
+    from prover_cli.demo import base_heldout
 
     config = tiny_config(tmp_path / "base", cache_dir, *HELDOUT)
     record = base_heldout(config)

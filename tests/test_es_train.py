@@ -20,7 +20,8 @@ from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError, ReplayMismatchError
 from prover_cli.es.ledger import decode_rewards, encode_rewards, read_ledger
 from prover_cli.es.replay import replay_seeds
-from prover_cli.es.train import member_noise, pick_problems, shape_fitness, train_es, update_terms
+from prover_cli.es.population import member_noise, pick_problems
+from prover_cli.es.train import shape_fitness, train_es, update_terms
 from prover_cli.es.noise import fp32
 from prover_cli.problems import heldout_problems, train_problems as load_problems
 from prover_cli.tasks.toy import ToyTask
@@ -295,7 +296,7 @@ def test_null_control_ledger_keeps_the_true_rewards_and_replays_bit_exactly(trai
 
 
 def test_members_are_scored_at_the_member_temperature_recorded_in_the_ledger(tmp_path, cache_dir):
-    from prover_cli.es.train import member_completions
+    from prover_cli.es.population import member_completions
     from prover_cli.samplers import Sample
 
     class Spy:

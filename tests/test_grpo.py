@@ -516,7 +516,7 @@ def test_dataset_has_templated_prompts_and_problem_columns(tmp_path, cache_dir):
 
 
 def _tiny_built(cache_dir):
-    from prover_cli.tiny_model import resolve_model_path
+    from prover_cli.built_models import resolve_model_path
 
     return resolve_model_path("tiny", cache_dir, 0)
 

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
                                   single_scoring_share)
-from prover_cli.es.train import _load_sampler, member_completions, pick_problems, sampling_seed
+from prover_cli.es.population import load_es_sampler, member_completions, pick_problems, sampling_seed
 from prover_cli.problems import train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli import rollout
@@ -64,7 +64,7 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
                  f"{cost['iterations_of_training']:g} training iterations; nothing is written")
     task = get_task(config.data.task)
     problems = train_problems(config)
-    sampler = _load_sampler(config)
+    sampler = load_es_sampler(config)
     weights = sampler.es_weights()
 
     center: list[float] = []                                           # [scoring]

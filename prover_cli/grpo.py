@@ -5,11 +5,12 @@
     prover train grpo --config configs/kimina-grpo.toml --backend modal
 
 What happens, top to bottom:
-1. problems: `problems.jsonl` filtered to `data.train_split` (countdown and toy problems are
-   generated from `run.seed` when `data.problems` is left empty and the run has none; a file
-   that does not exist is otherwise an error);
+1. problems: the run's `data.train_split` (prover_cli/problems.py, what ES trains on too:
+   countdown and toy problems are generated from `run.seed` when `data.problems` is left empty
+   and the run has none, and written to `problems.jsonl`; a named file that does not exist is
+   an error);
 2. dataset: one already chat-templated `prompt` string per problem plus the problem's columns;
-3. reward: the task's batched `rewards(problems, completions, config)` in TRL's reward signature,
+3. reward: the task's batched reward through prover_cli/rollout.py in TRL's reward signature,
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
 4. `GRPOConfig`: every `[grpo]` key, and every TRL default we depend on, set explicitly;
 5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema, with
@@ -79,7 +80,7 @@ def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORT
 
 
 def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
-    from prover_cli.metrics import METRICS_FILE, write_resolved_config
+    from prover_cli.metrics import METRICS_FILE, read_metrics, write_resolved_config
     from prover_cli.problems import heldout_problems, train_problems
     from prover_cli.tasks import get_task
     from prover_cli.tracking import open_tracker
@@ -167,7 +168,7 @@ def finished_run(config: Any, checkpoint: Path, reporter: Any = NULL_REPORTER) -
     save leaves it missing, or (a run extended with a higher grpo.steps) holding the previous
     end's weights: then it is rebuilt from the checkpoint's model files. A `final/` that already
     holds the checkpoint's weights is left untouched, as are metrics.jsonl and the checkpoints."""
-    from prover_cli.metrics import METRICS_FILE
+    from prover_cli.metrics import METRICS_FILE, read_metrics
     from prover_cli.model_dir import same_weights
 
     run_dir, final_dir = config.run_dir, config.run_dir / "final"
@@ -212,7 +213,7 @@ RESUME_MAY_CHANGE = ("grpo.steps", "grpo.save_every", "model.cache_dir")
 
 def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Path | None:
     """The checkpoint to resume from, or None for a fresh start; metrics.jsonl cut to match."""
-    from prover_cli.metrics import METRICS_FILE, truncate_metrics
+    from prover_cli.metrics import METRICS_FILE, methods_logged, truncate_metrics
 
     run_dir = config.run_dir
     metrics_path, checkpoints = run_dir / METRICS_FILE, run_dir / CHECKPOINTS_DIR
@@ -243,18 +244,6 @@ def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) ->
     truncate_metrics(run_dir, step)  # lines written after the checkpoint are redone
     reporter.log(f"resuming from {checkpoint} (step {step} of {config.grpo.steps})")
     return checkpoint
-
-
-def methods_logged(metrics_path: Path) -> set[Any]:
-    """The `method` of every readable metrics line (a torn last line is skipped)."""
-    methods = set()
-    lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
-    for line in lines:
-        try:
-            methods.add(json.loads(line).get("method"))
-        except (ValueError, AttributeError):
-            continue
-    return methods
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -320,23 +309,6 @@ def check_resume_config(config: Any, stored_path: Path) -> None:
     if differences:
         raise ConfigError(f"{stored_path}: cannot resume, the config differs from the run's: " + "; ".join(differences),
                           hint="restore those values, or start a new run.dir")
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    from prover_cli.metrics import METRICS_FILE
-
-    path = run_dir / METRICS_FILE
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn last line from a kill (start_or_resume cuts it on a resume that trains)
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def resumable_trainer_class():

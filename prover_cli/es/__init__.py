@@ -1,7 +1,7 @@
 """Evolution Strategies with a bit-exact seed ledger (docs/ledger.md).
 
 - `train.py`: `prover train es`, the ES loop, read top to bottom (seeds, problems, perturb and
-  evaluate, normalise, update, ledger).
+  evaluate, normalise and update through update.py, ledger).
 - `update.py`: seeds, fitness shaping and the update from an iteration's member rewards
   (`apply_rewards`): training, replay and remote workers share it.
 - `noise.py`: device-independent noise (integer counter hash, Irwin-Hall) and the exact fp32

@@ -15,7 +15,8 @@ from typing import Any
 from prover_cli.errors import ReplayMismatchError
 from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
 from prover_cli.es.replay import _load_latest_snapshot
-from prover_cli.es.train import _load_sampler, apply_rewards, member_completions
+from prover_cli.es.train import _load_sampler, member_completions
+from prover_cli.es.update import apply_rewards
 from prover_cli.tasks import get_task
 
 

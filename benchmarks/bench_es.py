@@ -72,7 +72,8 @@ def bench_noise(device: str, elements: int) -> None:
     import torch
 
     from prover_cli.es import kernel
-    from prover_cli.es.noise import GPU_CHUNK, noise, noise_eager, stream_key
+    from prover_cli.es.noise import noise, noise_eager, stream_key
+    from prover_cli.es.noise_definition import GPU_CHUNK
 
     from prover_cli.es import gpu_kernel
 

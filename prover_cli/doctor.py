@@ -128,7 +128,7 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
 
 def check_kernel_checker(verify_config: Any) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
-    from prover_cli.verify.kernel import CHECKER, describe_installed_checker, pin_for, toolchain_version
+    from prover_cli.verify.kernel import CHECKER, describe_installed_checker, pin_for, pin_warning, toolchain_version
 
     name = "kernel checker"
     if not verify_config.kernel_check:
@@ -155,7 +155,8 @@ def check_kernel_checker(verify_config: Any) -> Check:
     if info["commit"] != pin.commit:
         return Check(name, False, f"{where} (Lean {info['toolchain']}) is at {commit[:12]}, not the pinned "
                                   f"{pin.describe}", build)
-    return Check(name, True, f"{where}: {pin.describe}")
+    gap = pin_warning(verify_config)
+    return Check(name, True, f"{where}: {pin.describe}" + (f"; warning: {gap}" if gap else ""))
 
 
 def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any = None) -> Check:

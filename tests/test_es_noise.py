@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from prover_cli.es import noise
+from prover_cli.es import noise, noise_definition
 from prover_cli.es.noise import SCALE, VARIANCE_S, fp32, perturbed, reference_noise, stream_key, updated
 
 
@@ -28,7 +28,7 @@ def test_chunking_does_not_change_values(monkeypatch):
     base = torch.zeros(10_007)
     key = stream_key(3, "w")
     whole = perturbed(base, key, fp32(0.5))
-    monkeypatch.setattr(noise, "CPU_CHUNK", 1000)  # 11 chunks, the last one partial
+    monkeypatch.setattr(noise_definition, "CPU_CHUNK", 1000)  # 11 chunks, the last one partial
     assert torch.equal(perturbed(base, key, fp32(0.5)), whole)
     assert torch.equal(updated(base, [(key, fp32(0.5))])[0], whole)
 

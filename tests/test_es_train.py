@@ -20,8 +20,9 @@ from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError, ReplayMismatchError
 from prover_cli.es.ledger import decode_rewards, encode_rewards, read_ledger
 from prover_cli.es.replay import replay_seeds
-from prover_cli.es.population import member_noise, pick_problems
-from prover_cli.es.train import shape_fitness, train_es, update_terms
+from prover_cli.es.population import pick_problems
+from prover_cli.es.train import train_es
+from prover_cli.es.update import member_noise, shape_fitness, update_terms
 from prover_cli.es.noise import fp32
 from prover_cli.problems import heldout_problems, train_problems as load_problems
 from prover_cli.tasks.toy import ToyTask
@@ -253,7 +254,7 @@ def test_an_existing_ledger_needs_resume_and_resume_needs_the_same_settings(trai
 # -- the null control and the member evaluation ----------------------------------------------------
 
 def test_shuffled_rewards_update_along_a_seeded_permutation_of_the_true_rewards():
-    from prover_cli.es.train import apply_rewards, shuffled
+    from prover_cli.es.update import apply_rewards, shuffled
 
     rewards = [0.0, 0.25, 0.5, 0.75, 1.0, 0.125]
     permuted = [shuffled(rewards, 3, i) for i in range(1, 6)]

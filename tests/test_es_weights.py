@@ -153,7 +153,7 @@ def test_tiny_bf16_model_at_reference_settings_moves_its_norm_weights_in_the_mas
     master). With the fp32 master every norm weight moves there; the bf16 master moves none."""
     from transformers import AutoModelForCausalLM
 
-    from prover_cli.es.train import apply_rewards
+    from prover_cli.es.update import apply_rewards
     from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
 
     checkpoint = build_tiny_model(tiny_model_dir(tmp_path_factory.getbasetemp() / "tiny-model-cache", 0), 0)

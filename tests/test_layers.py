@@ -11,8 +11,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "prover_cli"
 TRAINERS = {"prover_cli.grpo", "prover_cli.es.train"}
 COMMAND_LAYER = ("prover_cli.cli", "prover_cli.backends", "prover_cli.on_modal.")
-# es/update.py (#24 part A) takes apply_rewards out of es/train.py; these go at that merge.
-KNOWN_UNTIL_PART_A = {("prover_cli.es.member", "prover_cli.es.train"), ("prover_cli.es.replay", "prover_cli.es.train")}
 
 
 def module_name(path: Path) -> str:
@@ -38,7 +36,7 @@ def test_no_module_below_the_command_layer_imports_a_trainer():
         if name in TRAINERS or name.startswith(COMMAND_LAYER) or name in COMMAND_LAYER:
             continue
         offenders.update((name, trainer) for trainer in imported(path) & TRAINERS)
-    assert offenders - KNOWN_UNTIL_PART_A == set()
+    assert offenders == set()
 
 
 def test_the_scan_sees_lazy_and_package_relative_imports(tmp_path):

@@ -64,8 +64,9 @@ def test_verdict_lines_carry_input_fields_and_the_verifier(tmp_path):
     assert summary["ok"] is True and summary["proofs"] == 3
     assert (summary["verified"], summary["rejected"], summary["timeout"], summary["error"]) == (1, 1, 1, 0)
     assert summary["checked"] == 3 and summary["resumed"] == 0 and summary["proofs_per_s"] > 0
-    [table] = summary["tables"]
+    table, warnings = summary["tables"]   # the default pin's warning (no import check) is the second
     assert table["rows"][0][:2] == ["verified", 1]
+    assert warnings["title"] == "warnings" and warnings["rows"] == [[w] for w in summary["warnings"]]
     json.dumps({k: v for k, v in summary.items() if k != "tables"})  # JSON-serialisable
 
 

@@ -365,6 +365,7 @@ def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, mo
     monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
     found = check_kernel_checker(config)
     assert found.ok and "minif2f-kimina-check" in found.detail and str(binary) in found.detail
+    assert "warning: " in found.detail and "does not compare the proof module's imports" in found.detail
 
     other = fake_checkout(tmp_path / "sv2", "v4.27.0", PIN_2026.commit)
     monkeypatch.setenv("PATH", f"{other.parent}:/usr/bin:/bin")
@@ -465,13 +466,16 @@ def test_kernel_check_off_is_a_warning_in_the_summary_and_recorded_everywhere(ve
     from prover_cli.config import Config
     from prover_cli.verify import verify_file
     from prover_cli.verify.engine import KERNEL_CHECK_OFF_WARNING, policy_digest
+    from prover_cli.verify.kernel import pin_warning
 
     proofs = tmp_path / "p.jsonl"
     proofs.write_text(json.dumps({"id": "a", "formal_statement": AMC, "proof": "  linarith"}) + "\n")
     config = Config()
     config.verify = verify_config()
     on = verify_file(config, proofs_path=proofs, out_path=tmp_path / "on.jsonl")
-    assert on["warnings"] == [] and on["verified"] == 1
+    # the default toolchain's pin (2024 dialect) does not compare imports: said, not hidden
+    assert on["verified"] == 1 and on["warnings"] == [pin_warning(config.verify)]
+    assert "v4.15.0" in on["warnings"][0] and "imports" in on["warnings"][0]
     digest_on = policy_digest(config.verify)
     config.verify.kernel_check = False
     off = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
@@ -483,7 +487,7 @@ def test_kernel_check_off_is_a_warning_in_the_summary_and_recorded_everywhere(ve
     # resume under the other setting rechecks the line
     config.verify.kernel_check = True
     again = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
-    assert (again["rechecked"], again["warnings"]) == (1, [])
+    assert (again["rechecked"], again["warnings"]) == (1, [pin_warning(config.verify)])
 
 
 def test_the_kernel_canary_runs_before_the_first_pass_and_refuses_a_broken_checker(verify_config, tmp_path,
@@ -594,3 +598,22 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
             raise KeyboardInterrupt
     assert [key for key, _, _ in reported] == ["quick"] and reported[0][2].status == "verified"
     assert time.monotonic() - start < 30     # the hanging `lean -o` was killed, not waited for
+
+
+def test_the_pin_warning_names_exactly_the_pins_without_the_import_check():
+    from prover_cli.config import VerifyConfig
+    from prover_cli.verify.kernel import PINS, pin_warning
+
+    config = VerifyConfig()
+    for toolchain, pin in PINS.items():
+        config.lean_toolchain = f"leanprover/lean4:{toolchain}"
+        warning = pin_warning(config)
+        assert (warning is None) == pin.checks_imports, toolchain
+        if warning:
+            assert f"Lean {toolchain} ({pin.branch})" in warning
+    config.lean_toolchain = "leanprover/lean4:v4.15.0"
+    config.kernel_check = False   # no kernel stage: the off-warning says it all
+    assert pin_warning(config) is None
+    config.kernel_check = True
+    config.lean_toolchain = "leanprover/lean4:v4.3.0"   # unpinned: doctor and the stage refuse it instead
+    assert pin_warning(config) is None

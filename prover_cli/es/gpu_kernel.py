@@ -4,7 +4,8 @@ On CUDA the eager torch path (es/noise.py) runs each integer step of the hash as
 over int64 temporaries: about ten passes over memory per element. Here one Triton program per
 BLOCK elements computes the hash, the Irwin-Hall sum, the fp32 multiply and the add in
 registers, reading the fp32 master once and writing the live weight once (kernel.py is the same
-idea on CPU). It keeps exactly the bits of `noise.reference_noise` and of the eager ops:
+idea on CPU). It keeps exactly the bits of `noise_definition.reference_noise` and of the eager
+ops:
 
 - the hash is tl.uint64 arithmetic: multiplies wrap mod 2^64, and `>>` on an unsigned type is a
   logical shift (on a signed one it would be arithmetic: torch's int64 path masks it back). The
@@ -251,7 +252,7 @@ def noise(key: int, start: int, stop: int, device: Any = "cuda"):
     """fp32 eps of flat elements start..stop-1 of stream `key` on `device` (as noise.noise)."""
     import torch
 
-    from prover_cli.es.noise import SCALE
+    from prover_cli.es.noise_definition import SCALE
 
     if not 0 <= start <= stop:
         raise ValueError(f"noise: need 0 <= start <= stop, got start={start} stop={stop}")
@@ -276,7 +277,7 @@ def perturb_into(master: Any, key: int, scale32: float, out: Any) -> None:
     if out.numel() != master.numel() or out.device != master.device:
         raise ValueError(f"perturb output: {out.numel()} elements on {out.device}, master: "
                          f"{master.numel()} elements on {master.device}")
-    from prover_cli.es.noise import SCALE
+    from prover_cli.es.noise_definition import SCALE
 
     kind = _OUT_KINDS[str(out.dtype)]
     src = master.reshape(-1)
@@ -307,7 +308,7 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-    from prover_cli.es.noise import SCALE
+    from prover_cli.es.noise_definition import SCALE
 
     for master, keys in items:
         _check(master, "update master", (torch.float32,))  # no terms still adds +0 (-0 becomes +0), as defined
@@ -349,7 +350,7 @@ def _self_check(device: Any) -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
 
-    from prover_cli.es import noise as definition
+    from prover_cli.es import noise_definition as definition
 
     key = definition.stream_key(20260101, "gpu-self-check")
     for start in (0, (1 << 32) - 40, (1 << 40) - 7):  # low, across 2^32, very high flat indices

@@ -4,7 +4,7 @@ The eager torch path (es/noise.py) runs each integer step of the hash as its own
 int64 temporaries: about ten passes over memory per element. Here one small C function per job
 computes the hash, the Irwin-Hall sum, the fp32 multiply and the add per element, reading the
 fp32 master once and writing the live weight once. It keeps exactly the bits of
-`noise.reference_noise` and of the documented update:
+`noise_definition.reference_noise` and of the documented update:
 
 - the hash is unsigned 64-bit C arithmetic (wraps mod 2^64, logical shifts): exact everywhere;
 - eps = fp32(S - 131070) * SCALE, then eps * c, then + base: one IEEE operation each, rounded
@@ -593,7 +593,7 @@ def noise(key: int, start: int, stop: int):
     """fp32 eps of flat elements start..stop-1 of stream `key` (as noise.noise)."""
     import torch
 
-    from prover_cli.es.noise import SCALE
+    from prover_cli.es.noise_definition import SCALE
 
     out = torch.empty(stop - start, dtype=torch.float32)
     base = out.data_ptr()
@@ -608,7 +608,7 @@ def perturb_many(items: Sequence[tuple[Any, int, Any]], scale32: float, *, strea
     master: contiguous fp32 CPU; out: contiguous fp32/bf16/fp16 CPU of the same numel.
     `stream`: non-temporal stores (None: by size, see `_streams`); the values are the same.
     """
-    from prover_cli.es.noise import SCALE
+    from prover_cli.es.noise_definition import SCALE
 
     codes = [_out_code(out, master, "perturb") for master, _, out in items]
     widths = [out.element_size() for _, _, out in items]
@@ -648,7 +648,7 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-    from prover_cli.es.noise import SCALE
+    from prover_cli.es.noise_definition import SCALE
 
     for master, keys in items:
         _check_cpu_fp32(master, "update master")  # no terms still adds +0 (turning -0 into +0), as defined
@@ -716,7 +716,7 @@ def _self_check() -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
 
-    from prover_cli.es import noise as definition
+    from prover_cli.es import noise_definition as definition
 
     key = definition.stream_key(20260101, "self-check")
     for start in (0, (1 << 40) - 7):  # low and very high flat indices

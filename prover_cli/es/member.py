@@ -16,7 +16,7 @@ from prover_cli.errors import ReplayMismatchError
 from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
 from prover_cli.es.replay import _load_latest_snapshot
 from prover_cli.es.population import load_es_sampler, member_completions
-from prover_cli.es.train import apply_rewards
+from prover_cli.es.update import apply_rewards
 from prover_cli.tasks import get_task
 
 

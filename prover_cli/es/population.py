@@ -18,19 +18,15 @@ from typing import Any
 
 from prover_cli import rollout
 from prover_cli.es.noise import fp32
+from prover_cli.es.update import member_noise
 from prover_cli.progress import Reporter
 from prover_cli.seeds import derive_seed
 
 
 # ---------------------------------------------------------------------------------------------
-# Seeds: every random choice is a pure function of (run seed, iteration, member)
+# Seeds: every random choice is a pure function of (run seed, iteration, member); a member's
+# noise seed (member_noise) lives with the update in es/update.py, which replay shares
 # ---------------------------------------------------------------------------------------------
-
-def member_noise(run_seed: int, iteration: int, member: int, antithetic: bool) -> tuple[int, int]:
-    """(noise seed, sign) of a member: with antithetic pairs, members 2k and 2k+1 share eps_k."""
-    index, sign = (member // 2, 1 - 2 * (member % 2)) if antithetic else (member, 1)
-    return derive_seed("es-noise", run_seed, iteration, index), sign
-
 
 def sampling_seed(run_seed: int, iteration: int) -> int:
     """Shared by every member of the iteration (common random numbers); 31 bits suit any sampler."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from prover_cli.errors import InputError, ReplayMismatchError
 from prover_cli.es.ledger import master_dtype_of, read_ledger, record_rewards, sha256_file
-from prover_cli.es.train import apply_rewards
+from prover_cli.es.update import apply_rewards
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 _DTYPES = ("float32", "bfloat16", "float16")

@@ -41,23 +41,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
-from prover_cli.es.noise import fp32
-from prover_cli.es.population import evaluate_population, load_es_sampler, member_noise, pick_problems
+from prover_cli.es.population import evaluate_population, load_es_sampler, pick_problems
+from prover_cli.es.replay import rebuild
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
+from prover_cli.es.update import apply_rewards
 from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
 from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
-from prover_cli.seeds import derive_seed
 from prover_cli.tasks import get_task
 from prover_cli.tracking import open_tracker
 
@@ -69,67 +68,10 @@ from prover_cli.tracking import open_tracker
 # ---------------------------------------------------------------------------------------------
 
 # ---------------------------------------------------------------------------------------------
-# Normalise: fitness shaping on the rounded rewards (pure Python floats: same on every machine)
-# ---------------------------------------------------------------------------------------------
-
-def shape_fitness(rewards: Sequence[float], method: str) -> list[float] | None:
-    """z-scores or centered ranks in [-0.5, 0.5]; None when all rewards are equal (no signal)."""
-    n = len(rewards)
-    if max(rewards) == min(rewards):
-        return None
-    if method == "zscore":
-        mean = sum(rewards) / n
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
-        return [(r - mean) / std for r in rewards]
-    order = sorted(range(n), key=lambda i: rewards[i])
-    ranks = [0.0] * n
-    start = 0
-    while start < n:  # tied rewards share their average rank, so ties push in no direction
-        stop = start
-        while stop + 1 < n and rewards[order[stop + 1]] == rewards[order[start]]:
-            stop += 1
-        for position in range(start, stop + 1):
-            ranks[order[position]] = (start + stop) / 2
-        start = stop + 1
-    return [rank / (n - 1) - 0.5 for rank in ranks]
-
-
-# ---------------------------------------------------------------------------------------------
-# Update: theta += alpha/N * sum_n f_n eps_n, as one fp32 coefficient per noise draw
-# ---------------------------------------------------------------------------------------------
-
-def update_terms(fitness: Sequence[float], run_seed: int, iteration: int, antithetic: bool,
-                 learning_rate: float) -> list[tuple[int, float]]:
-    """[(noise seed, fp32 coefficient)] in member order; a pair's coefficient is alpha*(f+ - f-)/N."""
-    totals: dict[int, float] = {}
-    for member, f in enumerate(fitness):
-        seed, sign = member_noise(run_seed, iteration, member, antithetic)
-        totals[seed] = totals.get(seed, 0.0) + sign * f
-    return [(seed, fp32(learning_rate * total / len(fitness))) for seed, total in totals.items()]
-
-
-def shuffled(rewards: Sequence[float], run_seed: int, iteration: int) -> list[float]:
-    """The null control's rewards: a permutation of the iteration's, drawn from (run seed, iteration)."""
-    order = list(range(len(rewards)))
-    random.Random(derive_seed("es-shuffle", run_seed, iteration)).shuffle(order)
-    return [rewards[i] for i in order]
-
-
-def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iteration: int,
-                  es: dict[str, Any]) -> tuple[float, bool]:
-    """One iteration's update from its rewards: (update norm, skipped). Training and replay share it."""
-    if es.get("shuffle_rewards"):  # absent from ledgers written before the key existed: false
-        rewards = shuffled(rewards, run_seed, iteration)
-    fitness = shape_fitness(rewards, es["fitness_shaping"])
-    if fitness is None:
-        return 0.0, True
-    terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
-    return weights.update(terms), False
-
-
-# ---------------------------------------------------------------------------------------------
 # The loop: evaluate -> update -> metrics -> ledger (committed last, so a kill redoes at most
 # the interrupted iteration; resume drops metrics lines the ledger does not have)
+# Normalise and update are es/update.py's apply_rewards (z-scores or centered ranks of the
+# rounded rewards, then theta += alpha/N * sum_n f_n eps_n), which replay runs on the ledger too
 # ---------------------------------------------------------------------------------------------
 
 def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER,
@@ -234,8 +176,6 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
 
 def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: Reporter) -> list[dict[str, Any]]:
     """Rebuild the weights from the ledger (checking every fingerprint) and return its records."""
-    from prover_cli.es.replay import rebuild  # replay builds on this module; import it late
-
     stored, records = read_ledger(ledger_path)
     differences = header_differences(stored, header)
     if differences:

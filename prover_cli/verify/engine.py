@@ -354,8 +354,12 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
     verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
-    if not verify_config.kernel_check:
-        reporter.log("warning: " + KERNEL_CHECK_OFF_WARNING)
+    from prover_cli.verify.kernel import pin_warning
+
+    warnings = [KERNEL_CHECK_OFF_WARNING] if not verify_config.kernel_check else []
+    warnings += [w for w in [pin_warning(verify_config)] if w]
+    for warning in warnings:
+        reporter.log("warning: " + warning)
     with ResumableWriter(out_path) as writer, stop_signals_as_interrupt():  # SIGTERM/SIGHUP: as Ctrl-C
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0
@@ -405,7 +409,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         "proofs_per_s": round(checked / elapsed_s, 3) if elapsed_s > 0 else 0.0,
         "verifier": verifier.identity,
         "malformed": malformed,
-        "warnings": [] if verify_config.kernel_check else [KERNEL_CHECK_OFF_WARNING],
+        "warnings": warnings,
     }
     share = (lambda n: f"{100.0 * n / len(records):.1f}%") if records else (lambda n: "-")
     tables = [{"title": f"verify: {proofs_path.name} -> {out_path.name}",

@@ -102,6 +102,18 @@ def pin_for(lean_toolchain: str) -> CheckerPin | None:
     return PINS.get(toolchain_version(lean_toolchain))
 
 
+def pin_warning(verify_config: Any) -> str | None:
+    """What the configured checker pin does not check, as a warning for doctor and the verify summary
+    (None when the kernel stage is off, unpinned, or the pin has no known gap)."""
+    pin = pin_for(verify_config.lean_toolchain) if verify_config.kernel_check else None
+    if pin is None or pin.checks_imports:
+        return None
+    return (f"the kernel stage's {CHECKER} pin for Lean {pin.toolchain} ({pin.branch}) does not compare the "
+            "proof module's imports with the target's: code a proof runs during elaboration could write a "
+            "module that imports less than the header and redefines a constant the statement uses. The pins "
+            "for Lean v4.27.0 and later refuse that; see docs/verify.md, *The kernel stage*")
+
+
 def policy_problem(verify_config: Any) -> tuple[str, str] | None:
     """(key, why) when the verify policy accepts proofs the kernel stage always rejects, else None."""
     if verify_config.allow_native_decide:

@@ -20,25 +20,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prover_cli.verify.transport import LocalTransport, Transport
-
-
-class ReplFault(Exception):
-    """The REPL did not answer properly. `kind` is the verdict: "timeout" or "error"."""
-
-    kind = "error"
-
-
-class ReplTimeout(ReplFault):
-    kind = "timeout"
-
-
-class ReplDied(ReplFault):
-    """EOF: the process exited or closed its output."""
-
-
-class ReplGarbage(ReplFault):
-    """Output that is not a JSON response in the REPL framing."""
+# The REPL's faults live in the transport layer below (its write and read_some raise them too);
+# callers may import them from here as before (ReplFault: pool.py, the tests).
+from prover_cli.verify.transport import (LocalTransport, ReplDied, ReplFault, ReplGarbage,  # noqa: F401
+                                         ReplTimeout, Transport)
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,6 +42,26 @@ READ_CHUNK_BYTES = 1 << 16
 WATCHDOG_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_watchdog.py")
 
 
+# The REPL's faults: a transport raises ReplTimeout past a deadline and ReplDied on a closed pipe;
+# repl.py raises all of them (ReplGarbage for bad framing). Here, below both, so neither imports back.
+class ReplFault(Exception):
+    """The REPL did not answer properly. `kind` is the verdict: "timeout" or "error"."""
+
+    kind = "error"
+
+
+class ReplTimeout(ReplFault):
+    kind = "timeout"
+
+
+class ReplDied(ReplFault):
+    """EOF: the process exited or closed its output."""
+
+
+class ReplGarbage(ReplFault):
+    """Output that is not a JSON response in the REPL framing."""
+
+
 class Transport(Protocol):
     """A byte pipe to one REPL process; framing, deadlines and verdicts stay in repl.py/pool.py above it."""
 
@@ -152,8 +172,6 @@ class LocalTransport:
                            "within 5 s")
 
     def write(self, data: bytes, deadline: float) -> None:
-        from prover_cli.verify.repl import ReplDied, ReplTimeout
-
         fd = self._proc.stdin.fileno()
         view = memoryview(data)
         while view:
@@ -171,8 +189,6 @@ class LocalTransport:
             view = view[written:]
 
     def read_some(self, deadline: float) -> bytes:
-        from prover_cli.verify.repl import ReplTimeout
-
         fd = self._proc.stdout.fileno()
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not _wait(fd, select.POLLIN, remaining):

@@ -1,0 +1,87 @@
+"""One ES iteration's update from its member rewards: what training, replay and workers share.
+
+    apply_rewards(weights, rewards, run_seed, iteration, es)   # es: the ledger header's "es" dict
+
+A ledger record holds an iteration's member rewards; this module turns them into the weights'
+update exactly as `prover train es` did (es/train.py, the loop), so `prover replay-seeds` and
+`--resume` (es/replay.py) and a remote member worker (es/member.py) rebuild the same bits from
+the ledger alone. Everything here is a pure function of (run seed, iteration, member, rewards).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Sequence
+
+from prover_cli.es.noise import fp32
+from prover_cli.seeds import derive_seed
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds: every random choice is a pure function of (run seed, iteration, member)
+# ---------------------------------------------------------------------------------------------
+
+def member_noise(run_seed: int, iteration: int, member: int, antithetic: bool) -> tuple[int, int]:
+    """(noise seed, sign) of a member: with antithetic pairs, members 2k and 2k+1 share eps_k."""
+    index, sign = (member // 2, 1 - 2 * (member % 2)) if antithetic else (member, 1)
+    return derive_seed("es-noise", run_seed, iteration, index), sign
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalise: fitness shaping on the rounded rewards (pure Python floats: same on every machine)
+# ---------------------------------------------------------------------------------------------
+
+def shape_fitness(rewards: Sequence[float], method: str) -> list[float] | None:
+    """z-scores or centered ranks in [-0.5, 0.5]; None when all rewards are equal (no signal)."""
+    n = len(rewards)
+    if max(rewards) == min(rewards):
+        return None
+    if method == "zscore":
+        mean = sum(rewards) / n
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+        return [(r - mean) / std for r in rewards]
+    order = sorted(range(n), key=lambda i: rewards[i])
+    ranks = [0.0] * n
+    start = 0
+    while start < n:  # tied rewards share their average rank, so ties push in no direction
+        stop = start
+        while stop + 1 < n and rewards[order[stop + 1]] == rewards[order[start]]:
+            stop += 1
+        for position in range(start, stop + 1):
+            ranks[order[position]] = (start + stop) / 2
+        start = stop + 1
+    return [rank / (n - 1) - 0.5 for rank in ranks]
+
+
+# ---------------------------------------------------------------------------------------------
+# Update: theta += alpha/N * sum_n f_n eps_n, as one fp32 coefficient per noise draw
+# ---------------------------------------------------------------------------------------------
+
+def update_terms(fitness: Sequence[float], run_seed: int, iteration: int, antithetic: bool,
+                 learning_rate: float) -> list[tuple[int, float]]:
+    """[(noise seed, fp32 coefficient)] in member order; a pair's coefficient is alpha*(f+ - f-)/N."""
+    totals: dict[int, float] = {}
+    for member, f in enumerate(fitness):
+        seed, sign = member_noise(run_seed, iteration, member, antithetic)
+        totals[seed] = totals.get(seed, 0.0) + sign * f
+    return [(seed, fp32(learning_rate * total / len(fitness))) for seed, total in totals.items()]
+
+
+def shuffled(rewards: Sequence[float], run_seed: int, iteration: int) -> list[float]:
+    """The null control's rewards: a permutation of the iteration's, drawn from (run seed, iteration)."""
+    order = list(range(len(rewards)))
+    random.Random(derive_seed("es-shuffle", run_seed, iteration)).shuffle(order)
+    return [rewards[i] for i in order]
+
+
+def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iteration: int,
+                  es: dict[str, Any]) -> tuple[float, bool]:
+    """One iteration's update from its rewards: (update norm, skipped). Training and replay share it."""
+    if es.get("shuffle_rewards"):  # absent from ledgers written before the key existed: false
+        rewards = shuffled(rewards, run_seed, iteration)
+    fitness = shape_fitness(rewards, es["fitness_shaping"])
+    if fitness is None:
+        return 0.0, True
+    terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
+    return weights.update(terms), False

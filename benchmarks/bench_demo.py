@@ -88,7 +88,7 @@ def run_arm(config_path: Path, overrides: list[str], seed: int, arm: str, out: P
     A run left complete in `--out` by an earlier bench with the same config is reused, not
     trained again (an interrupted bench picks up where it stopped)."""
     from prover_cli.config import load_config
-    from prover_cli.warmstart import grpo_eval_every
+    from prover_cli.demo import grpo_eval_every
 
     method, extra = ARMS[arm]
     temperature = load_config(config_path, overrides).generate.temperature
@@ -149,7 +149,7 @@ def main() -> None:
 
     from prover_cli.config import load_config
     from prover_cli.report import differences, group_arms, load_run, report_runs, summarize_arm
-    from prover_cli.warmstart import budget_line
+    from prover_cli.demo import budget_line
 
     config = load_config(args.config, args.overrides)
     threads = max(1, (os.cpu_count() or 1) // args.jobs)

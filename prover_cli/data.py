@@ -691,18 +691,9 @@ def _ordered(problem: dict[str, Any]) -> dict[str, Any]:
 
 def _generated(config: Any, task: str, limit: int) -> Report:
     """Countdown (data.countdown_*) or toy problems, generated from run.seed: solvable by construction."""
-    d = config.data
-    if task == "countdown":
-        from prover_cli.tasks.countdown import generate_problems
+    from prover_cli.problems import generated_problems
 
-        count = limit or d.countdown_problems
-        problems = generate_problems(count, d.countdown_numbers, d.countdown_max_number, config.run.seed,
-                                     prompt=d.countdown_prompt)
-    else:
-        from prover_cli.tasks import toy
-
-        count = limit or toy.DEFAULT_COUNT
-        problems = toy.generate_problems(count, config.run.seed)
+    problems = generated_problems(config, task, count=limit)
     return Report(rows=len(problems), kept=problems, dropped=Counter(), first_rows=defaultdict(list))
 
 

@@ -53,6 +53,7 @@ from typing import Any, Iterable
 
 from prover_cli.errors import ConfigError, InputError, NotBuiltError
 from prover_cli.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
+from prover_cli.problems import eval_problems_path
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 ALL = "all"
@@ -277,22 +278,17 @@ def _plot_title(model: str, run: str) -> str:
     return f"pass@k of {model}\n{run}"
 
 
-def eval_problems_path(config: Any) -> Path:
-    return Path(config.eval.problems) if config.eval.problems else config.problems_path
-
-
 def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks: list[int], out: Path | None,
                         reporter: Reporter) -> dict[str, Any]:
-    from prover_cli.generate import generate_samples, load_problems
+    from prover_cli.generate import generate_samples
+    from prover_cli.problems import eval_problems
 
     problems_path = eval_problems_path(config)
     bad_problems: list[dict[str, Any]] = []  # reported and skipped; the command then exits 1
-    problems = load_problems(problems_path, split=config.eval.split, malformed=bad_problems,
-                             task_name=config.data.task)
-    log_malformed(reporter, problems_path, bad_problems)
-    if not problems:
-        raise InputError(f"{problems_path}: no usable problem in split {config.eval.split!r} "
-                         f"({len(bad_problems)} malformed line(s))")
+    try:
+        problems = eval_problems(config, malformed=bad_problems)
+    finally:
+        log_malformed(reporter, problems_path, bad_problems)
     base = out if out is not None else problems_path.parent / "eval"  # beside the input, never ./runs/default
 
     model_path, model_label = model, model or config.model.name
@@ -376,6 +372,7 @@ def _eval_label(config: Any, model_label: str) -> str:
 
 def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
     """Countdown/toy: reward 1.0 = solved, written as verdict records so one pass@k path scores all tasks."""
+    from prover_cli import rollout
     from prover_cli.generate import SAMPLE_FIELDS
     from prover_cli.tasks import get_task
 
@@ -386,7 +383,7 @@ def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, repor
         if not todo:
             return
         problems = [{**{k: v for k, v in s.items() if k not in SAMPLE_FIELDS}, "id": s["problem_id"]} for s in todo]
-        rewards = task.rewards(problems, [s["completion"] for s in todo], config, reporter=reporter)
+        rewards = rollout.score(task, problems, [s["completion"] for s in todo], config, reporter=reporter)
         for sample, reward in zip(todo, rewards, strict=True):
             writer.write({"id": sample["id"], "problem_id": sample["problem_id"], "split": sample.get("split"),
                           "verdict": "verified" if reward >= 1.0 else "rejected", "reward": reward})

@@ -35,14 +35,6 @@ from prover_cli.progress import NULL_REPORTER, Reporter
 # Fields a sample record sets itself; a problem's own fields are copied around them.
 SAMPLE_FIELDS = ("id", "problem_id", "sample_idx", "completion", "raw_completion", "finish_reason",
                  "prompt_tokens", "completion_tokens", "seed", "model", "family")
-# What each task reads from a problem to prompt and to score it: field -> (type, required).
-# "ints" is a non-empty list of integers. Optional fields may also be missing or null.
-PROBLEM_FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
-    "lean": {"formal_statement": (str, True), "header": (str, False), "informal_statement": (str, False),
-             "informal_prefix": (str, False)},
-    "countdown": {"numbers": ("ints", True), "target": (int, True), "prompt_style": (str, False)},
-    "toy": {"prompt": (str, True)},
-}
 
 
 def generate_file(config: Any, *, problems_path: str | Path | None = None, out_path: str | Path | None = None,
@@ -52,11 +44,12 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
     `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
     across calls); by default one is loaded for `model` / `model.name`."""
     from prover_cli.jsonl import log_malformed, with_malformed
+    from prover_cli.problems import read_problems
 
     path = Path(problems_path) if problems_path else config.problems_path
     malformed: list[dict[str, Any]] = []  # bad lines are reported and skipped; the run then exits 1
-    problems = load_problems(path, split=config.generate.split or None, malformed=malformed,
-                             task_name=config.data.task)
+    problems = read_problems(path, split=config.generate.split or None, malformed=malformed,
+                             task_name=config.data.task, split_key="generate.split")
     log_malformed(reporter, path, malformed)
     if malformed and not problems:  # nothing usable: a wrong file or data.task, not a few bad lines
         first = malformed[0]
@@ -67,48 +60,6 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
     result = generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
                               problems_label=str(path), sampler=sampler)
     return with_malformed(result, path, malformed)
-
-
-def load_problems(path: Path, split: str | None = None, malformed: list[dict[str, Any]] | None = None,
-                  task_name: str | None = None) -> list[dict[str, Any]]:
-    """Problems of `path` (of `split` if given). A bad line, a duplicate id, or (with `task_name`)
-    a problem without the fields that task reads is an error naming the line, or, when a
-    `malformed` list is given, appended to it ({"line", "reason"}) and skipped."""
-    from prover_cli.jsonl import BadLine, read_jsonl
-
-    if not path.exists():
-        raise InputError(f"{path}: problems file not found",
-                         hint="write it with `prover prepare-data` (e.g. `prover prepare-data examples --out problems.jsonl`)")
-
-    def bad(line_no: int, reason: str) -> None:
-        if malformed is None:
-            raise InputError(f"{path}:{line_no}: {reason}")
-        malformed.append({"line": line_no, "reason": reason})
-
-    problems, seen, splits = [], {}, set()
-    for line_no, problem in read_jsonl(path):
-        if isinstance(problem, BadLine):
-            bad(line_no, problem.reason)
-            continue
-        pid = problem.get("id")
-        if not isinstance(pid, str) or not pid:
-            bad(line_no, "problem has no string `id`")
-            continue
-        if pid in seen:
-            bad(line_no, f"duplicate problem id {pid!r} (first on line {seen[pid]})")
-            continue
-        seen[pid] = line_no
-        splits.add(problem.get("split"))
-        if split is None or problem.get("split") == split:
-            defect = problem_defect(problem, task_name) if task_name else None
-            if defect:
-                bad(line_no, f"problem {pid!r}: {defect}")
-                continue
-            problems.append(problem)
-    if split is not None and not problems:
-        present = ", ".join(sorted(str(s) for s in splits)) or "none"
-        raise InputError(f"{path}: no problem has split {split!r} (splits present: {present})")
-    return problems
 
 
 def problem_seed(base_seed: int, problem_id: str) -> int:
@@ -128,13 +79,15 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     `family_name` is the name the prompt family is resolved from (a rebuilt directory's path
     says nothing about the base model's family).
     """
+    from prover_cli import rollout
+    from prover_cli.problems import check_fields
     from prover_cli.prompts import resolve_family
     from prover_cli.samplers import load_sampler, sampling_params
     from prover_cli.tasks import get_task
 
     task_name = config.data.task
     task = get_task(task_name)
-    _check_fields(problems, task_name, problems_label)
+    check_fields(problems, task_name, problems_label)
     if task_name == "lean":  # the prompt, the candidate and verify all see the same header
         problems = [{**p, "header": p.get("header") or config.verify.header} for p in problems]
     model_label = model_label or model or config.model.name
@@ -159,8 +112,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
                 for start in range(0, len(todo), batch_size):
                     chunk = todo[start:start + batch_size]
                     seeds = [problem_seed(config.generate.seed, problem["id"]) for problem in chunk]
-                    prompts = [task.build_prompt(problem, sampler.tokenizer, family) for problem in chunk]
-                    outputs = sampler.generate(prompts, sampling_params(config, n=n), seeds=seeds)
+                    outputs = rollout.sample(sampler, task, chunk, sampling_params(config, n=n), family, seeds=seeds)
                     completion_tokens += _write_samples(writer, chunk, outputs, seeds, n, task_name,
                                                         family, model_label, counts)
                     sampling_s = time.monotonic() - sampling_start
@@ -212,38 +164,6 @@ def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs
             counts["length"] += sample.finish_reason == "length"
             new_tokens += sample.completion_tokens
     return new_tokens
-
-
-def problem_defect(problem: dict[str, Any], task_name: str) -> str | None:
-    """Why `problem` cannot be prompted or scored by task `task_name` (a missing or wrong-typed field), or None."""
-    for key, (kind, required) in PROBLEM_FIELDS.get(task_name, {}).items():
-        value = problem.get(key)
-        if value is None:
-            if required:
-                return f"lacks `{key}`, needed by data.task = {task_name!r}"
-            continue
-        if kind == "ints":
-            ok = isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
-            expected = "a non-empty list of integers"
-        else:
-            ok = isinstance(value, kind) and not isinstance(value, bool)
-            expected = {str: "a string", int: "an integer"}[kind]
-        if not ok:
-            return f"`{key}` is {type(value).__name__}, expected {expected} (data.task = {task_name!r})"
-    if task_name == "countdown" and problem.get("prompt_style") is not None:
-        from prover_cli.tasks.countdown import PROMPTS
-
-        if problem["prompt_style"] not in PROMPTS:
-            return f"`prompt_style` {problem['prompt_style']!r} is not one of {', '.join(PROMPTS)}"
-    return None
-
-
-def _check_fields(problems: list[dict[str, Any]], task_name: str, label: str) -> None:
-    for problem in problems:
-        defect = problem_defect(problem, task_name)
-        if defect:
-            raise InputError(f"{label}: problem {problem.get('id')!r} {defect}",
-                             hint="prepare the problems for this task, or set data.task to match them")
 
 
 def _problem_fields(problem: dict[str, Any]) -> dict[str, Any]:

@@ -5,11 +5,12 @@
     prover train grpo --config configs/kimina-grpo.toml --backend modal
 
 What happens, top to bottom:
-1. problems: `problems.jsonl` filtered to `data.train_split` (countdown and toy problems are
-   generated from `run.seed` when `data.problems` is left empty and the run has none; a file
-   that does not exist is otherwise an error);
+1. problems: the run's `data.train_split` (prover_cli/problems.py, what ES trains on too:
+   countdown and toy problems are generated from `run.seed` when `data.problems` is left empty
+   and the run has none, and written to `problems.jsonl`; a named file that does not exist is
+   an error);
 2. dataset: one already chat-templated `prompt` string per problem plus the problem's columns;
-3. reward: the task's batched `rewards(problems, completions, config)` in TRL's reward signature,
+3. reward: the task's batched reward through prover_cli/rollout.py in TRL's reward signature,
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
 4. `GRPOConfig`: every `[grpo]` key, and every TRL default we depend on, set explicitly;
 5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema, with
@@ -79,10 +80,9 @@ def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORT
 
 
 def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
-    from prover_cli.metrics import METRICS_FILE, write_resolved_config
+    from prover_cli.metrics import METRICS_FILE, read_metrics, write_resolved_config
+    from prover_cli.problems import heldout_problems, train_problems
     from prover_cli.tasks import get_task
-
-    from prover_cli.heldout import heldout_problems
     from prover_cli.tracking import open_tracker
 
     check_batch_shape(config)
@@ -92,7 +92,7 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
     if checkpoint is not None and checkpoint_step(checkpoint) == config.grpo.steps:
         return finished_run(config, checkpoint, reporter)  # nothing to train: say so, change nothing
     task = get_task(config.data.task)
-    problems = load_train_problems(config, reporter)  # before the model: a missing file fails fast
+    problems = train_problems(config, reporter, save_generated=True)  # before the model: a missing file fails fast
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
     write_resolved_config(config)
@@ -168,7 +168,7 @@ def finished_run(config: Any, checkpoint: Path, reporter: Any = NULL_REPORTER) -
     save leaves it missing, or (a run extended with a higher grpo.steps) holding the previous
     end's weights: then it is rebuilt from the checkpoint's model files. A `final/` that already
     holds the checkpoint's weights is left untouched, as are metrics.jsonl and the checkpoints."""
-    from prover_cli.metrics import METRICS_FILE
+    from prover_cli.metrics import METRICS_FILE, read_metrics
     from prover_cli.model_dir import same_weights
 
     run_dir, final_dir = config.run_dir, config.run_dir / "final"
@@ -213,7 +213,7 @@ RESUME_MAY_CHANGE = ("grpo.steps", "grpo.save_every", "model.cache_dir")
 
 def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Path | None:
     """The checkpoint to resume from, or None for a fresh start; metrics.jsonl cut to match."""
-    from prover_cli.metrics import METRICS_FILE, truncate_metrics
+    from prover_cli.metrics import METRICS_FILE, methods_logged, truncate_metrics
 
     run_dir = config.run_dir
     metrics_path, checkpoints = run_dir / METRICS_FILE, run_dir / CHECKPOINTS_DIR
@@ -244,18 +244,6 @@ def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) ->
     truncate_metrics(run_dir, step)  # lines written after the checkpoint are redone
     reporter.log(f"resuming from {checkpoint} (step {step} of {config.grpo.steps})")
     return checkpoint
-
-
-def methods_logged(metrics_path: Path) -> set[Any]:
-    """The `method` of every readable metrics line (a torn last line is skipped)."""
-    methods = set()
-    lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
-    for line in lines:
-        try:
-            methods.add(json.loads(line).get("method"))
-        except (ValueError, AttributeError):
-            continue
-    return methods
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -323,23 +311,6 @@ def check_resume_config(config: Any, stored_path: Path) -> None:
                           hint="restore those values, or start a new run.dir")
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    from prover_cli.metrics import METRICS_FILE
-
-    path = run_dir / METRICS_FILE
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn last line from a kill (start_or_resume cuts it on a resume that trains)
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
 def resumable_trainer_class():
     """`GRPOTrainer` whose prompt order depends only on (seed, epoch).
 
@@ -376,26 +347,8 @@ def resumable_trainer_class():
 
 
 # --------------------------------------------------------------------------------------------
-# Problems and dataset
+# Dataset: the train problems (prover_cli/problems.py) as TRL rows
 # --------------------------------------------------------------------------------------------
-
-def load_train_problems(config: Any, reporter: Any = NULL_REPORTER) -> list[dict[str, Any]]:
-    """Problems of `data.train_split`; generated tasks (countdown, toy) write theirs if missing
-    (only where `data.problems` is left empty: a named file that does not exist is an error)."""
-    from prover_cli.jsonl import write_jsonl_atomic
-    from prover_cli.tasks import run_problems
-
-    path = config.problems_path
-    all_problems, _, generated = run_problems(config)
-    if generated:
-        write_jsonl_atomic(path, all_problems)  # the run's problems stay inspectable and reusable
-        reporter.log(f"{path}: generated {len(all_problems)} {config.data.task} problems (seed {config.run.seed})")
-    problems = [p for p in all_problems if p.get("split") == config.data.train_split]
-    if not problems:
-        raise InputError(f"{path}: no problems with split {config.data.train_split!r} (data.train_split)",
-                         hint="check data.train_split against the `split` field of the problems")
-    return problems
-
 
 def problem_columns(problems: list[dict[str, Any]]) -> list[str]:
     """Every key of any problem, in first-seen order (TRL passes each as a reward kwarg)."""
@@ -414,8 +367,10 @@ def build_dataset(problems: list[dict[str, Any]], task: Any, tokenizer: Any, fam
     """
     from datasets import Dataset
 
+    from prover_cli.rollout import prompts as task_prompts
+
     columns = problem_columns(problems)
-    prompts = trainer_prompts([task.build_prompt(p, tokenizer, family) for p in problems], tokenizer)
+    prompts = trainer_prompts(task_prompts(task, problems, tokenizer, family), tokenizer)
     rows = [{**{c: p.get(c) for c in columns}, "prompt": prompt} for p, prompt in zip(problems, prompts)]
     return Dataset.from_list(rows)
 
@@ -474,12 +429,14 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
     (`shuffle_in_groups`); `stats` keeps the true ones for metrics.jsonl.
     """
 
+    from prover_cli import rollout
+
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
         present = [c for c in columns if c in kwargs]
         problems = [dict(zip(present, values)) for values in zip(*(kwargs[c] for c in present))]
         if len(problems) != len(completions):
             raise ValueError(f"reward got {len(completions)} completions but {len(problems)} problem rows")
-        rewards = [float(r) for r in task.rewards(problems, list(completions), config)]
+        rewards = rollout.score(task, problems, list(completions), config)
         stats.rewards.extend(rewards)
         if config.grpo.shuffle_rewards:
             return shuffle_in_groups(rewards, list(prompts), list(completions), config.grpo.num_generations,

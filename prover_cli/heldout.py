@@ -1,8 +1,9 @@
 """Held-out evaluation of the current weights: the one function ES and GRPO both call.
 
-    from prover_cli.heldout import eval_due, evaluate_base, evaluate_heldout, heldout_problems
+    from prover_cli.heldout import eval_due, evaluate_base, evaluate_heldout
+    from prover_cli.problems import heldout_problems
 
-    problems = heldout_problems(config)                       # chosen once per run
+    problems = heldout_problems(config)                       # chosen once per run (prover_cli/problems.py)
     append(base_record("es", task, evaluate_base(sampler, config, problems, fingerprint)))  # iteration 0
     if eval_due(config, iteration, last_iteration):
         record.update(evaluate_heldout(sampler, config, problems))   # {"eval/verified_rate": ...}
@@ -50,57 +51,23 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from prover_cli.errors import InputError
+from prover_cli.problems import heldout_problems
 from prover_cli.progress import NULL_REPORTER
+from prover_cli.seeds import derive_seed
 
 EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_hi", "eval/greedy_verified_rate",
              "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate", "eval/reward_mean",
              "eval/verified", "eval/greedy_verified", "eval/samples", "eval/problems", "eval/wall_s", "eval/by_problem")
 
 
-def _derive_seed(*parts: Any, bits: int = 63) -> int:
-    """A seed from its parts via sha256 (the rule es/train.py uses), stable across machines."""
-    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> (64 - bits)
-
-
 def eval_due(config: Any, iteration: int, last_iteration: int) -> bool:
     """True every `run.eval_every` iterations and at the last one; never when it is 0."""
     every = config.run.eval_every
     return every > 0 and (iteration % every == 0 or iteration == last_iteration)
-
-
-# --------------------------------------------------------------------------------------------
-# Problems: the held-out split, or a fixed seeded subset of it
-# --------------------------------------------------------------------------------------------
-
-def heldout_problems(config: Any) -> list[dict[str, Any]]:
-    """The `data.valid_split` problems (a fixed `run.eval_problems` subset when > 0), in file order."""
-    problems, source = _all_problems(config)
-    split = config.data.valid_split
-    heldout = [p for p in problems if p.get("split") == split]
-    if not heldout:
-        raise InputError(f"{source}: no problems with split {split!r} for the held-out evaluation "
-                         f"(data.valid_split, run.eval_every = {config.run.eval_every})",
-                         hint="set data.valid_split to a split the problems have, or run.eval_every = 0")
-    count = config.run.eval_problems
-    if 0 < count < len(heldout):
-        rng = random.Random(_derive_seed("heldout-problems", config.run.seed))
-        keep = sorted(rng.sample(range(len(heldout)), count))
-        heldout = [heldout[i] for i in keep]
-    return heldout
-
-
-def _all_problems(config: Any) -> tuple[list[dict[str, Any]], str]:
-    from prover_cli.tasks import run_problems  # the problems training reads or generates
-
-    problems, source, _ = run_problems(config)
-    return problems, source
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,7 +80,7 @@ def heldout_params(config: Any):
 
     return SamplingParams(n=config.run.eval_n, temperature=config.run.eval_temperature, top_p=config.generate.top_p,
                           max_tokens=config.generate.max_tokens,
-                          seed=_derive_seed("heldout-sampling", config.run.seed, bits=31))
+                          seed=derive_seed("heldout-sampling", config.run.seed, bits=31))
 
 
 @contextlib.contextmanager
@@ -139,14 +106,14 @@ def problem_keys(problems: Sequence[dict[str, Any]]) -> list[str]:
     return keys
 
 
-def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], prompts: list[str],
-                     params: Any, reporter: Any) -> tuple[list[int], list[float]]:
+def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], params: Any,
+                     reporter: Any) -> tuple[list[int], list[float]]:
     """(verified samples per problem, every reward) for one decoding setting."""
+    from prover_cli import rollout
+
     with preserved_torch_rng():
-        outputs = sampler.generate(prompts, params)
-    completions = [sample.text for samples in outputs for sample in samples]
-    scored = [p for p in problems for _ in range(params.n)]
-    rewards = [float(r) for r in task.rewards(scored, completions, config, reporter=reporter)]
+        completions = rollout.texts(rollout.sample(sampler, task, problems, params, config.model.family))
+    rewards = rollout.score(task, problems, completions, config, reporter=reporter)
     counts = [sum(r == 1.0 for r in rewards[i * params.n:(i + 1) * params.n]) for i in range(len(problems))]
     return counts, rewards
 
@@ -169,12 +136,11 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
     params = heldout_params(config)
     greedy = greedy_params(config)
     started = time.monotonic()
-    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in problems]
     if params.temperature == 0:  # greedy samples are all alike: the sampled metric is the greedy one
         params = greedy
-    counts, rewards = _verified_counts(sampler, config, task, problems, prompts, params, reporter)
+    counts, rewards = _verified_counts(sampler, config, task, problems, params, reporter)
     greedy_counts = (counts if params is greedy
-                     else _verified_counts(sampler, config, task, problems, prompts, greedy, reporter)[0])
+                     else _verified_counts(sampler, config, task, problems, greedy, reporter)[0])
     rate, low, high = rate_interval(counts, params.n)
     greedy_rate, greedy_low, greedy_high = rate_interval(greedy_counts, 1)
     return {
@@ -200,7 +166,7 @@ def greedy_params(config: Any):
     from prover_cli.samplers import SamplingParams
 
     return SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=config.generate.max_tokens,
-                          seed=_derive_seed("heldout-sampling", config.run.seed, bits=31))
+                          seed=derive_seed("heldout-sampling", config.run.seed, bits=31))
 
 
 # --------------------------------------------------------------------------------------------

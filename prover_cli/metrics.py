@@ -91,6 +91,34 @@ def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The readable lines of a run's metrics.jsonl (a torn last line from a kill is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn last line (a resume that trains cuts it: truncate_metrics)
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def methods_logged(metrics_path: Path) -> set[Any]:
+    """The `method` of every readable metrics line (a torn last line is skipped)."""
+    methods = set()
+    lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
+    for line in lines:
+        try:
+            methods.add(json.loads(line).get("method"))
+        except (ValueError, AttributeError):
+            continue
+    return methods
+
+
 def write_resolved_config(config: Any) -> Path:
     """Write the resolved config into the run directory when a run starts: whole or not at all
     (temp file, then rename), since a resume compares the config with it."""

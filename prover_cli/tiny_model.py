@@ -112,18 +112,3 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
         return out
     tmp.rename(out)
     return out
-
-
-WARMSTART_NAME = "tiny-countdown"  # the tiny model warm-started on countdown (prover_cli/warmstart.py)
-BUILT_NAMES = (TINY_NAME, WARMSTART_NAME)  # model names built offline from `model.tiny_seed`, never downloaded
-
-
-def resolve_model_path(name: str, cache_dir: str | Path, seed: int = 0) -> str:
-    """The path or hub id transformers should load: builds `tiny` and `tiny-countdown` on first use."""
-    if name == TINY_NAME:
-        return str(build_tiny_model(tiny_model_dir(cache_dir, seed), seed))
-    if name == WARMSTART_NAME:
-        from prover_cli.warmstart import build_warmstart, warmstart_dir
-
-        return str(build_warmstart(warmstart_dir(cache_dir, seed), cache_dir, seed))
-    return name

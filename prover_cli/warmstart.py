@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from prover_cli.tiny_model import WARMSTART_NAME  # "tiny-countdown"; tiny_model resolves it to build_warmstart
+WARMSTART_NAME = "tiny-countdown"  # prover_cli/built_models.py resolves this model.name to build_warmstart
 
 WARMSTART_VERSION = 2  # bump when the recipe changes in a way WARMSTART does not show
 WARMSTART: dict[str, Any] = {
@@ -180,97 +180,3 @@ def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int =
         return out
     tmp.rename(out)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The demo's comparison: ES and GRPO from this base, held-out verified rate before and after
-# ---------------------------------------------------------------------------------------------
-
-def sample_budgets(config: Any) -> dict[str, int]:
-    """Training samples each method generates with `config` (held-out evaluation not counted)."""
-    es, g = config.es, config.grpo
-    return {"es": es.iterations * es.population * es.problems_per_iteration * es.samples_per_problem,
-            "grpo": g.steps * g.per_device_train_batch_size * g.gradient_accumulation_steps}
-
-
-def grpo_eval_every(config: Any) -> int:
-    """GRPO's `run.eval_every` that evaluates at ES's sample budgets (`run.eval_every` is in ES iterations)."""
-    from prover_cli.errors import ConfigError
-
-    es, g = config.es, config.grpo
-    per_iteration = es.population * es.problems_per_iteration * es.samples_per_problem
-    per_step = g.per_device_train_batch_size * g.gradient_accumulation_steps
-    every, rest = divmod(config.run.eval_every * per_iteration, per_step)
-    if rest:
-        raise ConfigError(f"ES evaluates every {config.run.eval_every * per_iteration} samples, GRPO takes {per_step} "
-                          "per step: no GRPO run.eval_every matches; change run.eval_every")
-    return every
-
-
-def budget_line(config: Any) -> str:
-    """One line stating both sample budgets, as `scripts/demo.sh` prints it before training."""
-    es, g = config.es, config.grpo
-    budgets = sample_budgets(config)
-    per_step = g.per_device_train_batch_size * g.gradient_accumulation_steps
-    return (f"sample budget: es {es.iterations} iterations x {es.population} members x {es.problems_per_iteration} "
-            f"problems x {es.samples_per_problem} = {budgets['es']} samples; grpo {g.steps} steps x "
-            f"{per_step // g.num_generations} prompts x {g.num_generations} completions = {budgets['grpo']} samples")
-
-
-def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
-    """The held-out `eval/*` keys of the base model (`model.name`): the evaluation both trainers write
-    as their iteration 0 (prover_cli/heldout.py `evaluate_base`, cached, so computed once)."""
-    from prover_cli.heldout import evaluate_base, heldout_problems, weights_sha256
-    from prover_cli.progress import NULL_REPORTER
-    from prover_cli.samplers import load_sampler
-
-    sampler = load_sampler(config)
-    return evaluate_base(sampler, config, heldout_problems(config), weights_sha256(sampler.model),
-                         reporter=reporter or NULL_REPORTER)
-
-
-def last_heldout(run_dir: str | Path) -> dict[str, Any]:
-    """The last metrics.jsonl line of a run that carries `eval/verified_rate`."""
-    from prover_cli.errors import InputError
-    from prover_cli.metrics import METRICS_FILE
-
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        raise InputError(f"{path}: no metrics (was the run trained?)")
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    evaluated = [line for line in lines if "eval/verified_rate" in line]
-    if not evaluated:
-        raise InputError(f"{path}: no held-out evaluation in the metrics", hint="set run.eval_every > 0")
-    return evaluated[-1]
-
-
-HELDOUT_KEYS = {"sampled": "eval/verified_rate", "greedy": "eval/greedy_verified_rate"}
-
-
-def rate_text(record: dict[str, Any], key: str) -> str:
-    """`0.177 (0.139..0.221)`: a held-out rate and its 95% interval."""
-    return f"{record[key]:.3f} ({record[key + '_lo']:.3f}..{record[key + '_hi']:.3f})"
-
-
-def heldout_lines(task: str, problems: int, what: dict[str, str], base: dict[str, Any], es: dict[str, Any],
-                  grpo: dict[str, Any]) -> list[str]:
-    """One line per held-out metric: `held-out <task> (<N> problems), <metric>: base a (lo..hi) -> es ..., grpo ...`."""
-    return [f"held-out {task} ({problems} problems), {name} ({what[name]}): base {rate_text(base, key)} -> "
-            f"es {rate_text(es, key)}, grpo {rate_text(grpo, key)}" for name, key in HELDOUT_KEYS.items()]
-
-
-def comparison(config: Any, es_dir: str | Path, grpo_dir: str | Path, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Base, ES and GRPO held-out results on the same problems, and the demo's closing lines."""
-    base = base or base_heldout(config)
-    es, grpo = last_heldout(es_dir), last_heldout(grpo_dir)
-    for name, line in (("es", es), ("grpo", grpo)):
-        if line["eval/problems"] != base["eval/problems"] or line["eval/samples"] != base["eval/samples"]:
-            raise ValueError(f"{name}: evaluated on {line['eval/problems']} problems x {line['eval/samples']} samples, "
-                             f"the base on {base['eval/problems']} x {base['eval/samples']}: not the same held-out set")
-    r = config.run
-    what = {"sampled": ("1 greedy sample" if r.eval_temperature == 0
-                        else f"{r.eval_n} samples/problem at temperature {r.eval_temperature:g}"),
-            "greedy": "1 sample/problem at temperature 0"}
-    return {"base": base["eval/verified_rate"], "es": es["eval/verified_rate"], "grpo": grpo["eval/verified_rate"],
-            "problems": base["eval/problems"],
-            "lines": heldout_lines(config.data.task, base["eval/problems"], what, base, es, grpo)}

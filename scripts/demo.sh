@@ -29,7 +29,7 @@ stage "4/8 train es from the base -> $RUN/es/{ledger.json,metrics.jsonl,final/}"
 python3 - "$CONFIG" <<'PY'
 import sys
 from prover_cli.config import load_config
-from prover_cli.warmstart import budget_line
+from prover_cli.demo import budget_line
 print(budget_line(load_config(sys.argv[1])))
 PY
 prover train es --config "$CONFIG" --set run.dir="$RUN/es"
@@ -51,7 +51,7 @@ PY
 
 stage "7/8 train grpo from the same base, same problems -> $RUN/grpo/"
 # evaluated at ES's sample budgets: run.eval_every counts ES iterations, GRPO steps are smaller
-GRPO_EVAL_EVERY=$(python3 -c 'import sys; from prover_cli.config import load_config; from prover_cli.warmstart import grpo_eval_every; print(grpo_eval_every(load_config(sys.argv[1])))' "$CONFIG")
+GRPO_EVAL_EVERY=$(python3 -c 'import sys; from prover_cli.config import load_config; from prover_cli.demo import grpo_eval_every; print(grpo_eval_every(load_config(sys.argv[1])))' "$CONFIG")
 prover train grpo --config "$CONFIG" --set run.dir="$RUN/grpo" --set run.eval_every="$GRPO_EVAL_EVERY"
 
 stage "8/8 held-out verified rate, base -> ES and GRPO, both metrics with 95% intervals; prover report"
@@ -59,7 +59,7 @@ prover report "$RUN/es" "$RUN/grpo" --out "$RUN/report"
 python3 - "$CONFIG" "$RUN/es" "$RUN/grpo" <<'PY'
 import sys
 from prover_cli.config import load_config
-from prover_cli.warmstart import comparison
+from prover_cli.demo import comparison
 print("\n".join(comparison(load_config(sys.argv[1]), sys.argv[2], sys.argv[3])["lines"]))
 PY
 cat <<'EOF'

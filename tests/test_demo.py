@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from prover_cli.warmstart import build_warmstart, heldout_lines, sample_budgets, warmstart_dir
+from prover_cli.demo import heldout_lines, sample_budgets
+from prover_cli.warmstart import build_warmstart, warmstart_dir
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
 RATE = r"(\d\.\d{3}) \(\d\.\d{3}\.\.\d\.\d{3}\)"
@@ -46,7 +47,7 @@ def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
     from prover_cli.data import prepare_data
     from prover_cli.es.train import train_es
     from prover_cli.grpo import train_grpo
-    from prover_cli.warmstart import base_heldout, comparison
+    from prover_cli.demo import base_heldout, comparison
 
     common = [f"model.cache_dir={warm_cache}", f"data.problems={tmp_path / 'problems.jsonl'}",
               "run.eval_every=1", "run.eval_problems=20", "es.iterations=2", "grpo.steps=2"]

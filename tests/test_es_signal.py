@@ -191,7 +191,7 @@ def synthetic_run(tmp_path, cache_dir, monkeypatch, kind, name=None, iterations=
     })
     task = SyntheticTask(kind)
     monkeypatch.setattr(es_train, "get_task", lambda name: task)
-    monkeypatch.setattr(es_train, "_load_sampler", readout_sampler)
+    monkeypatch.setattr(es_train, "load_es_sampler", readout_sampler)
     reporter = Recorder()
     result = es_train.train_es(config, reporter=reporter, resume=resume)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

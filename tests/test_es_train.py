@@ -20,9 +20,11 @@ from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError, ReplayMismatchError
 from prover_cli.es.ledger import decode_rewards, encode_rewards, read_ledger
 from prover_cli.es.replay import replay_seeds
-from prover_cli.es.train import load_problems, pick_problems, train_es
+from prover_cli.es.population import pick_problems
+from prover_cli.es.train import train_es
 from prover_cli.es.update import member_noise, shape_fitness, update_terms
 from prover_cli.es.noise import fp32
+from prover_cli.problems import heldout_problems, train_problems as load_problems
 from prover_cli.tasks.toy import ToyTask
 
 pytestmark = pytest.mark.slow
@@ -111,7 +113,7 @@ def test_problems_come_from_the_file_or_are_generated_and_lean_needs_prepare_dat
     path = tmp_path / "problems.jsonl"
     path.write_text(json.dumps({"id": "a", "prompt": "x", "split": "valid"}) + "\n")
     only_valid = config_from_dict({"data": {"task": "toy", "problems": str(path)}})
-    with pytest.raises(InputError, match="no problems in split 'train'"):
+    with pytest.raises(InputError, match="no problems with split 'train' \\(data.train_split\\); splits present: valid"):
         load_problems(only_valid)
 
 
@@ -295,7 +297,7 @@ def test_null_control_ledger_keeps_the_true_rewards_and_replays_bit_exactly(trai
 
 
 def test_members_are_scored_at_the_member_temperature_recorded_in_the_ledger(tmp_path, cache_dir):
-    from prover_cli.es.train import member_completions
+    from prover_cli.es.population import member_completions
     from prover_cli.samplers import Sample
 
     class Spy:
@@ -381,7 +383,7 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
     TensorBoard gets the metrics.jsonl values."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from prover_cli.heldout import EVAL_KEYS, evaluate_heldout, heldout_problems
+    from prover_cli.heldout import EVAL_KEYS, evaluate_heldout
     from prover_cli.samplers import load_sampler
 
     plain_config, _ = trained

@@ -81,7 +81,7 @@ def test_split_filter_and_seed_mismatch(tmp_path, cache_dir):
     with pytest.raises(InputError, match="resuming would mix them"):
         generate_file(reseeded, out_path=out)
     missing_split = make_config(tmp_path, cache_dir, generate={"split": "nope"})
-    with pytest.raises(InputError, match="no problem has split 'nope'"):
+    with pytest.raises(InputError, match=r"no problems with split 'nope' \(generate.split\); splits present: test, train, valid"):
         generate_file(missing_split, out_path=out)
 
 

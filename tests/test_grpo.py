@@ -19,6 +19,7 @@ from prover_cli.config import GRPOConfig as GRPOSection
 from prover_cli.config import load_config
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.metrics import REQUIRED_KEYS
+from prover_cli.problems import train_problems
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "tests" / "configs" / "tiny.toml"  # the tests' own tiny config
@@ -485,11 +486,11 @@ def test_missing_lean_problems_is_an_input_error_naming_the_path(tmp_path):
 
 def test_countdown_problems_are_generated_from_the_run_seed(tmp_path):
     config = load_config(DEMO, [f"run.dir={tmp_path}", "run.seed=5"])
-    problems = grpo.load_train_problems(config)
+    problems = train_problems(config, save_generated=True)
     assert problems and {p["split"] for p in problems} == {"train"}
     assert problems[0]["id"].startswith("countdown_5_")
     assert (tmp_path / "problems.jsonl").exists()
-    assert grpo.load_train_problems(config) == problems  # read back, not regenerated differently
+    assert train_problems(config, save_generated=True) == problems  # read back, not regenerated differently
 
 
 def test_empty_train_split_is_an_input_error(tmp_path):
@@ -497,7 +498,7 @@ def test_empty_train_split_is_an_input_error(tmp_path):
     path.write_text(json.dumps({"id": "a", "split": "test", "formal_statement": "x"}) + "\n")
     config = load_config(None, [f"data.problems={path}", "data.train_split=train"])
     with pytest.raises(InputError, match="no problems with split 'train'"):
-        grpo.load_train_problems(config)
+        train_problems(config, save_generated=True)
 
 
 def test_dataset_has_templated_prompts_and_problem_columns(tmp_path, cache_dir):
@@ -515,7 +516,7 @@ def test_dataset_has_templated_prompts_and_problem_columns(tmp_path, cache_dir):
 
 
 def _tiny_built(cache_dir):
-    from prover_cli.tiny_model import resolve_model_path
+    from prover_cli.built_models import resolve_model_path
 
     return resolve_model_path("tiny", cache_dir, 0)
 
@@ -658,7 +659,8 @@ def test_heldout_eval_and_tensorboard_leave_the_trajectory_unchanged(tmp_path, c
     from safetensors.torch import load_file
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from prover_cli.heldout import EVAL_KEYS, heldout_problems
+    from prover_cli.heldout import EVAL_KEYS
+    from prover_cli.problems import heldout_problems
 
     settings = ("data.task=toy", "grpo.steps=3", "grpo.save_every=0")
     plain = tmp_path / "plain"

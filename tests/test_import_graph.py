@@ -16,17 +16,6 @@ from pathlib import Path
 
 from conftest import REPO
 
-# Circles that part B of issue #24 (the problems and rollout layers) removes: the lead deletes each
-# entry when that work lands. Compared exactly, so one that disappears or changes fails too.
-KNOWN_UNTIL_PART_B = {
-    # tiny_model resolves the warm-started model through warmstart, which builds on tiny_model
-    frozenset({"prover_cli.tiny_model", "prover_cli.warmstart"}),
-    # tasks/__init__.py generates countdown/toy problems (the run's problems), and those task
-    # modules register themselves with tasks/__init__.py
-    frozenset({"prover_cli.tasks", "prover_cli.tasks.countdown", "prover_cli.tasks.toy"}),
-}
-
-
 def module_files(package_dir: Path) -> dict[str, Path]:
     """Dotted module name -> file, for every .py file under `package_dir`."""
     modules = {}
@@ -158,10 +147,6 @@ def test_imports_are_read_lazy_relative_and_by_submodule(tmp_path):
 def test_no_import_circles_between_the_package_files():
     graph = import_graph(REPO / "prover_cli")
     assert len(graph) > 50 and "prover_cli.es.train" in graph  # the real package was read
-    found = {frozenset(component) for component in circles(graph)}
-    new = sorted(sorted(component) for component in found - KNOWN_UNTIL_PART_B)
-    assert not new, "import circles between files (move the shared piece down a layer):\n" + "\n".join(
-        " <-> ".join(component) for component in new)
-    gone = sorted(sorted(component) for component in KNOWN_UNTIL_PART_B - found)
-    assert not gone, ("known circles no longer there (or changed): remove them from KNOWN_UNTIL_PART_B:\n"
-                      + "\n".join(" <-> ".join(component) for component in gone))
+    found = circles(graph)
+    assert not found, "import circles between files (move the shared piece down a layer):\n" + "\n".join(
+        " <-> ".join(component) for component in found)

@@ -288,7 +288,7 @@ def test_a_malformed_ledger_names_its_file_and_field(tmp_path, mutate, named):
 
 @pytest.fixture(scope="module")
 def tiny_dir(cache_dir):
-    from prover_cli.tiny_model import resolve_model_path
+    from prover_cli.built_models import resolve_model_path
 
     return Path(resolve_model_path("tiny", cache_dir, 0))
 

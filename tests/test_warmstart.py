@@ -84,7 +84,7 @@ def test_warm_start_is_deterministic(tmp_path):
 def test_the_built_base_is_partly_skilled_on_held_out_problems(warm_cache, tmp_path):
     """The demo's base: its held-out verified rate (as both trainers evaluate it) is in (0, 1)."""
     from prover_cli.config import load_config
-    from prover_cli.warmstart import base_heldout
+    from prover_cli.demo import base_heldout
 
     config = load_config(DEMO_CONFIG, [f"model.cache_dir={warm_cache}", f"run.dir={tmp_path}",
                                        "data.problems="])   # <run.dir>/problems.jsonl: generated from run.seed

@@ -1,7 +1,9 @@
 """Evolution Strategies with a bit-exact seed ledger (docs/ledger.md).
 
-- `train.py`: `prover train es`, the ES loop, read top to bottom (seeds, problems, perturb and
-  evaluate, normalise and update through update.py, ledger).
+- `train.py`: `prover train es`, the ES loop, read top to bottom (the iteration's members through
+  population.py, normalise and update through update.py, ledger, held-out evaluation).
+- `population.py`: one iteration's problems, sampling seed and members (perturb, sample, restore)
+  and their rewards, through prover_cli/rollout.py: the loop, the probe and remote workers share it.
 - `update.py`: seeds, fitness shaping and the update from an iteration's member rewards
   (`apply_rewards`): training, replay and remote workers share it.
 - `noise.py`: device-independent noise (integer counter hash, Irwin-Hall) and the exact fp32

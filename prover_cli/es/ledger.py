@@ -56,7 +56,7 @@ def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: s
                 master_dtype: str = MASTER_DTYPE) -> dict[str, Any]:
     es, model, gen = config.es, config.model, config.generate
     base = {"name": model.name, "revision": model.revision, "sha256": base_sha256}
-    from prover_cli.tiny_model import BUILT_NAMES
+    from prover_cli.built_models import BUILT_NAMES
 
     if model.name in BUILT_NAMES:  # `tiny`, `tiny-countdown`: rebuilt offline from its seed by replay
         base["tiny_seed"] = model.tiny_seed

@@ -3,7 +3,7 @@
 A worker keeps theta between calls: on each call it reads the ledger the loop has committed,
 applies only the iterations it has not applied yet (checking each fingerprint, as replay does),
 then perturbs, samples and restores with the same code the local loop runs
-(`train.member_completions`). So a worker that joins late, or restarts, catches up from the
+(`population.member_completions`). So a worker that joins late, or restarts, catches up from the
 newest snapshot in the ledger (`es.snapshot_every`; the base model if none) and the ledger's
 later iterations alone.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from prover_cli.errors import ReplayMismatchError
 from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
 from prover_cli.es.replay import _load_latest_snapshot
-from prover_cli.es.train import _load_sampler, member_completions
+from prover_cli.es.population import load_es_sampler, member_completions
 from prover_cli.es.update import apply_rewards
 from prover_cli.tasks import get_task
 
@@ -24,7 +24,7 @@ class MemberEvaluator:
     def __init__(self, config: Any):
         self.config = config
         self.task = get_task(config.data.task)
-        self.sampler = _load_sampler(config)
+        self.sampler = load_es_sampler(config)
         self.weights = self.sampler.es_weights()
         self.applied = 0  # iterations of the ledger already in self.weights
         self.base_sha256 = self.weights.fingerprint()

@@ -33,9 +33,10 @@ from typing import Any, Sequence
 
 from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
                                   single_scoring_share)
-from prover_cli.es.train import (_load_sampler, load_problems, member_completions, pick_problems,
-                                 sampling_seed)
+from prover_cli.es.population import load_es_sampler, member_completions, pick_problems, sampling_seed
+from prover_cli.problems import train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli import rollout
 from prover_cli.tasks import get_task
 
 DEFAULT_SEEDS = 4
@@ -62,8 +63,8 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
                  f"(the center + {len(sigmas)} sigmas x {es.population} members), about "
                  f"{cost['iterations_of_training']:g} training iterations; nothing is written")
     task = get_task(config.data.task)
-    problems = load_problems(config)
-    sampler = _load_sampler(config)
+    problems = train_problems(config)
+    sampler = load_es_sampler(config)
     weights = sampler.es_weights()
 
     center: list[float] = []                                           # [scoring]
@@ -79,8 +80,8 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
                 texts.append(member_completions(sampler, weights, task, batch, config, NOISE_ITERATION, member,
                                                 sigma=sigma, seed=seed))
                 bar.advance(1)
-            scored = [p for _ in scorers for p in batch for _ in range(es.samples_per_problem)]
-            rewards = task.rewards(scored, [t for member in texts for t in member], config, reporter=reporter)
+            rewards = rollout.score(task, batch * len(scorers), [t for member in texts for t in member], config,
+                                    reporter=reporter)
             per_member = len(rewards) // len(scorers)
             chunks = [rewards[i * per_member:(i + 1) * per_member] for i in range(len(scorers))]
             center.append(_mean(chunks[0]))

@@ -49,102 +49,23 @@ from typing import Any
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
-from prover_cli.es.noise import fp32
+from prover_cli.es.population import evaluate_population, load_es_sampler, pick_problems
 from prover_cli.es.replay import rebuild
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
-from prover_cli.es.update import apply_rewards, derive_seed, member_noise
-from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout, heldout_problems
+from prover_cli.es.update import apply_rewards
+from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout
 from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
+from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
 from prover_cli.tracking import open_tracker
 
 
 # ---------------------------------------------------------------------------------------------
-# Seeds: every random choice is a pure function of (run seed, iteration, member); the noise
-# seeds (member_noise) live with the update in es/update.py, which replay shares
+# Seeds, problems and members: es/population.py. Each iteration picks its problems from
+# (run seed, iteration); every member samples them with theta + sign * sigma * eps_n at the
+# iteration's one sampling seed, and all samples are scored in one batch (prover_cli/rollout.py).
 # ---------------------------------------------------------------------------------------------
-
-def sampling_seed(run_seed: int, iteration: int) -> int:
-    """Shared by every member of the iteration (common random numbers); 31 bits suit any sampler."""
-    return derive_seed("es-sampling", run_seed, iteration, bits=31)
-
-
-# ---------------------------------------------------------------------------------------------
-# Problems: the train split of problems.jsonl, or generated in-process for countdown and toy
-# ---------------------------------------------------------------------------------------------
-
-def load_problems(config: Any) -> list[dict[str, Any]]:
-    """The `data.train_split` problems of the run (prover_cli.tasks.run_problems: the file, or
-    countdown/toy problems generated from run.seed when data.problems is left empty)."""
-    from prover_cli.tasks import run_problems
-
-    problems, source, _ = run_problems(config)
-    train = [p for p in problems if p.get("split") == config.data.train_split]
-    if not train:
-        raise InputError(f"{source}: no problems in split {config.data.train_split!r} (data.train_split)")
-    return train
-
-
-def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int, count: int) -> list[dict[str, Any]]:
-    """The iteration's problems, the same for every member."""
-    rng = random.Random(derive_seed("es-problems", run_seed, iteration))
-    return rng.sample(problems, min(count, len(problems)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Perturb and evaluate: each member samples with theta + sign * sigma * eps, then the weights
-# are restored exactly (from the base copy). All samples are scored in one batch per iteration,
-# so a Lean verifier pool works on every member's proofs at once.
-# ---------------------------------------------------------------------------------------------
-
-def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
-                       iteration: int, member: int, *, sigma: float | None = None,
-                       seed: int | None = None) -> list[str]:
-    """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers.
-
-    `sigma` and `seed` replace es.sigma and the iteration's sampling seed (the probe, es/probe.py)."""
-    from prover_cli.samplers import SamplingParams
-
-    es, gen = config.es, config.generate
-    prompts = [task.build_prompt(p, sampler.tokenizer, config.model.family) for p in batch]
-    if seed is None:
-        seed = sampling_seed(config.run.seed, iteration)
-    params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=gen.top_p,
-                            max_tokens=gen.max_tokens, seed=seed)
-    noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
-    weights.perturb(noise_seed, sign * fp32(es.sigma if sigma is None else sigma))
-    try:
-        return [s.text for samples in sampler.generate(prompts, params) for s in samples]
-    finally:
-        weights.restore()
-
-
-def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
-                        iteration: int, reporter: Reporter,
-                        generate_population: Any = None) -> tuple[list[float], list[float]]:
-    """(mean reward of each member, reward of every sample).
-
-    `generate_population(iteration, batch) -> [completions of member 0, 1, ...]` lets a backend
-    sample the members elsewhere (Modal fans them out to GPU workers, `es/member.py`); the
-    rewards, the update and the ledger stay here either way.
-    """
-    es = config.es
-    if generate_population is None:
-        per_member = [member_completions(sampler, weights, task, batch, config, iteration, member)
-                      for member in range(es.population)]
-    else:
-        per_member = generate_population(iteration, batch)
-    expected = len(batch) * es.samples_per_problem
-    if len(per_member) != es.population or any(len(c) != expected for c in per_member):
-        raise RuntimeError(f"iteration {iteration}: expected {es.population} members x {expected} samples")
-    scored = [p for _ in range(es.population) for p in batch for _ in range(es.samples_per_problem)]
-    completions = [text for member in per_member for text in member]
-    rewards = task.rewards(scored, completions, config, reporter=reporter)
-    per_member = len(rewards) // es.population
-    means = [sum(rewards[m * per_member:(m + 1) * per_member]) / per_member for m in range(es.population)]
-    return means, rewards
-
 
 # ---------------------------------------------------------------------------------------------
 # The loop: evaluate -> update -> metrics -> ledger (committed last, so a kill redoes at most
@@ -161,8 +82,8 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         raise InputError(f"{ledger_path}: a ledger already exists",
                          hint="pass --resume to continue it, or set run.dir to a new directory")
     task = get_task(config.data.task)
-    problems = load_problems(config)
-    sampler = _load_sampler(config)
+    problems = train_problems(config)
+    sampler = load_es_sampler(config)
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
     header = make_header(config, base_sha256=weights.fingerprint(), dtype=weights.dtype,
@@ -251,16 +172,6 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         "final": str(final_dir),
         "fingerprint": weights.fingerprint()[:16],
     }
-
-
-def _load_sampler(config: Any) -> Any:
-    from prover_cli.samplers import load_sampler
-
-    if config.generate.backend == "vllm":
-        from prover_cli.samplers.vllm_sampler import ES_WORKER_EXTENSION
-
-        return load_sampler(config, worker_extension_cls=ES_WORKER_EXTENSION)
-    return load_sampler(config)
 
 
 def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: Reporter) -> list[dict[str, Any]]:

@@ -10,23 +10,17 @@ the ledger alone. Everything here is a pure function of (run seed, iteration, me
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from typing import Any, Sequence
 
 from prover_cli.es.noise import fp32
+from prover_cli.seeds import derive_seed
 
 
 # ---------------------------------------------------------------------------------------------
 # Seeds: every random choice is a pure function of (run seed, iteration, member)
 # ---------------------------------------------------------------------------------------------
-
-def derive_seed(*parts: Any, bits: int = 63) -> int:
-    """A seed from its parts via sha256: stable across machines and Python versions."""
-    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> (64 - bits)
-
 
 def member_noise(run_seed: int, iteration: int, member: int, antithetic: bool) -> tuple[int, int]:
     """(noise seed, sign) of a member: with antithetic pairs, members 2k and 2k+1 share eps_k."""

@@ -227,7 +227,7 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
 def download_model(config: dict[str, Any]) -> dict[str, Any]:
     cfg = _config(config)
     _reload(runs_volume)
-    from prover_cli.tiny_model import BUILT_NAMES, resolve_model_path
+    from prover_cli.built_models import BUILT_NAMES, resolve_model_path
 
     name = cfg.model.name
     if name in BUILT_NAMES:

@@ -38,7 +38,7 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
     """Load (model, tokenizer, device) from a path, a hub id, or `tiny`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prover_cli.tiny_model import resolve_model_path
+    from prover_cli.built_models import resolve_model_path
 
     from prover_cli.errors import InputError
     from prover_cli.model_dir import check_model_dir

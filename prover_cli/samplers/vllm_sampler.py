@@ -27,7 +27,7 @@ class VLLMSampler:
         except ImportError:
             raise BackendError("generate.backend = \"vllm\" but vLLM is not installed",
                                hint="pip install 'prover-cli[gpu]' on a CUDA machine, or use generate.backend = \"transformers\"") from None
-        from prover_cli.tiny_model import resolve_model_path
+        from prover_cli.built_models import resolve_model_path
 
         path = model_path or resolve_model_path(config.model.name, config.model.cache_dir, config.model.tiny_seed)
         kwargs: dict[str, Any] = dict(

@@ -1,0 +1,215 @@
+"""The run's problems: which a run trains on, which are held out, which subset evaluation uses.
+
+    from prover_cli import problems
+
+    problems.train_problems(config)      # data.train_split of the run's problems (ES, GRPO, the probe)
+    problems.heldout_problems(config)    # data.valid_split, a fixed run.eval_problems subset (both trainers)
+    problems.read_problems(path, split=..., malformed=[...], task_name=...)   # generate and eval
+    problems.eval_problems(config, malformed=[...])                           # eval.split of eval.problems
+
+Where a run's problems come from (`run_problems`): the problems file (`data.problems`, by default
+`<run.dir>/problems.jsonl`) when it exists. Without one, countdown and toy generate theirs from
+`run.seed` (`generated_problems`, as `prepare-data` writes them), but only when `data.problems`
+is left empty: a path the user named that does not exist is an error for every task, never a
+silent switch to generated problems. Lean problems always come from a file.
+
+A split no problem has is one error, whoever asks (`no_problems_in_split`): it names the file (or
+the generator), the split, the config key that chose it and the splits the problems do have.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from prover_cli.errors import InputError
+from prover_cli.progress import NULL_REPORTER
+from prover_cli.seeds import derive_seed
+
+# What each task reads from a problem to prompt and to score it: field -> (type, required).
+# "ints" is a non-empty list of integers. Optional fields may also be missing or null.
+PROBLEM_FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "lean": {"formal_statement": (str, True), "header": (str, False), "informal_statement": (str, False),
+             "informal_prefix": (str, False)},
+    "countdown": {"numbers": ("ints", True), "target": (int, True), "prompt_style": (str, False)},
+    "toy": {"prompt": (str, True)},
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The run's problems: the file, or generated from run.seed
+# --------------------------------------------------------------------------------------------
+
+def generated_problems(config: Any, task: str | None = None, count: int = 0) -> list[dict[str, Any]] | None:
+    """Seeded problems of a task that needs no dataset (`task`, default `data.task`): `count` of them
+    (0: `data.countdown_problems`, or toy's default), from `run.seed`; None for Lean."""
+    d, task = config.data, task or config.data.task
+    if task == "countdown":
+        from prover_cli.tasks import countdown
+
+        return countdown.generate_problems(count or d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
+                                           seed=config.run.seed, prompt=d.countdown_prompt)
+    if task == "toy":
+        from prover_cli.tasks import toy
+
+        return toy.generate_problems(count or toy.DEFAULT_COUNT, seed=config.run.seed)
+    return None
+
+
+def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
+    """(every problem of the run, where they came from, whether they were generated)."""
+    from prover_cli.jsonl import load_jsonl_strict
+
+    path = config.problems_path
+    if path.exists():
+        return load_jsonl_strict(path), str(path), False
+    if config.data.problems:
+        raise InputError(f"{path}: problems file not found (data.problems = {config.data.problems!r})",
+                         hint="fix the path, or write it with `prover prepare-data`; countdown and toy generate "
+                              "their problems when data.problems is left empty")
+    generated = generated_problems(config)
+    if generated is None:
+        raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task}); "
+                         "run `prover prepare-data --config <config>` to create it, or set data.problems")
+    return generated, f"{config.data.task} problems generated from run.seed = {config.run.seed}", True
+
+
+def no_problems_in_split(source: Any, split: str, key: str, present: Any, hint: str = "") -> InputError:
+    """The one error for a split no (usable) problem has."""
+    splits = ", ".join(sorted({str(s) for s in present})) or "none"
+    return InputError(f"{source}: no problems with split {split!r} ({key}); splits present: {splits}",
+                      hint=hint or f"set {key.split(',')[0]} to a split the problems have")
+
+
+def in_split(problems: list[dict[str, Any]], split: str, source: Any, key: str, hint: str = "") -> list[dict[str, Any]]:
+    """The problems of `split`, in order; none is `no_problems_in_split`."""
+    chosen = [p for p in problems if p.get("split") == split]
+    if not chosen:
+        raise no_problems_in_split(source, split, key, (p.get("split") for p in problems), hint)
+    return chosen
+
+
+def train_problems(config: Any, reporter: Any = NULL_REPORTER, *, save_generated: bool = False) -> list[dict[str, Any]]:
+    """The `data.train_split` problems of the run. `save_generated`: generated problems are also
+    written to `data.problems`' path, so the run's problems stay inspectable and reusable (GRPO)."""
+    problems, source, generated = run_problems(config)
+    if generated and save_generated:
+        from prover_cli.jsonl import write_jsonl_atomic
+
+        path = config.problems_path
+        write_jsonl_atomic(path, problems)
+        reporter.log(f"{path}: generated {len(problems)} {config.data.task} problems (seed {config.run.seed})")
+        source = path
+    return in_split(problems, config.data.train_split, source, "data.train_split")
+
+
+def heldout_problems(config: Any) -> list[dict[str, Any]]:
+    """The `data.valid_split` problems (a fixed `run.eval_problems` subset when > 0), in file order.
+
+    The subset is drawn once from `run.seed`, so ES and GRPO runs of one seed evaluate the same problems."""
+    problems, source, _ = run_problems(config)
+    heldout = in_split(problems, config.data.valid_split, source,
+                       f"data.valid_split, for the held-out evaluation every run.eval_every = {config.run.eval_every}",
+                       hint="set data.valid_split to a split the problems have, or run.eval_every = 0")
+    count = config.run.eval_problems
+    if 0 < count < len(heldout):
+        rng = random.Random(derive_seed("heldout-problems", config.run.seed))
+        keep = sorted(rng.sample(range(len(heldout)), count))
+        heldout = [heldout[i] for i in keep]
+    return heldout
+
+
+# --------------------------------------------------------------------------------------------
+# A problems file read strictly: `generate` and `eval`
+# --------------------------------------------------------------------------------------------
+
+def read_problems(path: Path, split: str | None = None, malformed: list[dict[str, Any]] | None = None,
+                  task_name: str | None = None, split_key: str = "split") -> list[dict[str, Any]]:
+    """Problems of `path` (of `split` if given; `split_key` names the config key that chose it).
+
+    A bad line, a duplicate id, or (with `task_name`) a problem without the fields that task
+    reads is an error naming the line, or, when a `malformed` list is given, appended to it
+    ({"line", "reason"}) and skipped."""
+    from prover_cli.jsonl import BadLine, read_jsonl
+
+    if not path.exists():
+        raise InputError(f"{path}: problems file not found",
+                         hint="write it with `prover prepare-data` (e.g. `prover prepare-data examples --out problems.jsonl`)")
+
+    def bad(line_no: int, reason: str) -> None:
+        if malformed is None:
+            raise InputError(f"{path}:{line_no}: {reason}")
+        malformed.append({"line": line_no, "reason": reason})
+
+    problems, seen, splits = [], {}, set()
+    for line_no, problem in read_jsonl(path):
+        if isinstance(problem, BadLine):
+            bad(line_no, problem.reason)
+            continue
+        pid = problem.get("id")
+        if not isinstance(pid, str) or not pid:
+            bad(line_no, "problem has no string `id`")
+            continue
+        if pid in seen:
+            bad(line_no, f"duplicate problem id {pid!r} (first on line {seen[pid]})")
+            continue
+        seen[pid] = line_no
+        splits.add(problem.get("split"))
+        if split is None or problem.get("split") == split:
+            defect = problem_defect(problem, task_name) if task_name else None
+            if defect:
+                bad(line_no, f"problem {pid!r}: {defect}")
+                continue
+            problems.append(problem)
+    if split is not None and not problems and not (malformed and any(s == split for s in splits)):
+        raise no_problems_in_split(path, split, split_key, splits)
+    return problems
+
+
+def eval_problems_path(config: Any) -> Path:
+    """The file `prover eval` samples: `eval.problems`, else the run's problems file."""
+    return Path(config.eval.problems) if config.eval.problems else config.problems_path
+
+
+def eval_problems(config: Any, malformed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `eval.split` problems of `eval_problems_path` usable by `data.task` (bad lines go to `malformed`)."""
+    path = eval_problems_path(config)
+    problems = read_problems(path, split=config.eval.split, malformed=malformed, task_name=config.data.task,
+                             split_key="eval.split")
+    if not problems:
+        raise InputError(f"{path}: no usable problem in split {config.eval.split!r} ({len(malformed)} malformed line(s))")
+    return problems
+
+
+def problem_defect(problem: dict[str, Any], task_name: str) -> str | None:
+    """Why `problem` cannot be prompted or scored by task `task_name` (a missing or wrong-typed field), or None."""
+    for key, (kind, required) in PROBLEM_FIELDS.get(task_name, {}).items():
+        value = problem.get(key)
+        if value is None:
+            if required:
+                return f"lacks `{key}`, needed by data.task = {task_name!r}"
+            continue
+        if kind == "ints":
+            ok = isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
+            expected = "a non-empty list of integers"
+        else:
+            ok = isinstance(value, kind) and not isinstance(value, bool)
+            expected = {str: "a string", int: "an integer"}[kind]
+        if not ok:
+            return f"`{key}` is {type(value).__name__}, expected {expected} (data.task = {task_name!r})"
+    if task_name == "countdown" and problem.get("prompt_style") is not None:
+        from prover_cli.tasks.countdown import PROMPTS
+
+        if problem["prompt_style"] not in PROMPTS:
+            return f"`prompt_style` {problem['prompt_style']!r} is not one of {', '.join(PROMPTS)}"
+    return None
+
+
+def check_fields(problems: list[dict[str, Any]], task_name: str, label: str) -> None:
+    """InputError naming the first problem `task_name` cannot prompt or score."""
+    for problem in problems:
+        defect = problem_defect(problem, task_name)
+        if defect:
+            raise InputError(f"{label}: problem {problem.get('id')!r} {defect}",
+                             hint="prepare the problems for this task, or set data.task to match them")

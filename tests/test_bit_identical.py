@@ -1,0 +1,202 @@
+"""Refactor guard: ES, GRPO, held-out evaluation, `generate` and `eval` give the very bytes they gave
+when tests/fixtures/bit_identical.json was recorded (issue #24: one problems layer and one rollout
+layer under all of them must change no sample, seed, order or reward).
+
+Each scenario runs a tiny config on the embedded tiny model (CPU, float32, one torch thread: GRPO's
+float sums depend on the thread count) and reduces its outputs to sha256 digests: ledger.json,
+metrics.jsonl without its timing fields (`time/wall_s`, `time/elapsed_s`, `eval/wall_s`), the final
+weights tensor by tensor, `generate`'s samples.jsonl, and eval's samples, verdicts and scores.
+
+The digests are float results of one torch build on one CPU kind: the file records both, and on
+another torch version or CPU capability the test skips, saying so. To record them again (only at a
+commit whose outputs are known to be right):
+
+    PROVER_RECORD_DIGESTS=1 .venv/bin/python -m pytest -q tests/test_bit_identical.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from prover_cli.config import config_from_dict, load_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "configs" / "tiny.toml"
+DIGESTS = REPO / "tests" / "fixtures" / "bit_identical.json"
+RECORD = os.environ.get("PROVER_RECORD_DIGESTS") == "1"
+TIMING_KEYS = ("time/wall_s", "time/elapsed_s", "eval/wall_s")
+# Held-out evaluation on every iteration/step: 6 problems, 2 samples each at 0.7, plus greedy.
+HELDOUT = ["run.eval_every=1", "run.eval_problems=6", "run.eval_n=2", "run.eval_temperature=0.7"]
+
+
+def platform() -> dict[str, str]:
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    if RECORD:
+        return None
+    data = json.loads(DIGESTS.read_text(encoding="utf-8"))
+    if data["platform"] != platform():
+        pytest.skip(f"{DIGESTS.name} was recorded on {data['platform']}, this is {platform()}: float results "
+                    "may differ; re-record at a known-good commit (see the module docstring)")
+    return data["digests"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("bit-identical-cache")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def check(name: str, digests: dict[str, str], recorded: dict[str, dict[str, str]] | None) -> None:
+    if recorded is None:  # recording
+        data = json.loads(DIGESTS.read_text(encoding="utf-8")) if DIGESTS.exists() else {"digests": {}}
+        data["platform"] = platform()
+        data["digests"][name] = digests
+        DIGESTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        return
+    assert digests == recorded[name]
+
+
+def sha256(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def metrics_digest(run_dir: Path) -> str:
+    lines = []
+    for record in read_metrics(run_dir):
+        for key in TIMING_KEYS:
+            record.pop(key, None)
+        lines.append(json.dumps(record, sort_keys=True))
+    return sha256("\n".join(lines))
+
+
+def weights_digest(model_dir: Path) -> str:
+    from safetensors import safe_open
+
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as handle:
+            for name in sorted(handle.keys()):
+                tensor = handle.get_tensor(name).contiguous()
+                digest.update(name.encode() + tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def tiny_config(run_dir: Path, cache_dir: Path, *overrides: str):
+    shutil.rmtree(cache_dir / "heldout-base", ignore_errors=True)  # each run evaluates its own base
+    return load_config(TINY, [f"run.dir={run_dir}", f"model.cache_dir={cache_dir}", *overrides])
+
+
+def test_es_run_is_bit_identical(tmp_path, cache_dir, recorded):
+    from prover_cli.es.train import train_es
+
+    run_dir = tmp_path / "es"
+    config = tiny_config(run_dir, cache_dir, "data.task=toy", "es.iterations=2", "es.problems_per_iteration=3",
+                         "es.samples_per_problem=2", "es.member_temperature=0.7", *HELDOUT)
+    train_es(config)
+    assert not all(line.get("es/skipped", True) for line in read_metrics(run_dir))  # the weights moved
+    check("es", {"ledger.json": sha256((run_dir / "ledger.json").read_bytes()), "metrics": metrics_digest(run_dir),
+                 "final": weights_digest(run_dir / "final")}, recorded)
+
+
+def test_es_greedy_members_are_bit_identical(tmp_path, cache_dir, recorded):
+    from prover_cli.es.train import train_es
+
+    run_dir = tmp_path / "es-greedy"
+    config = tiny_config(run_dir, cache_dir, "data.task=toy", "es.iterations=2", "es.problems_per_iteration=4")
+    train_es(config)
+    check("es-greedy", {"ledger.json": sha256((run_dir / "ledger.json").read_bytes()),
+                        "metrics": metrics_digest(run_dir), "final": weights_digest(run_dir / "final")}, recorded)
+
+
+def test_grpo_run_is_bit_identical(tmp_path, cache_dir, recorded):
+    from prover_cli.grpo import train_grpo
+
+    run_dir = tmp_path / "grpo"
+    config = tiny_config(run_dir, cache_dir, "data.task=toy", "grpo.max_completion_length=8", *HELDOUT)
+    train_grpo(config)
+    assert any(line.get("grpo/grad_norm", 0) > 0 for line in read_metrics(run_dir))  # the weights moved
+    check("grpo", {"problems.jsonl": sha256((run_dir / "problems.jsonl").read_bytes()),
+                   "metrics": metrics_digest(run_dir), "final": weights_digest(run_dir / "final")}, recorded)
+
+
+def test_heldout_evaluation_of_the_base_is_bit_identical(tmp_path, cache_dir, recorded):
+    from prover_cli.demo import base_heldout
+
+    config = tiny_config(tmp_path / "base", cache_dir, *HELDOUT)
+    record = base_heldout(config)
+    record.pop("eval/wall_s")
+    check("heldout-base", {"eval": sha256(json.dumps(record, sort_keys=True))}, recorded)
+
+
+def _generate_config(tmp_path: Path, cache_dir: Path, task: str):
+    raw = {
+        "model": {"name": "tiny", "cache_dir": str(cache_dir), "device": "cpu", "dtype": "float32"},
+        "data": {"task": task},
+        "generate": {"n": 3, "max_tokens": 8, "temperature": 1.0, "top_p": 0.9, "seed": 5, "batch_size": 2},
+        "eval": {"split": "valid", "n": 2, "k": [1, 2], "plot": False},
+        "run": {"dir": str(tmp_path / "run"), "seed": 2},
+    }
+    if task == "countdown":
+        raw["data"].update(countdown_problems=24)
+    return config_from_dict(raw)
+
+
+@pytest.mark.parametrize("task", ["lean", "countdown"])
+def test_generate_file_is_bit_identical(tmp_path, cache_dir, recorded, task):
+    from prover_cli.data import prepare_data
+    from prover_cli.generate import generate_file
+
+    config = _generate_config(tmp_path, cache_dir, task)
+    prepare_data(config, source="examples" if task == "lean" else None)
+    out = tmp_path / "samples.jsonl"
+    generate_file(config, out_path=out)
+    check(f"generate-{task}", {"problems.jsonl": sha256(config.problems_path.read_bytes()),
+                               "samples.jsonl": sha256(out.read_bytes())}, recorded)
+
+
+def test_eval_is_bit_identical(tmp_path, cache_dir, recorded):
+    from prover_cli.data import prepare_data
+    from prover_cli.evaluate import run_eval
+
+    config = _generate_config(tmp_path, cache_dir, "countdown")
+    prepare_data(config)
+    out = tmp_path / "eval"
+    result = run_eval(config, out_dir=out)
+    scores = {key: result[key] for key in ("problems", "samples", "verified", "pass@1", "pass@2", "solved_any",
+                                            "per_split", "samples_written")}
+    check("eval", {"samples.jsonl": sha256((out / "samples.jsonl").read_bytes()),
+                   "verdicts.jsonl": sha256((out / "verdicts.jsonl").read_bytes()),
+                   "scores": sha256(json.dumps(scores, sort_keys=True))}, recorded)
+
+
+def test_es_probe_is_bit_identical(tmp_path, cache_dir, recorded):
+    from prover_cli.es.probe import probe_es
+
+    config = tiny_config(tmp_path / "probe", cache_dir, "data.task=toy", "es.problems_per_iteration=3",
+                         "es.samples_per_problem=2", "es.member_temperature=0.7")
+    result = probe_es(config, seeds=2)
+    check("es-probe", {"result": sha256(json.dumps(result, sort_keys=True))}, recorded)

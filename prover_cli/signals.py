@@ -19,11 +19,26 @@ Handlers can only be installed from the main thread; elsewhere this is a no-op.
 A few steps must not be cut in half by any of these signals, Ctrl-C included: taking an output
 lock (the lock file is created and recorded, and only then does a `finally` own its release).
 `signals_deferred()` holds a signal that arrives inside it and raises it as it ends.
+
+Nor may the interrupt land inside a library that pairs a lock's acquire and release by hand:
+`logging` takes its module lock and each handler's lock outside any `try`, so a KeyboardInterrupt
+raised between the two leaves the lock held, and the next log call from any other thread (a
+REPL reader, a pool worker the cleanup joins) waits for ever (seen: `prover verify` asleep in
+`poll` 8 minutes after Ctrl-C, its traceback ending in logging's `_releaseLock`). So the
+handlers do no work beyond deciding where to raise (no logging, no printing, no lock taken), and a
+signal that finds the main thread inside such code is held and raised at the first line the
+main thread runs outside it: a one-shot trace function on the frames below (it unsets itself as
+it raises). A time-based retry would not do: a loop that logs all the time is inside logging
+whenever a timer fires. Under a debugger or coverage tracer, which that would displace, the
+signal is raised at once, as before.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -33,10 +48,44 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _state: dict[str, Any] = {"depth": 0, "stopping": False, "deferring": 0, "pending": None}
 
 
+# Code an interrupt must not land in: it takes locks without a `try` that would release them.
+_UNSAFE_DIRS = (os.path.dirname(logging.__file__) + os.sep,)
+
+
 def _handler(signum: int, frame: Any) -> None:
     if _state["deferring"]:
         _state["pending"] = _state["pending"] or signum   # the first one counts; raised at the end
         return
+    if _in(frame, _UNSAFE_DIRS) and _hold_until_safe(signum, frame):
+        return
+    _interrupt(signum)
+
+
+def _in(frame: Any, prefixes: tuple[str, ...]) -> bool:
+    return frame is not None and frame.f_code.co_filename.startswith(prefixes)
+
+
+def _hold_until_safe(signum: int, frame: Any) -> bool:
+    """Arm the trace that raises `signum` at the main thread's next line outside unsafe code;
+    False (raise now) when another tracer is in charge."""
+    if sys.gettrace() not in (None, _raise_when_safe):
+        return False
+    _state["pending"] = _state["pending"] or signum
+    while frame is not None:
+        frame.f_trace = _raise_when_safe   # the frames below get line events as control returns
+        frame = frame.f_back
+    sys.settrace(_raise_when_safe)         # and the frames they call, on their first line
+    return True
+
+
+def _raise_when_safe(frame: Any, event: str, arg: Any) -> Any:
+    if _in(frame, _UNSAFE_DIRS) or frame.f_code.co_filename == __file__:
+        return None   # not here: inside logging, or in this module, which raises on its own
+    signum, _state["pending"] = _state["pending"], None
+    sys.settrace(None)
+    if signum is None or _state["deferring"]:
+        _state["pending"] = signum   # `signals_deferred` raises it as its block ends
+        return None
     _interrupt(signum)
 
 
@@ -87,8 +136,15 @@ class stop_signals_as_interrupt:
         for number, previous in self._previous.items():
             signal.signal(number, previous if previous is not None else signal.SIG_DFL)
         _state["depth"] -= 1
+        held = None if _state["deferring"] else _state["pending"]
+        if held is not None:   # held off logging, and the body ended before its next line
+            _state["pending"] = None
+            if sys.gettrace() is _raise_when_safe:
+                sys.settrace(None)
         if _state["depth"] == 0:
             _state["stopping"] = False
+        if held is not None and exc[0] is None:
+            raise KeyboardInterrupt(*(() if held == signal.SIGINT else (signal.Signals(held).name,)))
 
 
 def signal_of(interrupt: BaseException) -> str | None:

@@ -154,3 +154,93 @@ def test_train_grpo_sighup_mid_run(tmp_path):
     wait_until(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().strip(), process)
     stopped(process, signal.SIGHUP, args, resume="--resume")
     assert not lock_path(run).exists()
+
+
+# A child that logs from its main thread and from a worker thread all the time, is signalled at a
+# random point (mostly inside logging, where the main thread spends its time), and then does what
+# a command's cleanup does: joins the worker, which logs, and logs itself. Raising inside
+# logging's hand-paired acquire/release leaves its lock held and the join waits for ever (issue
+# #30: `prover verify` asleep in `poll` after Ctrl-C); each trial must end, at every point.
+_LOGGING_CHILD = r'''
+import faulthandler, logging, os, random, signal, sys, threading
+faulthandler.dump_traceback_later(float(sys.argv[3]), exit=True)   # a hang ends with the tracebacks
+from prover_cli.signals import stop_signals_as_interrupt
+log = logging.getLogger("stress")
+log.addHandler(logging.StreamHandler(open(os.devnull, "w")))
+log.setLevel(logging.INFO)
+rng = random.Random(int(sys.argv[2]))
+interrupted = 0
+for trial in range(int(sys.argv[1])):
+    stop = threading.Event()
+    def worker():
+        while not stop.is_set():
+            log.info("worker %d", trial)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    number = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)[trial % 3]
+    sender = threading.Timer(rng.random() * 0.003, os.kill, (os.getpid(), number))
+    try:
+        with stop_signals_as_interrupt():
+            sender.start()
+            try:
+                while True:
+                    log.info("main %d", trial)
+            finally:
+                stop.set()
+                thread.join()
+                log.info("cleaned up %d", trial)
+    except KeyboardInterrupt:
+        interrupted += 1
+    sender.join()
+print("interrupted", interrupted, flush=True)
+'''
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_signal_at_any_point_of_a_logging_loop_neither_deadlocks_nor_is_lost(tmp_path, seed):
+    child = tmp_path / "child.py"
+    child.write_text(_LOGGING_CHILD, encoding="utf-8")
+    trials = 150
+    result = subprocess.run([sys.executable, str(child), str(trials), str(seed), "400"], text=True,
+                            capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=500)
+    assert result.returncode == 0, result.stderr[-4000:]   # faulthandler's exit on a hang: the stacks
+    assert result.stdout.split() == ["interrupted", str(trials)]   # every signal interrupted its trial
+
+
+def test_a_signal_held_off_logging_is_raised_where_the_main_thread_resumes_our_code():
+    """The handler, called as the signal machinery would call it with the main thread inside
+    logging's `Handler.handle` (the frame it was interrupted in), holds the signal; it is raised
+    at the first line the main thread runs outside logging, and leaves no tracer behind."""
+    import logging
+
+    from prover_cli import signals
+
+    seen = []
+
+    class Probe(logging.Handler):
+        def emit(self, record):
+            if seen:
+                seen.append(record.getMessage())
+                return
+            interrupted_in = sys._getframe(1)   # logging's Handler.handle, holding the handler lock
+            assert interrupted_in.f_code.co_filename == logging.__file__
+            signals._handler(signal.SIGTERM, interrupted_in)
+            seen.append("held while inside logging")
+
+    log = logging.getLogger("held-off")
+    log.addHandler(Probe())
+    log.propagate = False
+    if sys.gettrace() is not None:
+        pytest.skip("a tracer (coverage, a debugger) is in charge: the signal is raised at once then")
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with signals.stop_signals_as_interrupt():
+            log.warning("x")
+            seen.append("never: raised before this line runs")
+    assert seen == ["held while inside logging"]
+    assert signals.signal_of(raised.value) == "SIGTERM"
+    assert sys.gettrace() is None and signals._state["pending"] is None
+    log.warning("the handler lock was released")   # from another thread: would hang if still held
+    worker = __import__("threading").Thread(target=log.warning, args=("from a thread",))
+    worker.start()
+    worker.join(timeout=60)
+    assert seen == ["held while inside logging", "the handler lock was released", "from a thread"]

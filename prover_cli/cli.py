@@ -16,6 +16,8 @@ Exit codes, one rule (README "Using it" says the same):
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP: prover_cli/signals.py); the command that resumes
        the run (or reruns it) is printed
 Anything else is a bug: "unexpected …", with the traceback behind PROVER_DEBUG=1.
+With --json every failure also prints one JSON object on stdout, {"ok": false, "exit_code",
+"kind", "error", "hint"} (`_fail`; a usage error click finds while parsing: `main`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,28 @@ from prover_cli.errors import ConfigError, ProverError, decode_error_from
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
+
+
+def _flags_show_no_metavar() -> None:
+    """`--json`, not `--json <bool>`: a flag takes no value, so help names none (typer prints the
+    type of every option, flags and `--help` included, in the rich help panels)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "flags_show_none", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if (self.is_flag or self.count) and self.metavar is None:
+            return None
+        return shown(self, ctx)
+
+    display_type_rich.flags_show_none = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_show_no_metavar()
+
 app = typer.Typer(
     name="prover",
     help="Train Lean 4 theorem provers with Evolution Strategies and GRPO, locally or on Modal.",
@@ -46,9 +70,10 @@ app.add_typer(train_app, name="train")
 
 # -- shared options -------------------------------------------------------------------------
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (see docs/config.md).")
-SetOpt = typer.Option(None, "--set", help="Override a key: --set section.key=value (repeatable).")
+SetOpt = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE",
+                      help="Override a config key, e.g. --set verify.workers=8 (repeatable).")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
-BackendOpt = typer.Option("local", "--backend", help="Where the work runs: local or modal.", callback=check_backend)
+BackendOpt = typer.Option("local", "--backend", metavar="local|modal", help="Where the work runs: local or modal.", callback=check_backend)
 
 
 # How an interrupted command is resumed: the extra option its rerun needs ("" = rerun as is).
@@ -72,39 +97,80 @@ def _command(fn):
 
 def _run_command(fn, args, kwargs):
     from prover_cli.errors import MachineError, write_fault_from
-    from prover_cli.out import Out
+    from prover_cli.out import forget_result
 
+    json_mode = bool(kwargs.get("json_mode"))  # with --json every failure also prints one JSON object
+    forget_result()
     try:
         return fn(*args, **kwargs)
     except ConfigError as exc:  # the config or --set is wrong: a usage error
-        Out().error(str(exc), getattr(exc, "hint", None))
-        raise typer.Exit(EXIT_USAGE) from None
+        _fail(EXIT_USAGE, "config", str(exc), getattr(exc, "hint", None), json_mode)
     except MachineError as exc:  # a full disk, permissions...: the work so far is kept
-        Out().error(str(exc), _with_resume_hint(exc.hint, fn.__name__))
-        raise typer.Exit(EXIT_FAILURE) from None
+        _fail(EXIT_FAILURE, "machine", str(exc), _with_resume_hint(exc.hint, fn.__name__), json_mode)
     except ProverError as exc:
-        Out().error(str(exc), getattr(exc, "hint", None))
-        raise typer.Exit(EXIT_FAILURE) from None
+        _fail(EXIT_FAILURE, _kind_of(exc), str(exc), getattr(exc, "hint", None), json_mode)
     except KeyboardInterrupt as exc:
-        _report_interrupt(fn.__name__, exc)
+        _report_interrupt(fn.__name__, exc, json_mode)
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    except (typer.Exit, typer.Abort, TyperException):
-        raise  # usage errors keep click's exit code 2
+    except (typer.Exit, typer.Abort):
+        raise
+    except TyperException as exc:  # a usage error raised by the command (typer.BadParameter): click's exit code 2
+        _usage_failure_json(exc, json_mode)
+        raise
     except UnicodeDecodeError as exc:  # a text file read whole, outside the line-by-line readers
         if os.environ.get("PROVER_DEBUG"):
+            _unexpected_json(exc, json_mode)
             raise
         error = decode_error_from(exc)
-        Out().error(str(error), error.hint)
-        raise typer.Exit(EXIT_FAILURE) from None
+        _fail(EXIT_FAILURE, "input", str(error), error.hint, json_mode)
     except RecursionError as exc:  # a JSON or TOML document nested too deeply, read by a library
-        return _unexpected(exc) if os.environ.get("PROVER_DEBUG") else _input_too_deep(exc)
+        return _unexpected(exc, json_mode) if os.environ.get("PROVER_DEBUG") else _input_too_deep(exc, json_mode)
     except Exception as exc:
         # disk full, permissions...: an OSError, or a library's own error around one (safetensors, torch.save)
         fault = None if os.environ.get("PROVER_DEBUG") else write_fault_from(exc)
         if fault is None:
-            return _unexpected(exc)  # a bug to report
-        Out().error(str(fault), _with_resume_hint(fault.hint, fn.__name__))
-        raise typer.Exit(EXIT_FAILURE) from None
+            return _unexpected(exc, json_mode)  # a bug to report
+        _fail(EXIT_FAILURE, "machine", str(fault), _with_resume_hint(fault.hint, fn.__name__), json_mode)
+
+
+# What `kind` a failure's JSON object carries (README "Exit codes"): by exit code and cause.
+FAILURE_KINDS = ("usage", "config", "input", "locked", "machine", "error", "interrupted", "unexpected")
+
+
+def _kind_of(exc: ProverError) -> str:
+    from prover_cli.errors import InputError
+    from prover_cli.lock import LockedError
+
+    if isinstance(exc, LockedError):
+        return "locked"
+    return "input" if isinstance(exc, InputError) else "error"
+
+
+def _fail(exit_code: int, kind: str, message: str, hint: str | None, json_mode: bool):
+    """One `Error:` line (and its hint) on stderr, the failure's JSON object on stdout with --json,
+    and the exit code."""
+    from prover_cli.out import Out
+
+    out = Out(json_mode=json_mode)
+    out.error(message, hint)
+    out.failure(exit_code, message, kind, hint)
+    raise typer.Exit(exit_code) from None
+
+
+def _usage_failure_json(exc: BaseException, json_mode: bool) -> None:
+    """The JSON object of a usage error click reports itself (on stderr, exit 2)."""
+    from prover_cli.out import Out
+
+    format_message = getattr(exc, "format_message", None)
+    message = format_message() if callable(format_message) else str(exc)
+    Out(json_mode=json_mode).failure(getattr(exc, "exit_code", EXIT_USAGE), message, "usage")
+
+
+def _unexpected_json(exc: BaseException, json_mode: bool) -> None:
+    from prover_cli.out import Out
+
+    Out(json_mode=json_mode).failure(EXIT_FAILURE, f"unexpected {type(exc).__name__}: {exc}", "unexpected",
+                                     "set PROVER_DEBUG=1 to see the traceback, and please report it")
 
 
 def _with_resume_hint(hint: str | None, command_name: str) -> str | None:
@@ -116,16 +182,22 @@ def _with_resume_hint(hint: str | None, command_name: str) -> str | None:
     return f"{hint + '; ' if hint else ''}{verb}: {command}"
 
 
-def _report_interrupt(command_name: str, interrupt: BaseException) -> None:
-    """`Interrupted (SIGTERM).` and the command that resumes the run. After SIGHUP the terminal
-    may be gone: then nothing can be printed, and stdout/stderr are pointed at /dev/null so the
-    interpreter's last flush cannot fail either (the exit status still says 130)."""
+def _report_interrupt(command_name: str, interrupt: BaseException, json_mode: bool = False) -> None:
+    """`Interrupted (SIGTERM).` and the command that resumes the run (with --json also as a JSON
+    object on stdout). After SIGHUP the terminal may be gone: then nothing can be printed, and
+    stdout/stderr are pointed at /dev/null so the interpreter's last flush cannot fail either (the
+    exit status still says 130)."""
     from prover_cli.out import Out
     from prover_cli.signals import signal_of
 
+    command, why = resume_command(command_name), signal_of(interrupt)
+    starts_over = command_name not in RESUME_WITH
     try:
-        Out().interrupted(resume_command(command_name), why=signal_of(interrupt),
-                          starts_over=command_name not in RESUME_WITH)
+        out = Out(json_mode=json_mode)
+        out.interrupted(command, why=why, starts_over=starts_over)
+        hint = None if command is None else \
+            (f"rerun with (it starts over): {command}" if starts_over else f"resume with: {command}")
+        out.failure(EXIT_INTERRUPTED, f"interrupted ({why or 'Ctrl-C'})", "interrupted", hint)
     except (OSError, ValueError):
         _silence_std_streams()
     _forget_the_interrupt()
@@ -146,13 +218,12 @@ def _silence_std_streams() -> None:
         pass
 
 
-def _input_too_deep(exc: RecursionError):
+def _input_too_deep(exc: RecursionError, json_mode: bool = False):
     from prover_cli.errors import _file_in_traceback
-    from prover_cli.out import Out
 
     where = _file_in_traceback(exc) or "an input file"
-    Out().error(f"{where}: nested too deeply to read (JSON or TOML structures more than ~1000 levels deep)")
-    raise typer.Exit(EXIT_FAILURE) from None
+    _fail(EXIT_FAILURE, "input", f"{where}: nested too deeply to read (JSON or TOML structures more than ~1000 "
+          "levels deep)", None, json_mode)
 
 
 def _forget_the_interrupt() -> None:
@@ -167,15 +238,13 @@ def _forget_the_interrupt() -> None:
     exec("None")  # noqa: S102 - a constant: see the docstring
 
 
-def _unexpected(exc: BaseException):
+def _unexpected(exc: BaseException, json_mode: bool = False):
     """An unexpected failure: one line unless debugging (then the traceback)."""
-    from prover_cli.out import Out
-
     if os.environ.get("PROVER_DEBUG"):
+        _unexpected_json(exc, json_mode)
         raise exc
-    Out().error(f"unexpected {type(exc).__name__}: {exc}",
-                "set PROVER_DEBUG=1 to see the traceback, and please report it")
-    raise typer.Exit(EXIT_FAILURE) from None
+    _fail(EXIT_FAILURE, "unexpected", f"unexpected {type(exc).__name__}: {exc}",
+          "set PROVER_DEBUG=1 to see the traceback, and please report it", json_mode)
 
 
 def resume_command(command_name: str) -> str | None:
@@ -198,8 +267,9 @@ def _setup(config: Optional[Path], overrides: Optional[List[str]], json_mode: bo
     from prover_cli import jsonl
     from prover_cli.config import load_config
     from prover_cli.out import Out
+    from prover_cli.shipped import resolve_config
 
-    cfg = load_config(config, overrides or [])
+    cfg = load_config(resolve_config(config) if config is not None else None, overrides or [])  # prover_cli/shipped.py
     jsonl.configure(max_line_bytes=cfg.io.max_line_bytes)
     return cfg, Out(json_mode=json_mode)
 
@@ -475,9 +545,10 @@ def report(
                                            "existing report is not overwritten."),
     json_mode: bool = JsonOpt,
 ):
-    """Compare ES and GRPO runs: training reward and held-out verified rates (sampled and greedy, with 95%
-    intervals) per iteration, per 1,000 samples, per hour; seeds of one method are aggregated, and ES - GRPO is
-    paired by seed and held-out problem.
+    """Compare ES and GRPO runs: training reward and held-out verified rates, with 95% intervals.
+
+    Both held-out metrics (sampled and greedy) per iteration, per 1,000 samples, per hour; seeds of one
+    method are aggregated, and ES - GRPO is paired by seed and held-out problem.
 
     Examples:
       prover report runs/es runs/grpo
@@ -532,7 +603,61 @@ def doctor(
 def main() -> None:
     # Progress is ours (rich, on stderr); hub/transformers tqdm bars would interleave with it.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    app()
+    import sys
+
+    if not _json_requested(sys.argv[1:]):
+        app()
+        return
+    sys.exit(_main_json())
+
+
+def _json_requested(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for --json (before a `--` that ends the options)."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def _main_json() -> int:
+    """`app()` for a --json command line: a failure the command itself could not report (a usage
+    error click finds while parsing, an interrupt before the command starts, an error escaping
+    with PROVER_DEBUG) still leaves one JSON object on stdout. stderr reads as without --json."""
+    from typer import core as typer_core
+    from typer.main import get_command
+
+    from prover_cli.out import Out, forget_result, result_written
+
+    forget_result()
+    out = Out(json_mode=True)
+    command = get_command(app)
+    try:
+        code = command.main(standalone_mode=False)  # `app()` without click's own exit handling
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.Abort:
+        out.err.print("Aborted!", markup=False, highlight=False)
+        out.failure(EXIT_FAILURE, "aborted", "error")
+        return EXIT_FAILURE
+    except TyperException as exc:  # click's usage errors, shown as click shows them
+        if typer_core.HAS_RICH and getattr(command, "rich_markup_mode", None) is not None:
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)
+        else:
+            exc.show()
+        _usage_failure_json(exc, True)
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except Exception as exc:  # PROVER_DEBUG: the traceback follows on stderr
+        _unexpected_json(exc, True)
+        raise
+    code = code if isinstance(code, int) else 0
+    if code != 0 and not result_written():
+        kind = {EXIT_USAGE: "usage", EXIT_INTERRUPTED: "interrupted"}.get(code, "error")
+        out.failure(code, "interrupted" if code == EXIT_INTERRUPTED else f"exit status {code}", kind)
+    return code
 
 
 if __name__ == "__main__":

@@ -50,6 +50,11 @@ get a seeded split: `valid` when a hash of (run.seed, id) falls below `data.vali
 else `train`. Hashing each id (rather than shuffling the list) keeps a problem's split the same
 when rows are added, removed or limited. PutnamBench problems are `test`. `--limit` keeps the
 first N problems in source order (files in name order), after filtering and dedupe.
+
+One bad line costs one line: a row that cannot be read at all (not UTF-8, not JSON, not an
+object, over io.max_line_bytes, a number that is not finite: docs/formats.md) is named by file and
+line, the other rows are mapped and written, and the result is `ok: false` (exit 1, as verify and
+eval). Rows filtered on purpose (the reasons above) do not change the exit code.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.jsonl import BadLine, read_jsonl, read_utf8, write_jsonl_atomic
+from prover_cli.jsonl import BadLine, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems", "countdown")
@@ -125,7 +130,14 @@ def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path
         reasons = "; ".join(f"{reason}: {count}" for reason, count in report.dropped.most_common())
         raise InputError(f"{label}: no problem kept out of {report.rows} rows ({reasons or 'empty source'})")
     write_jsonl_atomic(out, report.kept)
+    for item in report.malformed:  # one bad line costs one line: named here, the command exits 1
+        reporter.log(f"{_row_place(label, item)}: {item['reason']}")
     return _summary(report, out, label, preset, files)
+
+
+def _row_place(label: str, item: dict[str, Any]) -> str:
+    """`source:line`, or `source/file:row` for a file of a directory (or hub dataset)."""
+    return f"{label.rstrip('/')}/{item['file']}:{item['line']}" if item.get("file") else f"{label}:{item['line']}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,12 +223,13 @@ def _read_local_file(path: Path, name: str | None) -> SourceFile:
             raise InputError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
         except RecursionError:
             raise InputError(f"{path}: not valid JSON (nested too deeply)") from None
+        except ValueError as exc:  # an integer longer than Python converts: the document cannot be read
+            raise InputError(f"{path}: number too long to read ({exc})") from None
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):
             raise InputError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
-        return SourceFile(name, [(i, obj if isinstance(obj, dict) else BadLine(f"expected a JSON object, got {type(obj).__name__}"),
-                                  split, where) for i, obj in enumerate(data, start=1)])
+        return SourceFile(name, [(i, _checked_row(obj), split, where) for i, obj in enumerate(data, start=1)])
     if suffix == ".parquet":
         import pyarrow.parquet as pq  # brought by `datasets`
 
@@ -224,8 +237,20 @@ def _read_local_file(path: Path, name: str | None) -> SourceFile:
             table = pq.read_table(path)
         except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on bad files
             raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
-        return SourceFile(name, [(i, obj, split, where) for i, obj in enumerate(table.to_pylist(), start=1)])
+        return SourceFile(name, [(i, _checked_row(obj), split, where) for i, obj in enumerate(table.to_pylist(), start=1)])
     raise InputError(f"{path}: unsupported file type {suffix or '(none)'}; use .json, .jsonl, .parquet or .lean")
+
+
+def _checked_row(obj: Any) -> "dict[str, Any] | BadLine":
+    """A row a library decoded whole (a .json document, Parquet), or a BadLine as read_jsonl would
+    give its line: not an object, or holding a number that is not finite (NaN, inf: not JSON,
+    so the row is refused rather than written with its value changed)."""
+    if not isinstance(obj, dict):
+        return BadLine(f"expected a JSON object, got {type(obj).__name__}")
+    found = non_finite_in(obj)
+    if found is not None:
+        return BadLine(f"not a finite number: {found}; the row is refused rather than its value changed")
+    return obj
 
 
 def _download_hub_dataset(repo_id: str) -> Path:
@@ -302,6 +327,9 @@ class Report:
     dropped: Counter
     first_rows: dict[str, list[str]]
     renamed: list[str] = field(default_factory=list)
+    # Rows that could not be read at all (a BadLine: not UTF-8, not JSON, not an object, a number
+    # that is not finite, too long): {"line", "reason"} and "file" within a directory source.
+    malformed: list[dict[str, Any]] = field(default_factory=list)
 
 
 # `:= by sorry`, `:= by\n  sorry`, `:=\nsorry` (term mode) at the very end -> `:= by` / `:=`.
@@ -600,7 +628,7 @@ def default_header(config: Any) -> str:
 
 def _bad_line_reason(row: BadLine) -> str:
     """The reason a row is counted under: what read_jsonl found wrong with its line."""
-    for prefix in ("not valid UTF-8", "not valid JSON"):
+    for prefix in ("not valid UTF-8", "not valid JSON", "not a finite number", "number too long to read"):
         if row.reason.startswith(prefix):
             return prefix
     if "io.max_line_bytes" in row.reason:
@@ -628,6 +656,7 @@ def _map_rows(rows: list[Row], preset: str, label: str, config: Any, limit: int,
                 progress.advance(1000)
             if isinstance(row, BadLine):
                 drop(_bad_line_reason(row), row_no, where)
+                report.malformed.append({"line": row_no, "reason": row.reason, **({"file": where} if where else {})})
                 continue
             problem = mapper(row, split, ctx)
             if isinstance(problem, Drop):
@@ -721,8 +750,16 @@ def _summary(report: Report, out: Path, label: str, preset: str, files: int) -> 
             "rows": [[reason, count, ", ".join(report.first_rows.get(reason, []))]
                      for reason, count in report.dropped.most_common()],
         })
+    if report.malformed:
+        tables.append({
+            "title": f"malformed rows of {label} (skipped; the others were written)",
+            "columns": ["row", "reason"],
+            "rows": [[_row_place(label, item), item["reason"]] for item in report.malformed],
+        })
+    malformed = {"malformed_lines": len(report.malformed), "malformed": report.malformed} if report.malformed else {}
     return {
-        "ok": True,
+        "ok": not report.malformed,  # malformed input lines: exit 1, as verify and eval (README "Exit codes")
+        **malformed,
         "out": str(out),
         "source": label,
         "preset": preset,

@@ -37,8 +37,7 @@ def _plain_help(command, ctx) -> str:
     formatter = ctx.make_formatter()
     formatter.write_usage(ctx.command_path, " ".join(command.collect_usage_pieces(ctx)))
     if command.help:
-        formatter.write_paragraph()
-        formatter.write_text(command.help.split("\f")[0].strip())
+        _write_help_text(formatter, command.help.split("\f")[0])
     params = [p.get_help_record(ctx) for p in command.get_params(ctx)]
     params = [p for p in params if p]
     if params:
@@ -51,6 +50,22 @@ def _plain_help(command, ctx) -> str:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
     return formatter.getvalue().rstrip()
+
+
+def _write_help_text(formatter, text: str) -> None:
+    """A command's docstring: prose paragraphs rewrapped; an `Examples:` block (a line ending
+    in ":" followed by indented lines) kept one command per line, as in `--help`."""
+    import inspect
+
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines = paragraph.splitlines()
+        formatter.write_paragraph()
+        if len(lines) > 1 and lines[0].rstrip().endswith(":") and all(l.startswith((" ", "\t")) for l in lines[1:]):
+            indent = " " * formatter.current_indent
+            formatter.write(f"{indent}{lines[0].strip()}\n")
+            formatter.write("".join(f"{indent}  {line.strip()}\n" for line in lines[1:]))
+        else:
+            formatter.write_text(paragraph)
 
 
 def generated() -> dict[Path, str]:

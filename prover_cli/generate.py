@@ -91,7 +91,8 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     if task_name == "lean":  # the prompt, the candidate and verify all see the same header
         problems = [{**p, "header": p.get("header") or config.verify.header} for p in problems]
     model_label = model_label or model or config.model.name
-    family = resolve_family(family_name or model or config.model.name, config.model.family, reporter=reporter)
+    family = resolve_family(family_name or model or config.model.name, config.model.family, reporter=reporter,
+                            task=task_name)
 
     with ResumableWriter(out) as writer:
         existing = _existing_samples(writer.records)

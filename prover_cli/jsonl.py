@@ -9,12 +9,18 @@
   appending, and `done_ids` tells which records already exist, so a rerun skips them.
 - A failed write (disk full, permissions...) is a `MachineError` naming the file and the
   operation; what was written before it stays valid, so the rerun resumes.
+- Strict JSON both ways. A number JSON cannot carry is not read: `1e999999` (Python would read
+  it as inf and write it back as `Infinity`, which is not JSON), `NaN`, `Infinity`, or an
+  integer too long for Python to convert make their line a BadLine, so the line is reported and
+  skipped rather than changed. Everything written goes through `dumps`, which refuses NaN and
+  infinities (`allow_nan=False`): no writer here emits a line another JSON reader rejects.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,6 +38,61 @@ _SKIP_CHUNK_BYTES = 1024 * 1024  # how an over-long line is skipped: in pieces o
 def configure(*, max_line_bytes: int) -> None:
     """Set the line-length limit of every reader in this process (from `io.max_line_bytes`)."""
     _limits["max_line_bytes"] = int(max_line_bytes)
+
+
+class NonFiniteNumber(Exception):
+    """A number in a JSON text that no finite float holds (`literal`: as written in the text)."""
+
+    def __init__(self, literal: str):
+        super().__init__(literal)
+        self.literal = literal
+
+    @property
+    def reason(self) -> str:
+        if self.literal.lstrip("-") in ("NaN", "Infinity"):
+            return f"not a finite number: `{self.literal}` is not JSON"
+        return (f"not a finite number: `{self.literal}` is beyond a 64-bit float (it would read as "
+                "infinity); the line is refused rather than its value changed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(text)
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise NonFiniteNumber(text)  # NaN, Infinity, -Infinity: Python's extensions, not JSON
+
+
+def loads(text: str) -> Any:
+    """`json.loads` restricted to JSON: NonFiniteNumber for a number no finite float holds.
+
+    Other failures are json's own: JSONDecodeError, RecursionError, and ValueError for an
+    integer longer than Python converts (sys.get_int_max_str_digits())."""
+    return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+
+
+def dumps(value: Any) -> str:
+    """One JSON line's text (no newline): UTF-8 kept as is, and ValueError rather than `NaN` or
+    `Infinity`, which are not JSON."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def non_finite_in(value: Any) -> str | None:
+    """Where `value` (a row a library decoded: Parquet, a JSON document) holds a float that is
+    not finite, as `field.sub[2] = inf`; None when it holds none."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{where or 'the value'} = {item}"
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), sub) for key, sub in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{where}[{i}]", sub) for i, sub in reversed(list(enumerate(item))))
+    return None
 
 
 class BadLine:
@@ -95,12 +156,18 @@ def _decode(line_no: int, raw: bytes) -> Iterator[tuple[int, dict[str, Any] | Ba
         yield line_no, BadLine(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
         return
     try:
-        obj = json.loads(text)
+        obj = loads(text)
+    except NonFiniteNumber as exc:
+        yield line_no, BadLine(exc.reason)
+        return
     except json.JSONDecodeError as exc:
         yield line_no, BadLine(f"not valid JSON ({exc.msg} at column {exc.colno})")
         return
     except RecursionError:
         yield line_no, BadLine("not valid JSON (nested too deeply)")
+        return
+    except ValueError as exc:  # an integer longer than Python converts (int_max_str_digits)
+        yield line_no, BadLine(f"number too long to read ({exc})")
         return
     if not isinstance(obj, dict):
         yield line_no, BadLine(f"expected a JSON object, got {type(obj).__name__}")
@@ -209,7 +276,7 @@ class ResumableWriter:
     def write(self, record: dict[str, Any]) -> None:
         assert self._handle is not None, "use ResumableWriter as a context manager"
         try:
-            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._handle.write(dumps(record) + "\n")  # ValueError (NaN, inf) before any byte is written
             self._handle.flush()
             if self.fsync:
                 os.fsync(self._handle.fileno())
@@ -231,7 +298,7 @@ class ResumableWriter:
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
     """Write a whole file at once: temp file + rename, so readers never see half of it."""
-    write_text_atomic(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
+    write_text_atomic(path, "".join(dumps(record) + "\n" for record in records))
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

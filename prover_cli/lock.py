@@ -17,7 +17,10 @@ Why flock and a lock file beside the target:
   what the trainers check (e.g. "run.dir already holds a GRPO run") and a model directory
   holds only the model;
 - the holder writes its pid and command into the file, which is all the second process needs
-  for a useful error.
+  for a useful error. A lock file locked without such a record (another program's `flock` on
+  it, or a record that is missing or unreadable) is reported as held by a process that is not
+  prover or left no record, with the pid and command /proc/locks names for it and what to do;
+  a record whose pid is not the process /proc/locks names is stale and is not believed.
 
 The file is removed on release while still locked (and only while the path still names the file
 we locked); an acquirer that opened the old file checks that the path still names the inode it
@@ -158,9 +161,10 @@ def claim_identity(path: str | Path) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LockedError(f"{key}: in use by another prover process (the same file, through a hard link or "
-                              f"after its lock file {lock_path(key)} was deleted): {_describe(_flock_holder(identity))}"
-                              ) from None
+            holder = _flock_holder(identity)
+            raise LockedError(f"{key}: in use by another process (a prover run writing the same file through a hard "
+                              f"link or after its lock file {lock_path(key)} was deleted, or another program "
+                              f"locking it): {_details(holder)}", hint=_hint(holder, key)) from None
         except OSError:
             os.close(fd)
             continue  # a file system without flock on this file: the lock file beside it still holds
@@ -174,20 +178,27 @@ def _identity(fd: int) -> tuple[int, int]:
 
 
 def _flock_holder(identity: tuple[int, int]) -> dict[str, Any] | None:
-    """The pid and command line of the process holding an flock on that inode (Linux /proc/locks)."""
+    """The pid and command line of the process holding an flock on that inode (Linux /proc/locks):
+    the exclusive holder first (a shared one is another process only testing the lock)."""
     device, inode = identity
     wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
+    found = []
     for line in lines:
         fields = line.split()
         if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != wanted:
             continue
-        pid = int(fields[4])
-        if pid == os.getpid():
+        try:
+            pid = int(fields[4])
+        except ValueError:
             continue
+        if pid <= 0 or pid == os.getpid():  # 0: a process in another pid namespace, not nameable here
+            continue
+        found.append((fields[3] != "WRITE", pid))
+    for _, pid in sorted(found)[:1]:
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
             command = shlex.join(arg.decode("utf-8", "replace") for arg in argv)
@@ -205,7 +216,8 @@ def _check_nesting(target: Path) -> None:
             break
         holder = _held_elsewhere(lock_path(ancestor), ancestor)
         if holder is not False:
-            raise LockedError(f"{target}: inside {ancestor}, which another prover process writes: {_describe(holder)}")
+            raise LockedError(f"{target}: inside {ancestor}, which {_who(holder)} writes: {_details(holder)}",
+                              hint=_hint(holder, ancestor))
     if not target.is_dir():
         return
     base_depth = len(target.parts)
@@ -218,12 +230,12 @@ def _check_nesting(target: Path) -> None:
                 inner = Path(directory) / name[1:-len(".lock")]
                 holder = _held_elsewhere(Path(directory) / name, inner)
                 if holder is not False:
-                    raise LockedError(f"{target}: holds {inner}, which another prover process writes: "
-                                      f"{_describe(holder)}")
+                    raise LockedError(f"{target}: holds {inner}, which {_who(holder)} writes: {_details(holder)}",
+                                      hint=_hint(holder, inner))
 
 
-def _held_elsewhere(path: Path, target: Path) -> dict[str, Any] | None | bool:
-    """False when no other process holds the lock file `path` (of `target`); else its holder's record."""
+def _held_elsewhere(path: Path, target: Path) -> dict[str, Any] | bool:
+    """False when no other process holds the lock file `path` (of `target`); else who does (`_lock_file_holder`)."""
     if str(target) in _HELD or not path.is_file():
         return False
     try:
@@ -233,7 +245,7 @@ def _held_elsewhere(path: Path, target: Path) -> dict[str, Any] | None | bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _read_holder(fd, wait_s=1.0)
+        holder = _lock_file_holder(fd, path, wait_s=1.0)
         os.close(fd)
         return holder
     except OSError:
@@ -271,9 +283,10 @@ def _acquire(path: Path, target: str | Path) -> tuple[int, dict[str, Any] | None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(fd, wait_s=1.0)
+            holder = _lock_file_holder(fd, path, wait_s=1.0)
             os.close(fd)
-            raise LockedError(f"{target}: in use by another prover process: {_describe(holder)}") from None
+            raise LockedError(f"{target}: in use by {_who(holder)}: {_details(holder)}",
+                              hint=_hint(holder, target)) from None
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
@@ -289,7 +302,7 @@ def _acquire(path: Path, target: str | Path) -> tuple[int, dict[str, Any] | None
               "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        os.pwrite(fd, (json.dumps(holder, allow_nan=False) + "\n").encode(), 0)
     except OSError as exc:
         os.close(fd)
         raise MachineError.from_os_error(exc, path, "write lock file") from None
@@ -306,7 +319,8 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _read_holder(fd: int, wait_s: float) -> dict[str, Any] | None:
-    """The holder's record; it writes it just after locking, so a fresh lock may need a moment."""
+    """The holder's record (a pid and a command, as `_acquire` writes it), or None when the file
+    holds none; a prover holder writes it just after locking, so a fresh lock may need a moment."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -315,18 +329,71 @@ def _read_holder(fd: int, wait_s: float) -> dict[str, Any] | None:
             data = b""
         try:
             holder = json.loads(data.decode("utf-8"))
-            if isinstance(holder, dict):
+            if _is_record(holder):
                 return holder
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, ValueError, RecursionError):  # not JSON (or an over-long integer, or too deep)
             pass
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
 
 
-def _describe(holder: dict[str, Any] | None) -> str:
-    if not holder:
-        return "pid unknown (it has just started)"
+def _is_record(holder: Any) -> bool:
+    """Whether `holder` is a prover holder's record: at least an integer pid and a command string."""
+    return (isinstance(holder, dict) and isinstance(holder.get("pid"), int) and not isinstance(holder["pid"], bool)
+            and holder["pid"] > 0 and isinstance(holder.get("command"), str))
+
+
+def _lock_file_holder(fd: int, path: Path, wait_s: float) -> dict[str, Any]:
+    """Who holds the flock on the lock file open as `fd` (at `path`): the prover record in it, when
+    /proc/locks agrees (or cannot tell); else {"no_record": path} with the pid and command
+    /proc/locks names, if any, and a `stale` record left in the file by a run that ended."""
+    record = _read_holder(fd, wait_s)
+    try:
+        flocker = _flock_holder(_identity(fd))
+    except OSError:
+        flocker = None
+    elsewhere = record is not None and record.get("host") not in (None, socket.gethostname())
+    if record is not None and (flocker is None or flocker["pid"] == record["pid"] or elsewhere):
+        return record  # (a record from another host names a pid this machine's /proc cannot compare)
+    holder: dict[str, Any] = {"no_record": str(path), **(flocker or {})}
+    if record is not None:
+        holder["stale"] = record
+    return holder
+
+
+def _who(holder: dict[str, Any] | None) -> str:
+    """Who holds a lock, in words: a prover run, or a process that left no prover record."""
+    if holder and "no_record" in holder:
+        return f"a process that is not prover or left no record in its lock file {holder['no_record']}"
+    return "another prover process"
+
+
+def _details(holder: dict[str, Any] | None) -> str:
+    """The holder's pid, command and start as far as known; never a field that is not there."""
+    if not holder or not holder.get("pid"):
+        return "pid unknown (/proc/locks does not name it)"
     where = f" on {holder['host']}" if holder.get("host") and holder.get("host") != socket.gethostname() else ""
-    return (f"pid {holder.get('pid')}{where}, `{holder.get('command')}`, "
-            f"started {holder.get('started')}")
+    parts = [f"pid {holder['pid']}{where}"]
+    if holder.get("command"):
+        parts.append(f"`{holder['command']}`")
+    if holder.get("started"):
+        parts.append(f"started {holder['started']}")
+    text = ", ".join(parts)
+    stale = holder.get("stale")
+    if stale:
+        text += f" (the record in the lock file names pid {stale['pid']}, `{stale['command']}`, a run that has ended)"
+    return text
+
+
+def _hint(holder: dict[str, Any] | None, target: str | Path) -> str | None:
+    """What to do about a lock not held by a prover run (None: LockedError's own hint)."""
+    if holder and "no_record" in holder:
+        lock_file = holder["no_record"]
+        if holder.get("pid"):
+            return (f"pid {holder['pid']} holds the lock of {target} without being a prover run (or before writing "
+                    f"its record): stop it or wait for it to release {lock_file}, or write somewhere else "
+                    "(another --out or run.dir)")
+        return (f"find the process holding {lock_file} (`fuser -v {lock_file}` or `lsof {lock_file}`), stop it or "
+                "wait for it, or write somewhere else (another --out or run.dir)")
+    return None

@@ -1,19 +1,26 @@
 """All terminal output goes through `Out`.
 
 Humans get rich tables, progress and messages on stderr; with `--json`, stdout carries only the
-result (one JSON document), so `prover eval ... --json | jq` always works.
+result (one JSON document), so `prover eval ... --json | jq` always works. A command that fails
+(exit 1, 2, 130 or an unexpected error) prints one JSON object there instead:
+{"ok": false, "exit_code": N, "kind": ..., "error": ..., "hint": ...} (`Out.failure`, README
+"Exit codes"). The JSON is strict: a number that is not finite is written as null.
 
 Progress: on a terminal, live rich bars. When stderr is not a terminal (a log file, CI, `nohup`),
 a live bar would print nothing until the end, or one frozen row per refresh; instead a long
 stage prints one plain line when it starts, one every `PROGRESS_EVERY_S` seconds while it runs
 (throttled across nested stages, so a per-step inner stage cannot flood the log), and one when
-it ends.
+it ends. "While it runs" includes the minutes between two steps (an ES iteration, a batch of
+proofs): a heartbeat thread prints the innermost running stage's line when nothing was printed
+for `PROGRESS_EVERY_S` (`Out.heartbeat`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -50,6 +57,8 @@ class _RichHandle:
 
 # Seconds between two plain progress lines when stderr is not a terminal.
 PROGRESS_EVERY_S = 5.0
+# How often the heartbeat thread looks at the clock while a plain-line stage runs.
+HEARTBEAT_POLL_S = 1.0
 
 
 class _PlainHandle:
@@ -66,11 +75,14 @@ class _PlainHandle:
 
     def advance(self, n: float = 1, **fields: Any) -> None:
         self._done += n
-        self._fields.update(fields)
-        now = self._out.clock()
-        finished = bool(self._total) and self._done >= self._total  # the closing line says it
-        if not finished and now - self._out.last_progress_line >= PROGRESS_EVERY_S:
-            self.line()
+        if fields:
+            self._fields = {**self._fields, **fields}  # replaced whole: the heartbeat reads it from its thread
+        if not self.finished:  # the closing line says it
+            self._out.progress_line(self)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._total) and self._done >= self._total
 
     def line(self, final: bool = False) -> None:
         now = self._out.clock()
@@ -103,7 +115,8 @@ def _duration(seconds: float) -> str:
 class Out:
     """One object for all printing. `json_mode` moves the result to stdout as JSON."""
 
-    def __init__(self, json_mode: bool = False, quiet: bool = False, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, json_mode: bool = False, quiet: bool = False, clock: Callable[[], float] = time.monotonic,
+                 heartbeat_wait: Callable[[threading.Event, float], bool] | None = None):
         self.json_mode = json_mode
         self.quiet = quiet
         self.err = Console(stderr=True, highlight=False)
@@ -111,6 +124,11 @@ class Out:
         self.clock = clock  # tests pass a fake one: progress lines are time-driven
         self.last_progress_line = float("-inf")
         self._depth = 0  # nesting of progress tasks (ES: generate inside each iteration)
+        self._open: tuple[_PlainHandle, ...] = ()  # the plain-line stages running, outermost first
+        # (stop, seconds) -> whether to stop: the heartbeat thread's pause between two looks at
+        # the clock; tests pass one they drive, so no test waits on real time
+        self._heartbeat_wait = heartbeat_wait or (lambda stop, seconds: stop.wait(seconds))
+        self._printing = threading.Lock()  # only ever tried, never waited for (`progress_line`)
 
     # -- messages (stderr) --------------------------------------------------------------------
     def info(self, message: str) -> None:
@@ -145,18 +163,32 @@ class Out:
         """A summary table for humans (stderr, so stdout stays clean for --json)."""
         if self.quiet:
             return
-        table = Table(title=title)
-        for column in columns:
-            table.add_column(str(column))
-        for row in rows:
-            table.add_row(*(_fmt(cell) for cell in row))
+        header = [str(column) for column in columns]
+        cells = [[_fmt(cell) for cell in row] for row in rows]
+        # Narrow terminals fold a cell onto more lines, never cut it with "…"; the widths keep
+        # each column's longest word whole while the table fits (`_column_widths`), dropping the
+        # space beside the borders first when that is what the words need.
+        padding, widths = _column_widths(header, cells, self.err.width)
+        table = Table(title=title, padding=(0, padding))
+        for column, width in zip(header, widths):
+            table.add_column(column, overflow="fold", width=width)
+        for row in cells:
+            table.add_row(*row)
         self.err.print(table)
 
     def result(self, payload: Any) -> None:
         """The machine-readable result: printed to stdout with --json, ignored otherwise."""
         if self.json_mode:
-            self.stdout.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+            _RESULT["written"] = True  # set first: a failure while writing must not add a second document
+            self.stdout.write(json.dumps(_finite(payload), indent=2, sort_keys=True, default=str, allow_nan=False)
+                              + "\n")
             self.stdout.flush()
+
+    def failure(self, exit_code: int, error: str, kind: str, hint: str | None = None) -> None:
+        """With --json, the one JSON object a failed command prints on stdout (unless its result is
+        already there: a result with `"ok": false` says the same). Kinds: README "Exit codes"."""
+        if self.json_mode and not _RESULT["written"]:
+            self.result({"ok": False, "exit_code": exit_code, "kind": kind, "error": error, "hint": hint})
 
     # -- progress (implements progress.Reporter) ----------------------------------------------
     @contextmanager
@@ -183,22 +215,150 @@ class Out:
     def _plain_task(self, description: str, total: float | None, unit: str) -> Iterator[_PlainHandle]:
         handle = _PlainHandle(self, description, total, unit)
         top = self._depth == 0
+        beat: tuple[threading.Event, threading.Thread] | None = None
         if top:
             self.plain(f"{description}: started" + (f" ({total:g} {unit})" if total else ""))
             self.last_progress_line = self.clock()
         self._depth += 1
+        self._open = (*self._open, handle)
         try:
+            if top and not self.quiet:
+                beat = self._start_heartbeat()
             yield handle
         finally:
             self._depth -= 1
+            self._open = tuple(h for h in self._open if h is not handle)
+            if beat is not None:
+                stop, thread = beat
+                stop.set()
+                thread.join(timeout=2 * HEARTBEAT_POLL_S)  # a daemon: never holds up the exit
         if top:
             handle.line(final=True)
 
+    def progress_line(self, handle: _PlainHandle) -> None:
+        """`handle`'s line, if none was printed for PROGRESS_EVERY_S (from a step or the heartbeat).
+
+        The lock is only tried: whoever holds it is printing a progress line right now, so the
+        other skips its own. Nothing here waits, and nothing a signal handler runs takes it
+        (prover_cli/signals.py never prints)."""
+        if self.clock() - self.last_progress_line < PROGRESS_EVERY_S:
+            return
+        if not self._printing.acquire(blocking=False):
+            return
+        try:
+            if self.clock() - self.last_progress_line >= PROGRESS_EVERY_S:
+                handle.line()
+        finally:
+            self._printing.release()
+
+    def heartbeat(self) -> None:
+        """One beat: the innermost running stage's line, if nothing was printed for PROGRESS_EVERY_S."""
+        running = self._open
+        if running and not running[-1].finished:
+            self.progress_line(running[-1])
+
+    def _start_heartbeat(self) -> tuple[threading.Event, threading.Thread]:
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not self._heartbeat_wait(stop, HEARTBEAT_POLL_S):
+                try:
+                    self.heartbeat()
+                except Exception:  # a closed stderr (the terminal went away): stop beating, quietly
+                    return
+
+        thread = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+        thread.start()
+        return stop, thread
+
     def log(self, message: str) -> None:
         self.info(message)
+
+
+# Whether this command has put its JSON document on stdout yet (one per command: cli.py resets it).
+_RESULT = {"written": False}
+
+
+def forget_result() -> None:
+    """A new command starts: nothing of it is on stdout yet."""
+    _RESULT["written"] = False
+
+
+def result_written() -> bool:
+    return _RESULT["written"]
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every float that is not finite (NaN, inf) as None: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _fmt(cell: Any) -> str:
     if isinstance(cell, float):
         return f"{cell:.4g}"
     return escape(str(cell))
+
+
+def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> tuple[int, list[int | None]]:
+    """(padding, content widths) that fit a table in `width` terminal cells (widths None when it
+    fits as is). The padding beside the borders is 1, or 0 when only that keeps every word whole.
+
+    rich, left to itself, shrinks the widest columns first and cuts what no longer fits with an
+    ellipsis (`meth…`, `1.146e…`). Here every column first gets its longest word (up to a share of
+    the width that lets the others have theirs too), so a word folds only when it alone is wider
+    than the room; then the widest columns are narrowed to one common width until the table fits.
+    """
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    n = len(header)
+    if n == 0:
+        return 1, []
+    room = width - (3 * n + 1)   # per column: 2 cells of padding and a border; one border more
+    lines: list[list[str]] = [[] for _ in range(n)]
+    for row in [list(header), *rows]:
+        for k, cell in enumerate(row[:n]):
+            lines[k].extend(Text.from_markup(cell).plain.splitlines() or [""])
+    longest = [max((cell_len(line) for line in col), default=0) for col in lines]
+    if sum(longest) <= room:
+        return 1, [None] * n
+    words = [max((cell_len(w) for line in col for w in line.split()), default=0) for col in lines]
+    padding = 1
+    if sum(max(1, w) for w in words) > room:
+        padding, room = 0, width - (n + 1)
+    room = max(room, n)
+    # words whole where they fit: cap the longest words at a common level until they all fit
+    floor = [max(1, w) for w in words]
+    if sum(floor) > room:
+        cap = _level(floor, room)
+        floor = [max(1, min(w, cap)) for w in floor]
+    # then narrow the widest columns, never below their floor, to a common width that fits
+    top = _level([max(f, l) for f, l in zip(floor, longest)], room, floor)
+    widths = [max(f, min(l, top)) for f, l in zip(floor, longest)]
+    spare = room - sum(widths)
+    for k in sorted(range(n), key=lambda i: longest[i] - widths[i], reverse=True):
+        if spare <= 0:
+            break
+        if widths[k] < longest[k]:
+            widths[k] += 1
+            spare -= 1
+    return padding, widths
+
+
+def _level(values: Sequence[int], room: int, floor: Sequence[int] | None = None) -> int:
+    """The largest level L with sum(max(floor, min(value, L))) <= room (at least 1)."""
+    floor = floor or [0] * len(values)
+    low, high = 1, max(values)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if sum(max(f, min(v, mid)) for f, v in zip(floor, values)) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    return low

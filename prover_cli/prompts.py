@@ -120,10 +120,13 @@ def family_choice(model_name: str, family: str) -> tuple[str, str | None]:
                      f"`plain` (the statement alone, continued). Set model.family to one of {', '.join(FAMILIES)}")
 
 
-def resolve_family(model_name: str, family: str, reporter: Any = None) -> str:
-    """The prompt family for `model_name`; `auto` logs its choice (or a warning) on `reporter`."""
+def resolve_family(model_name: str, family: str, reporter: Any = None, *, task: str = "lean") -> str:
+    """The prompt family for `model_name`; `auto` logs its choice (or a warning) on `reporter`.
+
+    Families are Lean prompts: for another `task` (countdown, toy: the task writes its own
+    prompt) the family is still resolved, but there is nothing to say about it."""
     chosen, note = family_choice(model_name, family)
-    if note and reporter is not None and hasattr(reporter, "log"):
+    if note and task == "lean" and reporter is not None and hasattr(reporter, "log"):
         reporter.log(note)
     return chosen
 

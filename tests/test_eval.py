@@ -73,7 +73,9 @@ def test_cli_eval_k_above_the_samples_of_generate_names_generate_n(tmp_path):
     human = runner.invoke(app, ["eval", "--verdicts", str(verdicts), "--k", "1,8"])
     assert "k not scored" in human.stderr
     nothing = runner.invoke(app, ["eval", "--verdicts", str(verdicts), "--k", "8", "--json"])
-    assert nothing.exit_code == 1 and nothing.stdout == ""
+    assert nothing.exit_code == 1  # with --json a failure is one JSON object on stdout (README "Exit codes")
+    failure = json.loads(nothing.stdout)
+    assert (failure["ok"], failure["exit_code"], failure["kind"]) == (False, 1, "input") and "'p1'" in failure["error"]
     assert "Error:" in nothing.stderr and "'p1'" in nothing.stderr and "generate.n" in nothing.stderr
 
 

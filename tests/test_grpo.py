@@ -238,7 +238,7 @@ def test_cli_refuses_to_overwrite_a_run_and_resume_extends_it(tmp_path, cache_di
     metrics_before = (run / "metrics.jsonl").read_text()
 
     again = CliRunner().invoke(app, [*base, "--set", "grpo.steps=2"])
-    assert again.exit_code == 1 and again.stdout == ""
+    assert again.exit_code == 1 and json.loads(again.stdout)["ok"] is False  # --json: the failure as JSON
     assert str(run / "metrics.jsonl") in again.stderr and "--resume" in again.stderr
     assert (run / "metrics.jsonl").read_text() == metrics_before  # nothing touched
 

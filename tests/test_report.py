@@ -132,10 +132,12 @@ def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
     assert rows["grpo"]["held-out"] == "0.100 @2"
 
     fig = build_figure([load_run(es), load_run(grpo)])
-    reward_iter, reward_samples, reward_time, eval_iter, eval_samples, eval_time = fig.axes[:6]
+    # Columns: samples first (the same work for both methods), then ES iteration / GRPO step, then time.
+    reward_samples, reward_iter, reward_time, eval_samples, eval_iter, eval_time = fig.axes[:6]
     es_curve, grpo_curve = eval_iter.get_lines()
     assert list(es_curve.get_xdata()) == [2, 3] and list(es_curve.get_ydata()) == [0.4, 0.3]
-    assert list(grpo_curve.get_xdata()) == [2] and list(eval_samples.get_lines()[1].get_xdata()) == [0.008]
+    assert list(grpo_curve.get_xdata()) == [2] and list(eval_samples.get_lines()[1].get_xdata()) == [8]
+    assert reward_iter.get_xlabel() == "ES iteration (8 samples each) / GRPO step (4 samples each)"
     assert list(reward_iter.get_lines()[0].get_ydata()) == [0.25, 0.5, 0.75]
     for axis in fig.axes[:6]:
         assert axis.get_ylim()[0] == 0  # y from 0
@@ -144,7 +146,7 @@ def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
     assert reward_time.get_xlabel() == "wall-clock (min)" and list(reward_time.get_lines()[1].get_xdata()) == [30, 60]
     title = fig._suptitle.get_text()
     assert "countdown" in title and "AI-MO/Kimina-Prover-Preview-Distill-1.5B" in title
-    assert "es (es)" in title and "grpo (grpo)" in title
+    assert title.endswith(": es vs grpo") and "es (es)" not in title
 
 
 def test_runs_without_heldout_evaluations_say_so(tmp_path, two_runs):
@@ -266,7 +268,8 @@ def test_cli_report_refusal_is_one_error_line(tmp_path):
     es = make_run(tmp_path / "es", "es", ES_ITERATIONS)
     lean = make_run(tmp_path / "lean", "grpo", GRPO_ITERATIONS, "data.task=lean")
     result = runner.invoke(app, ["report", str(es), str(lean), "--json"])
-    assert result.exit_code == 1 and result.stdout == ""
+    assert result.exit_code == 1  # with --json, the failure as one JSON object on stdout (README "Exit codes")
+    assert json.loads(result.stdout)["ok"] is False and "different tasks" in json.loads(result.stdout)["error"]
     assert "Error:" in result.stderr and "different tasks" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -414,7 +417,7 @@ def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
     fig = build_figure([load_run(d) for d in seeded_runs])
     axes = fig.axes
     assert len(axes) == 9
-    sampled_iter = axes[3]
+    sampled_iter = axes[4]  # row 2 (held-out, sampled), column 2 (ES iteration / GRPO step)
     curves = [line for line in sampled_iter.get_lines() if line.get_label() != "base (iteration 0)"]
     assert [c.get_label() for c in curves] == ["es (3 seeds)", "grpo (3 seeds)", "es null (3 seeds)"]
     assert list(curves[0].get_xdata()) == [0, 2, 4] and list(curves[0].get_ydata()) == pytest.approx([0.2, 0.3, 0.4])

@@ -222,6 +222,12 @@ def sets(*overrides: str) -> list[str]:
 CONFIG_CASES = [
     (["es.sigma=1e300"], "es.sigma=1e300: must be <= 1000.0"),
     (["es.learning_rate=1e39"], "es.learning_rate=1e39: must be <= 1000.0"),
+    (["grpo.learning_rate=1e39"], "grpo.learning_rate=1e39: must be <= 1.0"),
+    (["es.population=1000000000"], "es.population=1000000000: must be <= 65536"),
+    (["es.problems_per_iteration=1000000000000000000"], "es.problems_per_iteration=1000000000000000000: must be <="),
+    (["verify.workers=1000000"], "verify.workers=1000000: must be <= 1024"),
+    (['verify.allow_commands=["frobnicate"]'], '"frobnicate" is not a Lean command the verifier knows'),
+    (['run.dir=""'], "run.dir=\"\": must name a directory"),
     (["es.sigma=1e-300"], "es.sigma=1e-300: must be >= 1e-30"),
     (["verify.memory_limit_gb=1e300"], "verify.memory_limit_gb=1e300: must be <="),
     (["verify.timeout_s=1e300"], "verify.timeout_s=1e300: must be <="),
@@ -272,6 +278,9 @@ LEDGER_CASES = [
     ("record a number", lambda d: d["iterations"].__setitem__(0, 5), "iteration 1: expected [fingerprint, rewards]"),
     ("nested too deeply", lambda d: d.update(deep=True), "nested too deeply"),
     ("denominator a float", lambda d: d.update(reward_denominator=1000.0), "`reward_denominator` = 1000.0"),
+    ("learning rate 1e39", lambda d: d["es"].update(learning_rate=1e39), "`es.learning_rate` = 1e+39: must be <= 1000.0"),
+    ("rewards 100,000 characters", lambda d: d["iterations"][1].__setitem__(1, "1" * 100_000),
+     "iteration 2: rewards (field 2) has 100,000 characters"),
 ]
 
 
@@ -384,9 +393,13 @@ def test_prepare_data_files_a_bad_byte_under_utf8_not_under_json_object(tmp_path
     source = tmp_path / "rows.jsonl"
     good = {"name": "t1", "split": "test", "formal_statement": "theorem t1 : 1 = 1 := by\n", "header": ""}
     source.write_bytes(json.dumps(good).encode() + b'\n{"name": "t2", "x": "\xff"}\n[1]\n')
-    result = invoke(["prepare-data", str(source), "--out", str(tmp_path / "p.jsonl"), "--json"], 0)
-    dropped = json.loads(result.stdout)["dropped_by_reason"]
-    assert dropped == {"not valid UTF-8": 1, "not a JSON object": 1}
+    # malformed lines: named, the rest written, exit 1 (README "Exit codes"), as verify and eval
+    result = invoke(["prepare-data", str(source), "--out", str(tmp_path / "p.jsonl"), "--json"], 1,
+                    f"{source}:2: not valid UTF-8", f"{source}:3: expected a JSON object")
+    summary = json.loads(result.stdout)
+    assert summary["dropped_by_reason"] == {"not valid UTF-8": 1, "not a JSON object": 1}
+    assert summary["ok"] is False and [m["line"] for m in summary["malformed"]] == [2, 3]
+    assert [p["id"] for p in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())] == ["t1"]
 
 
 # -- 4. a full disk while saving a model (safetensors) or a checkpoint (torch.save) --------------------

@@ -17,6 +17,7 @@ from conftest import KERNEL_STAND_INS, REPO, fake_repl_command
 from prover_cli.cli import app
 from prover_cli.config import load_config
 from prover_cli.verify import verify_file
+from prover_cli.verify.engine import RULES_VERSION
 from test_verify_statement import STATEMENT
 
 runner = CliRunner()
@@ -57,6 +58,9 @@ def test_verdict_lines_carry_input_fields_and_the_verifier(tmp_path):
     for row in rows.values():
         assert row["problem_id"] == "amc_p1" and "sample" in row and "proof" in row
         assert {"reason", "messages", "axioms", "time_s"} <= set(row)
+        if row["id"] == "b":   # `sorry` is refused by the text checks: no Lean ran, none is named
+            assert row["verifier"] == {"ran": "text checks", "rules": RULES_VERSION}
+            continue
         assert row["verifier"]["backend"] == "repl"
         assert row["verifier"]["repl_command"][-1].endswith("fake_repl.py")  # never mistaken for Lean
         assert row["verifier"]["lean_toolchain"] and row["verifier"]["mathlib_rev"]

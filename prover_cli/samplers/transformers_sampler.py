@@ -41,7 +41,7 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
     from prover_cli.built_models import resolve_model_path
 
     from prover_cli.errors import InputError
-    from prover_cli.model_dir import check_model_dir
+    from prover_cli.model_dir import check_loaded_model, check_model_dir
 
     path = model_path or resolve_model_path(model_config.name, model_config.cache_dir, model_config.tiny_seed)
     local = Path(path).is_dir()
@@ -52,7 +52,8 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
     dtype = resolve_dtype(model_config.dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
-        model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
+        model, loading_info = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype,
+                                                                   output_loading_info=True)
     except OSError as exc:
         raise BackendError(f"cannot load model {path!r}: {exc}",
                            hint="check model.name, or use model.name = \"tiny\" for an offline test model") from None
@@ -62,6 +63,7 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
         raise InputError(f"{path}: cannot load this model directory ({type(exc).__name__}: {exc})",
                          hint="compare it with a directory `save_pretrained` wrote: config.json, the weights, "
                               "the tokenizer files") from None
+    check_loaded_model(model, path, loading_info)  # no tensor missing, unexpected or NaN: named here, not mid-sampling
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

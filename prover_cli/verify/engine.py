@@ -43,10 +43,15 @@ Stage = Callable[[Candidate, Verdict], Verdict]
 
 
 def verifier_identity(verify_config: Any) -> dict[str, Any]:
-    """Recorded in every verdict line, so a verdict always says what produced it."""
+    """Recorded in every verdict line Lean had a part in, so a verdict always says what produced it
+    (a verdict the text checks reached alone records `text_checks_identity()` instead)."""
     identity = {"backend": verify_config.backend, "lean_toolchain": verify_config.lean_toolchain,
                 "mathlib_rev": verify_config.mathlib_rev}
     if verify_config.backend == "repl":
+        # the toolchain `lake env repl` runs is the one `<project_dir>/lean-toolchain` names
+        # (toolchain.py); without that file the config's value is a claim, and the line says so
+        toolchain, source = _repl_toolchain(verify_config)
+        identity.update(lean_toolchain=toolchain, lean_toolchain_from=source)
         identity["repl_command"] = list(verify_config.repl_command)
     else:
         # A Kimina server reports no Lean or Mathlib version (its /health is {"status": "ok"}):
@@ -55,6 +60,30 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
     # the kernel stage runs our own `lean -o` and checker: its toolchain is known (the pin's)
     identity["kernel_check"] = kernel_identity(verify_config)
     return identity
+
+
+def _repl_toolchain(verify_config: Any) -> tuple[str, str]:
+    """(toolchain, where it was read): the project's `lean-toolchain` file, else the config."""
+    project = Path(getattr(verify_config, "project_dir", "") or ".")
+    path = project / "lean-toolchain"
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    if text:
+        return text, str(path)
+    return verify_config.lean_toolchain, "verify.lean_toolchain (configured; no lean-toolchain file read)"
+
+
+def text_checks_identity() -> dict[str, Any]:
+    """The `verifier` of a verdict the text checks reached before any Lean process saw the proof
+    (a malformed record, a denied token, a statement that is not the problem's): no backend, no
+    toolchain and no kernel stage ran, so none is named; only the rules that decided."""
+    return {"ran": "text checks", "rules": RULES_VERSION}
+
+
+class TextVerdict(Verdict):
+    """A verdict of the text checks alone (statement.py, denylist.py): no Lean process saw the proof."""
 
 
 def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
@@ -182,12 +211,12 @@ class Verifier:
             try:
                 candidate = candidate_from_record(record, self.config.header, policy=self.policy)
             except BadRecord as exc:
-                on_result(key, record, Verdict("error", f"{describe(key)}malformed record: {exc}"))
+                on_result(key, record, TextVerdict("error", f"{describe(key)}malformed record: {exc}"))
             except Rejected as exc:
-                on_result(key, record, Verdict("rejected", str(exc)))
+                on_result(key, record, TextVerdict("rejected", str(exc)))
             except Exception as exc:  # a bug or an input we did not foresee: this record only
-                on_result(key, record, Verdict("error", f"{describe(key)}could not prepare this record: "
-                                                        f"{type(exc).__name__}: {exc}"))
+                on_result(key, record, TextVerdict("error", f"{describe(key)}could not prepare this record: "
+                                                            f"{type(exc).__name__}: {exc}"))
             else:
                 queued.append((key, record, candidate))
         by_candidate = {id(c): (k, r) for k, r, c in queued}
@@ -212,6 +241,10 @@ class Verifier:
             self.backend.run(candidates, on_fast)
             stage.finish(on_result)
 
+    def identity_of(self, verdict: Verdict) -> dict[str, Any]:
+        """What produced `verdict`: the text checks alone, or this backend (and its kernel stage)."""
+        return text_checks_identity() if isinstance(verdict, TextVerdict) else self.identity
+
     def _fresh_fast_path(self, candidate: Candidate) -> Verdict:
         """One candidate through a new backend of the same kind (one REPL, no canary of its own),
         for the kernel canary: the batch's backend is busy with its proofs."""
@@ -235,7 +268,7 @@ class Verifier:
         counts: Counter = Counter()
         with reporter.task("verify", total=len(records), unit="proofs") as task:
             def on_result(index: int, record: dict, verdict: Verdict) -> None:
-                results[index] = verdict_record(record, verdict, self.identity)
+                results[index] = verdict_record(record, verdict, self.identity_of(verdict))
                 counts[verdict.status] += 1
                 task.advance(1, **{k: counts[k] for k in VERDICTS if counts[k]})
 
@@ -356,10 +389,9 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
     from prover_cli.verify.kernel import pin_warning
 
+    # said once per command: in the summary (its `warnings` table for humans, the key with --json)
     warnings = [KERNEL_CHECK_OFF_WARNING] if not verify_config.kernel_check else []
     warnings += [w for w in [pin_warning(verify_config)] if w]
-    for warning in warnings:
-        reporter.log("warning: " + warning)
     with ResumableWriter(out_path) as writer, stop_signals_as_interrupt():  # SIGTERM/SIGHUP: as Ctrl-C
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0
@@ -374,13 +406,14 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         with reporter.task("verify", total=len(todo), unit="proofs") as task:
             def on_result(line_no: int, record: dict, verdict: Verdict) -> None:
                 digest = digests.get(record.get("id"))
+                identity = verifier.identity_of(verdict)
                 try:
-                    line = verdict_record(record, verdict, verifier.identity, digest)
+                    line = verdict_record(record, verdict, identity, digest)
                     json.dumps(line, ensure_ascii=False).encode("utf-8")  # fails here, not half-written
                 except Exception as exc:   # an input field we cannot write: keep the verdict, say why
                     verdict = Verdict("error", f"line {line_no}: the verdict could not be written with "
                                                f"the record's fields ({type(exc).__name__}: {exc})")
-                    line = verdict_record({"id": str(record.get("id"))}, verdict, verifier.identity, digest)
+                    line = verdict_record({"id": str(record.get("id"))}, verdict, identity, digest)
                 writer.write(line)
                 counts[verdict.status] += 1
                 task.advance(1, **{k: counts[k] for k in VERDICTS if counts[k]})

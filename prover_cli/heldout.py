@@ -216,7 +216,7 @@ def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]],
             pass  # absent or torn: evaluate again
         record = evaluate_heldout(sampler, config, problems, task=task, reporter=reporter)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(record, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")  # rates: finite
         os.replace(tmp, path)
         return record
 

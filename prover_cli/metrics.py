@@ -39,6 +39,7 @@ with `iteration` as the step.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,18 @@ def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("iteration", 0) >= 1]
 
 
+def _finite_or_null(value: Any) -> Any:
+    """A metric that came out NaN or infinite (a diverged loss, a gradient norm that overflowed)
+    is written as null: the line stays JSON, and its readers keep the rest of it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
 def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
     """Append one iteration's metrics (flushed and fsynced: metrics survive a kill)."""
     missing = [k for k in required_keys(record) if k not in record]
@@ -67,8 +80,9 @@ def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
         raise ValueError(f"metrics record lacks {missing}")  # a bug in the trainer, not user input
     path = Path(run_dir) / METRICS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(_finite_or_null(record), sort_keys=True, allow_nan=False)
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
+        handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 

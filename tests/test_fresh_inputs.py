@@ -357,3 +357,18 @@ def test_json_failure_on_a_usage_error_click_finds_while_parsing():
     assert (failure["ok"], failure["exit_code"], failure["kind"]) == (False, 2, "usage")
     assert "cloud" in failure["error"]
     assert as_json.stderr == plain.stderr
+
+
+def test_a_non_finite_metric_is_written_as_null_and_the_line_stays_json(tmp_path):
+    from prover_cli.jsonl import loads
+    from prover_cli.metrics import append_metrics, read_metrics  # noqa: F401  (the reader of report)
+
+    record = {"iteration": 0, "method": "grpo", "task": "toy", "samples": 0, "samples/total": 0,
+              "time/wall_s": 0.0, "time/elapsed_s": 0.0, "eval/verified_rate": 0.25,
+              "grpo/loss": float("nan"), "nested": {"x": float("inf"), "y": [1.0, float("-inf")]}}
+    from prover_cli.metrics import BASE_REQUIRED_KEYS
+    record.update({key: 0 for key in BASE_REQUIRED_KEYS if key not in record})
+    append_metrics(tmp_path, record)
+    line = loads((tmp_path / "metrics.jsonl").read_text(encoding="utf-8"))
+    assert line["grpo/loss"] is None and line["nested"] == {"x": None, "y": [1.0, None]}
+    assert line["eval/verified_rate"] == 0.25

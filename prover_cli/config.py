@@ -42,6 +42,11 @@ TIMEOUT_MAX_S = 1e6                 # poll() takes an int of milliseconds
 MEMORY_LIMIT_MAX_GB = float(2**20)  # RLIMIT_AS is a 64-bit byte count
 MAX_LINE_BYTES_MAX = 2**32
 ES_SCALE_MIN, ES_SCALE_MAX = 1e-30, 1e3   # fp32 neither flushes it to 0 nor overflows sigma*eps in fp16
+GRPO_LR_MAX = 1.0                   # AdamW moves every weight by about lr per step: above 1 nothing fine-tunes
+# Sizes a run can hold (docs/config.md gives them per key): beyond them a run never finishes an iteration.
+ES_POPULATION_MAX = 2**16           # every ledger record holds one reward per member (~200 KB per iteration here)
+PROBLEMS_PER_ITERATION_MAX = 2**20  # above the largest training split prover reads (Lean Workbook: ~140k)
+WORKERS_MAX = 1024                  # processes (a Lean REPL: GiBs each) or requests at once; no machine holds more
 
 DEFAULT_HEADER = (
     "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
@@ -148,7 +153,8 @@ class VerifyConfig:
     repl_command: list[str] = _key(["lake", "env", "repl"], "argv that starts one Lean REPL, run in `project_dir`.")
     project_dir: str = _key("", "Lake project with Mathlib where `repl_command` runs (empty = current directory).")
     header: str = _key(DEFAULT_HEADER, "Header used when a proof has none; run once per REPL process.")
-    workers: int = _key(4, "REPL processes in the pool.", min=1)
+    workers: int = _key(4, "REPL processes in the pool (with `backend = \"kimina\"`: requests at once); at most "
+                        "1024, already more Lean processes (GiBs each) than one machine holds.", min=1, max=WORKERS_MAX)
     timeout_s: float = _key(60.0, "Wall-clock limit per proof, seconds (at most 10^6: a deadline `poll` can wait for).", min=0.0, min_exclusive=True, max=TIMEOUT_MAX_S)
     header_timeout_s: float = _key(600.0, "Wall-clock limit for running the header (`import Mathlib`), seconds (at most 10^6).", min=0.0, min_exclusive=True, max=TIMEOUT_MAX_S)
     memory_limit_gb: float = _key(16.0, "Address-space limit per REPL process, GiB (0 = none; at most 2^20, a limit the kernel can hold in bytes); it counts the memory-mapped Mathlib .olean files (several GiB), so keep it well above their size.", min=0.0, max=MEMORY_LIMIT_MAX_GB)
@@ -156,7 +162,7 @@ class VerifyConfig:
     allowed_axioms: list[str] = _key(["propext", "Classical.choice", "Quot.sound"],
                                      "Axioms a verified proof may depend on (`#print axioms`).")
     allow_native_decide: bool = _key(False, "Accept `native_decide` (trusts the compiler): adds the axioms native evaluation produces on the supported Lean versions (`Lean.ofReduceBool`, `Lean.trustCompiler`, and from Lean 4.29 `<decl>._native.native_decide.ax_…`) to the allowed axioms; see docs/verify.md.")
-    allow_commands: list[str] = _key([], "Command keywords untrusted text may use beyond the allowlist (`theorem`, `lemma`, `set_option <resource limit> … in`), e.g. [\"open\"]. Each widens what a proof can change; see docs/verify.md for the risk.")
+    allow_commands: list[str] = _key([], "Command keywords untrusted text may use beyond the allowlist (`theorem`, `lemma`, `set_option <resource limit> … in`), e.g. [\"open\"]: keywords the allowlist knows, `@[`, `#` commands (an unknown name is an error). Each widens what a proof can change; see docs/verify.md for the risk.")
     canary: bool = _key(True, "Before the first proof on a toolchain (cached per toolchain), run the built-in canary: honest proofs that must verify and one cheat per rule that must be rejected; refuse to verify if any comes out wrong. `prover doctor` always runs it.")
     kernel_check: bool = _key(True, "Second stage for every proof the fast path calls verified: elaborate it again with "
                               "`lean -o` in a fresh process and re-check the .olean with SafeVerify (pinned per "
@@ -170,7 +176,8 @@ class VerifyConfig:
                                              "argv of SafeVerify built at the commit pinned for `lean_toolchain` "
                                              "(`prover doctor` checks it), run in `project_dir`.")
     kernel_check_workers: int = _key(0, "Kernel-stage checks at a time (each: one `lean -o` and one SafeVerify "
-                                     "process, or on Modal a fresh Sandbox each); 0 = verify.workers.", min=0)
+                                     "process, or on Modal a fresh Sandbox each); 0 = verify.workers; at most 1024.",
+                                     min=0, max=WORKERS_MAX)
     kernel_check_timeout_s: float = _key(600.0, "Wall-clock limit for each kernel-stage process (`lean -o` of one proof, "
                                          "one SafeVerify run), seconds; each imports the header (Mathlib) afresh.",
                                          min=0.0, min_exclusive=True)
@@ -192,7 +199,9 @@ class VerifyConfig:
 class ESConfig:
     """Evolution Strategies. Defaults from the ES-at-scale paper (population 30, sigma 1e-3, lr 5e-4, z-score)."""
 
-    population: int = _key(30, "Members per iteration (with `antithetic`, an even number: +eps/-eps pairs).", min=2)
+    population: int = _key(30, "Members per iteration (with `antithetic`, an even number: +eps/-eps pairs); at most "
+                           "2^16 = 65536, as every ledger record holds one reward per member.", min=2,
+                           max=ES_POPULATION_MAX)
     sigma: float = _key(1e-3, "Noise scale of each perturbation (applied in fp32: 1e-30 to 1e3, so sigma * eps neither "
                         "rounds to 0 nor overflows fp16/bf16 weights).", min=ES_SCALE_MIN, max=ES_SCALE_MAX)
     learning_rate: float = _key(5e-4, "Step size of the update theta += lr * mean(f_i * eps_i) (an fp32 coefficient: "
@@ -201,7 +210,9 @@ class ESConfig:
     fitness_shaping: str = _key("zscore", "Reward normalisation: `zscore` or `centered_rank`.",
                                 choices=("zscore", "centered_rank"))
     iterations: int = _key(100, "ES iterations.", min=1)
-    problems_per_iteration: int = _key(8, "Problems every member of an iteration is scored on.", min=1)
+    problems_per_iteration: int = _key(8, "Problems every member of an iteration is scored on (at most 2^20, and at "
+                                       "most the size of `data.train_split`, checked when a run starts).", min=1,
+                                       max=PROBLEMS_PER_ITERATION_MAX)
     samples_per_problem: int = _key(1, "Samples per problem per member.", min=1)
     snapshot_every: int = _key(0, "Also save the weights every K iterations so replay can start there (0 = never).", min=0)
     member_temperature: float = _key(0.0, "Sampling temperature members are scored with; 0 = greedy, as in the ES-at-scale "
@@ -221,7 +232,9 @@ class GRPOConfig:
     num_generations: int = _key(8, "Completions per prompt (the group).", min=2)
     per_device_train_batch_size: int = _key(8, "Completions per device per step; times gradient_accumulation_steps it must be a multiple of num_generations (whole groups).", min=1)
     gradient_accumulation_steps: int = _key(1, "Gradient accumulation steps.", min=1)
-    learning_rate: float = _key(1e-6, "AdamW learning rate.", min=0.0, min_exclusive=True)
+    learning_rate: float = _key(1e-6, "AdamW learning rate (at most 1: AdamW moves every weight by about this much "
+                                "per step, so above it training only diverges).", min=0.0, min_exclusive=True,
+                                max=GRPO_LR_MAX)
     beta: float = _key(0.0, "KL coefficient; > 0 loads a reference model.", min=0.0)
     epsilon: float = _key(0.2, "PPO-style clipping range.", min=0.0, min_exclusive=True)
     loss_type: str = _key("grpo", "Loss aggregation: `grpo`, `dr_grpo`, `dapo`, `bnpo`.",
@@ -308,7 +321,8 @@ class IOConfig:
 class RunConfig:
     """Where a run writes, and its seed."""
 
-    dir: str = _key("runs/default", "Run directory (ledger, metrics, verdicts, final model).")
+    dir: str = _key("runs/default", "Run directory (ledger, metrics, verdicts, final model); must not be empty (`.` "
+                    "for the current directory).")
     seed: int = _key(0, "Run seed: every other seed is derived from it (at most 2^32 - 1: TRL seeds numpy with it).",
                      min=0, max=SEED_MAX)
     eval_every: int = _key(0, "Held-out evaluation of the current weights (ES: the unperturbed center) every this many "
@@ -480,7 +494,10 @@ def _check_value(where: str, value: Any, annotation: Any, meta: Any) -> Any:
     if not _type_ok(value, annotation):
         raise ConfigError(f"{where}: expected {expected}, got {type(value).__name__}")
     if annotation is float:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer past 2^1024 (a JSON ledger's; TOML's are 64-bit)
+            raise ConfigError(f"{where}: must be a finite number") from None
         if math.isnan(value):
             raise ConfigError(f"{where}: must be a finite number (nan is never accepted)")
         if math.isinf(value):
@@ -544,12 +561,61 @@ def _cross_checks(config: Config) -> None:
     _greedy_checks(config)
     if not config.verify.repl_command:
         raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
+    if not config.run.dir.strip():
+        raise ConfigError(f"{_where(config, 'run.dir')}: must name a directory (an empty one would write the run "
+                          "into the current directory); use \".\" for that, or e.g. \"runs/demo\"")
+    _allow_commands_rule(config)
     _kernel_check_rules(config)
     from prover_cli.tracking import parse_report_to  # stdlib only: no tracker is imported here
 
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
                     where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
+
+
+def allowed_command_names() -> tuple[frozenset[str], tuple[str, ...]]:
+    """What `verify.allow_commands` may name: (the keywords the allowlist knows, the prefixes of
+    the command families it knows: `elab_…`, `macro_…`, …). `#` commands (`#eval`) and `@[`
+    (attributes) are accepted too; see prover_cli/verify/allowlist.py."""
+    from prover_cli.verify.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS, COMMAND_PREFIXES  # no Lean
+
+    return frozenset(COMMAND_KEYWORDS | ALLOWED_COMMANDS), COMMAND_PREFIXES
+
+
+def _allow_commands_rule(config: Config) -> None:
+    """Every `verify.allow_commands` entry must be a command the allowlist would otherwise refuse
+    by that name: an unknown word (a typo) would widen nothing, silently."""
+    keywords, prefixes = allowed_command_names()
+    for entry in config.verify.allow_commands:
+        word = entry.strip()
+        known = (word in keywords or word == "@[" or re.fullmatch(r"#[A-Za-z_][A-Za-z0-9_]*", word) is not None
+                 or (re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) is not None and word.startswith(prefixes)))
+        if not known:
+            close = _closest(word, dict.fromkeys(keywords))
+            suggestion = f"; did you mean `{close}`?" if close else ""
+            raise ConfigError(
+                f"{_where(config, 'verify.allow_commands')}: {_toml_value(entry)} is not a Lean command the verifier "
+                f"knows{suggestion} (accepted: {', '.join(sorted(keywords))}; `@[` for attributes; any `#` command "
+                f"such as `#eval`; names of the families {', '.join(p + '…' for p in prefixes)})")
+
+
+def check_key(dotted: str, value: Any, where: str) -> Any:
+    """`value` checked as config key `dotted` (`es.sigma`) checks it: type, choices, range. The one
+    source of those rules for values read from elsewhere (a ledger header); errors start with `where`."""
+    section, key = dotted.split(".")
+    cls = SECTIONS[section]
+    meta = next(f.metadata for f in fields(cls) if f.name == key)
+    return _check_value(where, value, get_type_hints(cls)[key], meta)
+
+
+def check_problems_per_iteration(config: Config, split_size: int) -> None:
+    """es.problems_per_iteration cannot exceed the problems of `data.train_split` (checked when a
+    run has read them): each iteration draws that many distinct problems."""
+    if config.es.problems_per_iteration > split_size:
+        raise ConfigError(
+            f"{_where(config, 'es.problems_per_iteration')}: more than the {split_size:,} problems of the training "
+            f"split (data.train_split = {_toml_value(config.data.train_split)}); every iteration scores each member on "
+            f"that many distinct problems: set es.problems_per_iteration <= {split_size:,}, or use more problems")
 
 
 def _kernel_check_rules(config: Config) -> None:
@@ -655,7 +721,10 @@ def config_reference() -> str:
         "must be <= `eval.n`; `verify.repl_command` must not be empty; greedy decoding (temperature 0)",
         "takes one sample per problem: `generate.n` must be 1 when `generate.temperature = 0`,",
         "`es.samples_per_problem` when `es.member_temperature = 0`, `run.eval_n` when",
-        "`run.eval_temperature = 0`, and `prover eval` needs `eval.n = 1` then.",
+        "`run.eval_temperature = 0`, and `prover eval` needs `eval.n = 1` then. `run.dir` must not be",
+        "empty (`.` is the current directory); every `verify.allow_commands` entry must be a command",
+        "the allowlist knows; when `train es` starts, `es.problems_per_iteration` must not exceed the",
+        "problems of `data.train_split`. A ledger's header is held to these same ranges.",
         "",
         "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
         "(\"inf = no limit\"); integers fit in 64 bits, and keys a library would overflow have an upper",

@@ -16,21 +16,22 @@ skipped and reported, naming the problem and `generate.n`, and the others are sc
 `solved_any` is the share of problems with at least one correct sample: the "pass@n" prover
 papers quote, which equals pass@n only when every problem has n samples.
 
-A sample is correct only when its verdict is `verified` (fail closed: `rejected`, `timeout`,
-`error`, or anything else counts as wrong). Records are grouped by `problem_id`; without one,
-by `id` minus a trailing `/<sample index>` (our sample ids are `<problem_id>/<sample_idx>`).
+A sample is correct only when its verdict is `verified` (fail closed: `rejected`, `timeout` and
+`error` count as wrong, and a verdict outside that vocabulary, `prover_cli.verify.rules.VERDICTS`,
+is a malformed line rather than a silent failure). Records are grouped by `problem_id`; without
+one, by `id` minus a trailing `/<sample index>` (our sample ids are `<problem_id>/<sample_idx>`).
 The last line of an id is its verdict (`prover verify` appends a recheck; the earlier line is
-superseded). A malformed line (not JSON, no `verdict`, no id) is reported by number and the
-rest are scored; the command then exits 1. Splits come from each record's `split` (or the problems
-file, when eval generated the samples); records without one are scored under `all`.
+superseded). A malformed line (not JSON, no `verdict`, an unknown verdict, no id) is reported by
+number and the rest are scored; the command then exits 1. Splits come from each record's `split`
+(or the problems file, when eval generated the samples); records without one are scored under `all`.
 
 Where files go: beside the input, or into `--out`, never into a default run directory.
 `--verdicts V` writes its plot beside V. Generating, eval writes samples.jsonl, verdicts.jsonl,
 meta.json and pass_at_k.png into `--out DIR`, else into `<folder of the problems file>/eval/
 <model>-<hash of model, sampling settings, split>/`, so a rerun resumes and another model or
 setting never mixes into the same files (a `--out` folder holding another setting's meta.json
-is refused). The plot's title names the model and the run; its y axis starts at 0 and its k
-ticks are integers.
+is refused). The plot's title names the model and the run, or for `--verdicts` the model its records
+name (none if they name none) and the verdicts file; its y axis starts at 0 and its k ticks are integers.
 
 `--preset minif2f-test | proofnet-test | putnambench` applies the published protocol of the
 model's family (`PROTOCOLS`: n, k, temperature, top_p, max tokens; the header is the one prepare-
@@ -129,6 +130,7 @@ def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], l
     One bad line costs that line: it is reported by number and the rest are scored. `keep(record)`
     filters the usable records (eval keeps the samples of the problems it generated)."""
     from prover_cli.jsonl import BadLine, read_jsonl
+    from prover_cli.verify.rules import VERDICTS
 
     records, malformed = [], []
     for line_no, record in read_jsonl(path):
@@ -137,6 +139,9 @@ def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], l
         elif not isinstance(record.get("verdict"), str):
             reason = "no `verdict` string" if "verdict" not in record else \
                 f"`verdict` is {type(record['verdict']).__name__}, expected a string"
+        elif record["verdict"] not in VERDICTS:  # not a silent failure: a typo or another tool's word
+            shown = record["verdict"] if len(record["verdict"]) <= 40 else record["verdict"][:40] + "…"
+            reason = f"`verdict` is {shown!r}, not one of {', '.join(VERDICTS)}"
         elif not (isinstance(record.get("problem_id"), str) and record["problem_id"]) and not _usable_id(record.get("id")):
             reason = "neither a `problem_id` nor an `id` (string or integer)"
         elif record.get("id") is not None and not _usable_id(record["id"]):
@@ -226,7 +231,7 @@ def run_eval(config: Any, *, model: str | None = None, ledger: str | Path | None
         problems, superseded = group_verdicts(records, str(path))
         ks, skipped = _ks_within_samples(problems, ks, str(path))
         plot_dir = Path(out) if out else path.parent
-        title = _plot_title(_record_model(records), path.parent.name or str(path.parent))
+        title = _plot_title(_record_model(records), _verdicts_label(path))
         result = _report(problems, superseded, ks, str(path), plot_dir, config.eval.plot, title=title,
                          extra={"verdicts": str(path), **({"skipped_k": skipped} if skipped else {})})
         return with_malformed(result, path, malformed)
@@ -270,12 +275,20 @@ def _ks_within_samples(problems: dict[str, ProblemScore], ks: list[int], label: 
     return kept, skipped
 
 
-def _record_model(records: list[dict[str, Any]]) -> str:
-    return next((str(r["model"]) for r in records if isinstance(r.get("model"), str) and r["model"]), "model not recorded")
+def _record_model(records: list[dict[str, Any]]) -> str | None:
+    """The model the verdicts' records name, or None when none does (the title then names none)."""
+    return next((str(r["model"]) for r in records if isinstance(r.get("model"), str) and r["model"]), None)
 
 
-def _plot_title(model: str, run: str) -> str:
-    return f"pass@k of {model}\n{run}"
+def _verdicts_label(path: Path) -> str:
+    """The verdicts file as the title names it: as given, or its folder and name when that is long."""
+    given = str(path)  # a Path: "verdicts.jsonl", never "./verdicts.jsonl"
+    return given if len(given) <= 60 else "/".join(filter(None, ("...", path.resolve().parent.name, path.name)))
+
+
+def _plot_title(model: str | None, run: str) -> str:
+    """What is known, and only that: `pass@k of MODEL` (or `pass@k`), then the run or file, if any."""
+    return "\n".join(filter(None, (f"pass@k of {model}" if model else "pass@k", run)))
 
 
 def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks: list[int], out: Path | None,

@@ -144,11 +144,14 @@ def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
     """final/ appears whole or not at all (written aside, then renamed), as `train es` does.
 
     The model is saved in its parameters' dtype: with fp32 master weights `config.json` says
-    `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve."""
+    `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve.
+    Weights holding NaN or inf (a diverged run) are refused before anything is written; the old
+    final/ is kept."""
     import shutil
 
-    from prover_cli.model_dir import save_tokenizer
+    from prover_cli.model_dir import refuse_non_finite, save_tokenizer
 
+    refuse_non_finite(model.state_dict().items(), final_dir, kept=final_dir)
     tmp = final_dir.with_name(final_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)  # safetensors (the transformers >= 4.x default)
@@ -342,6 +345,16 @@ def resumable_trainer_class():
     class ResumableGRPOTrainer(GRPOTrainer):
         def _get_train_sampler(self, dataset=None):
             return EpochSeededSampler(super()._get_train_sampler(dataset))
+
+        def _save_checkpoint(self, model, trial):
+            """No checkpoint of weights holding NaN or inf: refused before the Trainer writes any file."""
+            import os
+
+            from prover_cli.model_dir import refuse_non_finite
+
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            refuse_non_finite(self.model.state_dict().items(), folder)
+            super()._save_checkpoint(model, trial)
 
     return ResumableGRPOTrainer
 

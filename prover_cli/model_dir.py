@@ -2,6 +2,8 @@
 
     check_model_dir(path)            # InputError naming the file and field at fault, else None
     same_weights(final, checkpoint)  # True when both hold the same tensors, bit for bit
+    check_loaded_model(model, path, loading_info)   # after from_pretrained: no tensor missing, unexpected or NaN
+    refuse_non_finite(named_tensors, out_dir)       # before a save: NonFiniteWeightsError, nothing written
 
 A corrupt, empty or missing file would otherwise surface as whatever transformers, tokenizers
 or safetensors raise (a JSONDecodeError, `HeaderTooSmall`, a TypeError deep in a tokenizer):
@@ -19,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterator
 
-from prover_cli.errors import InputError
+from prover_cli.errors import InputError, ProverError
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -119,8 +121,12 @@ def check_safetensors(path: Path) -> dict[str, Any]:
 def _json_object(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{path}: missing ({what})", hint="is this a `from_pretrained` model directory?")
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):  # prover's own .json documents accept one; transformers' readers do not
+        raise InputError(f"{path}: starts with a UTF-8 byte order mark, which transformers cannot read",
+                         hint="save the file as UTF-8 without a BOM (the first 3 bytes EF BB BF removed)")
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not valid UTF-8 (byte at offset {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -131,6 +137,89 @@ def _json_object(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
+
+
+# -- weights that are all there and all finite: checked at load and before every save -------------
+
+class NonFiniteWeightsError(ProverError):
+    """A model about to be saved holds NaN or inf: nothing is written, the previous files are kept.
+
+    `found` lists (tensor name, non-finite values, values); `out` is what was not written."""
+
+    hint = ("the training diverged: lower the learning rate (grpo.learning_rate, es.learning_rate) or es.sigma, "
+            "and start again (or --resume from a checkpoint saved before it)")
+
+    def __init__(self, found: list[tuple[str, int, int]], out: str | Path, kept: str | Path | None = None):
+        keep = f"; {kept} is kept as it was" if kept is not None and Path(kept).exists() else ""
+        super().__init__(f"{out}: not written: {_describe(found)}; nothing was saved{keep}")
+        self.found, self.out = found, out
+
+
+_CHUNK = 1 << 24  # elements checked at a time: the mask of a huge tensor never takes more than 16 MiB
+
+
+def non_finite_tensors(named: Any) -> list[tuple[str, int, int]]:
+    """(name, non-finite values, values) of every floating-point tensor holding NaN or inf, in the
+    order given; one pass over the data, a tensor shared under two names (tied) read once."""
+    import torch
+
+    found, seen = [], set()
+    with torch.no_grad():
+        for name, tensor in named:
+            if not tensor.is_floating_point() or tensor.numel() == 0:
+                continue
+            key = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+            if key in seen:
+                continue
+            seen.add(key)
+            flat = tensor.detach().reshape(-1)
+            bad = sum(int((~torch.isfinite(flat[start:start + _CHUNK])).sum())
+                      for start in range(0, flat.numel(), _CHUNK))
+            if bad:
+                found.append((name, bad, flat.numel()))
+    return found
+
+
+def _describe(found: list[tuple[str, int, int]]) -> str:
+    """`tensor lm_head.weight holds NaN or inf (12 of 4,096 values)`, up to 3 tensors named."""
+    shown = ", ".join(f"{name} ({bad:,} of {total:,} values)" for name, bad, total in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    if len(found) == 1:
+        name, bad, total = found[0]
+        return f"tensor {name} holds NaN or inf ({bad:,} of {total:,} values)"
+    return f"tensors {shown}{more} hold NaN or inf"
+
+
+def refuse_non_finite(named: Any, out: str | Path, kept: str | Path | None = None) -> None:
+    """NonFiniteWeightsError before a model is saved to `out` when a tensor holds NaN or inf; call it
+    before anything is written: nothing is, and `kept` (the previous final/, say) stays as it was."""
+    found = non_finite_tensors(named)
+    if found:
+        raise NonFiniteWeightsError(found, out, kept)
+
+
+def check_loaded_model(model: Any, path: str | Path, loading_info: dict[str, Any] | None = None) -> None:
+    """InputError naming the model and the tensors when `from_pretrained` left one missing (freshly
+    initialized: the model would sample garbage), found one it does not use, or one of another shape,
+    or when a loaded tensor holds NaN or inf (sampling would fail). Tied weights (lm_head tied to
+    embed_tokens, saved once) are not missing: transformers ties them and does not list them."""
+    info = loading_info or {}
+    for key, what in (("missing_keys", "missing from the weights (transformers would fill {them} with random values)"),
+                      ("unexpected_keys", "in the weights but not in this model (config.json's `model_type`, "
+                                          "sizes)"),
+                      ("mismatched_keys", "in the weights with another shape than this model's (config.json)")):
+        names = sorted(str(item[0] if isinstance(item, tuple) else item) for item in info.get(key) or ())
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            plural = len(names) > 1
+            described = what.format(them="them" if plural else "it")
+            raise InputError(f"{path}: tensor{'s' if plural else ''} {shown} {described}",
+                             hint="compare it with a directory `save_pretrained` wrote for this architecture; "
+                                  "is a shard missing, or the weights of another model?")
+    found = non_finite_tensors(model.state_dict().items())
+    if found:
+        raise InputError(f"{path}: {_describe(found)}; a model with such weights cannot be sampled",
+                         hint="load the model it was made from, or the last checkpoint before training diverged")
 
 
 def save_tokenizer(tokenizer: Any, out_dir: str | Path) -> None:

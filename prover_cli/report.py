@@ -33,9 +33,13 @@ over the pairs, or over the problems for a single pair (prover_cli/stats.py says
 Outputs:
 - `report.json`: every run's summary, every arm's aggregates per budget, every difference;
 - `report.png`: three rows of three panels, training reward, held-out sampled and held-out
-  greedy verified rate, each vs iteration, vs thousands of samples, vs wall-clock time: one
-  curve per arm (its mean over seeds) with its 95% band, and the base as a star at 0. Iterations
-  are integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever fits the
+  greedy verified rate, each vs samples (first: the budget that is the same work for every
+  method; in thousands from 10,000), vs ES iteration / GRPO step (labelled with the samples
+  each takes: an ES iteration is not a GRPO step), vs wall-clock time: one curve per arm (its
+  mean over seeds, one color per arm everywhere) with its 95% band (a bar for a lone point), and
+  the base as a star at 0; one legend for the figure, one label per arm. Every panel of a column
+  spans the column's x range (a curve with only the base's point included), iterations are
+  integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever fits the
   longest run), and the title names the task, the model(s) and the arms; for ES runs a fourth
   row, the signal share of the update (`es/signal_share`, pooled over the last 5 iterations;
   es/signal.py) on the same axes, with the 0.5 line below which the update is mostly noise.
@@ -47,13 +51,20 @@ accepted); "held-out" is the last `eval/verified_rate`, "best held-out" the high
 
 Comparisons are refused, with the runs and the values named, when
 - the tasks differ (`data.task`), or
-- the problem sets differ: for each run whose problems file is present, the ids of its training
-  split (`data.train_split`), of its eval split (`eval.split`, from `eval.problems` or else the
-  training problems) and, for runs with held-out evaluations, of its held-out set
-  (`data.valid_split`, with `run.eval_problems` and the seed choosing its subset) are
-  fingerprinted. Runs of one seed must agree; across seeds the sets may differ (a seed may draw
-  its own problems), but two arms must have at least one set in common (their paired seeds). A
-  run whose problems file is absent is not checked (nothing to compare), and the report says so.
+- the problem sets differ: for each run, the ids of its training split (`data.train_split`), of
+  its eval split (`eval.split`, from `eval.problems` or else the training problems) and, for runs
+  with held-out evaluations, of its held-out set (`data.valid_split`, with `run.eval_problems` and
+  the seed choosing its subset) are fingerprinted. Runs of one seed must agree; across seeds the
+  sets may differ (a seed may draw its own problems), but two arms must have at least one set in
+  common (their paired seeds).
+
+Where a run's problems are: `data.problems` / `eval.problems` as its `config.toml` recorded them;
+a relative path is relative to the directory the run was started from, which its recorded
+`run.dir` tells (`run.dir = "runs/demo/es"` and the run found at `/x/runs/demo/es`: `/x`), so the
+report finds them from any directory. `data.problems` empty: `<run dir>/problems.jsonl`, or for
+countdown and toy the problems the run generated from `run.seed`, generated again. A run whose
+problems cannot be found is not checked, and never silently: a `Warning:` line per run naming the
+path tried, a table, `problem_sets_not_checked` in the result and report.json.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -105,6 +117,12 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
     runs = [load_run(Path(d)) for d in run_dirs]
     arms = group_arms(runs)
     check_comparable(runs, arms)
+    unchecked = [{"run": run["name"], "dir": str(run["dir"]), "why": run["problem_sets_why"]}
+                 for run in runs if run["problem_sets"] is None]
+    if len(runs) > 1:  # never silently: a comparison whose problems nobody checked says so on stderr
+        warn = getattr(reporter, "warn", reporter.log)
+        for entry in unchecked:
+            warn(f"{entry['dir']}: problem sets NOT checked, so this comparison may mix problem sets: {entry['why']}")
     for run in runs:
         log_malformed(reporter, run["dir"] / METRICS_FILE, run["malformed"])
 
@@ -114,7 +132,6 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
     out = prepare_out_dir(out_dir, runs)
     json_path, png_path = out / REPORT_JSON, out / REPORT_PNG
     task = runs[0]["task"]
-    unchecked = [str(run["dir"]) for run in runs if run["problem_sets"] is None]
     write_text_atomic(json_path, json.dumps({"task": task, "runs": summaries, "arms": arm_summaries,
                                              "differences": diffs, "problem_sets_unchecked": unchecked},
                                             indent=2, sort_keys=True) + "\n")
@@ -125,6 +142,9 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
         tables.append(heldout_table(arm_summaries))
     if diffs:
         tables.append(difference_table(diffs))
+    if unchecked and len(runs) > 1:
+        tables.append({"title": "problem sets NOT checked: these runs may have other problems than the rest",
+                       "columns": ["run", "dir", "why"], "rows": [[u["run"], u["dir"], u["why"]] for u in unchecked]})
     result = {
         "ok": True,
         "task": task,
@@ -132,6 +152,7 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
         "arms": arm_summaries,
         "differences": diffs,
         "problem_sets_unchecked": len(unchecked),
+        "problem_sets_not_checked": unchecked,  # run, dir and why, for each run whose problems were not found
         "out": str(out),
         "report_json": str(json_path),
         "plot": str(png_path),
@@ -203,6 +224,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     kept = [record for _, record in records]
     method = methods.pop()
     section = config.get(method, {})
+    sets, why = problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept))
     return {
         "dir": run_dir,
         "name": run_dir.resolve().name or str(run_dir),
@@ -214,7 +236,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "settings": {k: v for k, v in section.items() if k not in _ARM_IGNORED_KEYS},
         "records": kept,
         "base": kept[0] if kept[0]["iteration"] == 0 else None,
-        "problem_sets": problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept)),
+        "problem_sets": sets,
+        "problem_sets_why": why,  # "" when checked, else why not (the report says so out loud)
         "malformed": malformed,
     }
 
@@ -283,28 +306,107 @@ def _valid_by_problem(value: Any) -> bool:
         for v in value.values())
 
 
-def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -> dict[str, str] | None:
-    """Fingerprints of the train, eval (and held-out) problem ids, or None when the problems file is absent."""
-    data, evaluation, run = config.get("data", {}), config.get("eval", {}), config.get("run", {})
-    train_path = Path(data["problems"]) if data.get("problems") else run_dir / "problems.jsonl"
-    eval_path = Path(evaluation["problems"]) if evaluation.get("problems") else train_path
-    if not train_path.exists() or not eval_path.exists():
+def started_in(run_dir: Path, recorded_dir: Any) -> Path | None:
+    """The directory a run was started from, read off where its recorded `run.dir` points now.
+
+    The run wrote `run.dir` as it was given (`runs/demo/es`); the run directory, found at
+    `/x/runs/demo/es`, was then started from `/x`, wherever `prover report` runs. None when that
+    cannot be told: an absolute `run.dir` (it names no starting directory), one with `..`, or one
+    that is not the end of the run directory's path (the run was moved and renamed)."""
+    if not isinstance(recorded_dir, str) or not recorded_dir:
         return None
+    recorded = Path(recorded_dir).expanduser()
+    parts = [part for part in recorded.parts if part != "."]
+    if recorded.is_absolute() or ".." in parts:
+        return None
+    for actual in (Path(os.path.abspath(run_dir)), run_dir.resolve()):  # as named, then through symlinks
+        if not parts:
+            return actual
+        if len(actual.parts) > len(parts) and tuple(actual.parts[-len(parts):]) == tuple(parts):
+            return Path(*actual.parts[:-len(parts)])
+    return None
+
+
+def recorded_path(run_dir: Path, config: dict[str, Any], value: str, key: str) -> tuple[Path | None, str]:
+    """Where a path the run recorded in its config.toml (`key` = `value`) is now, or None and why not.
+
+    An absolute path is itself; a relative one was relative to the directory the run was started
+    from (`started_in`), never to wherever the report runs; only when that directory cannot be
+    told is the current directory tried (and named as a guess)."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return (path, "") if path.exists() else (None, f"{key} = {value!r}: {path} not found")
+    recorded_dir = config.get("run", {}).get("dir")
+    start = started_in(run_dir, recorded_dir)
+    if start is not None:
+        found = start / path
+        return (found, "") if found.exists() else (
+            None, f"{key} = {value!r}, relative to {start} (where the run with run.dir = {recorded_dir!r} was "
+                  f"started): {found} not found")
+    guess = Path.cwd() / path
+    if guess.exists():
+        return guess, ""
+    return None, (f"{key} = {value!r} is relative, and run.dir = {recorded_dir!r} does not say which directory the run "
+                  f"was started from; not in the current directory either ({guess})")
+
+
+def run_problem_files(run_dir: Path, config: dict[str, Any]) -> tuple[Any, Any, str]:
+    """(training problems, eval problems, why not): each a path, or a list of problems generated from
+    `run.seed` (countdown and toy with `data.problems` empty and no problems file: the run generated
+    them, prover_cli/problems.py), or None with the reason."""
+    data, evaluation = config.get("data", {}), config.get("eval", {})
+    if data.get("problems"):
+        train, why = recorded_path(run_dir, config, str(data["problems"]), "data.problems")
+    elif (run_dir / "problems.jsonl").exists():
+        train, why = run_dir / "problems.jsonl", ""
+    else:
+        train, why = _generated(run_dir, config)
+    if train is None:
+        return None, None, why
+    if not evaluation.get("problems"):
+        return train, train, ""
+    evaluated, why = recorded_path(run_dir, config, str(evaluation["problems"]), "eval.problems")
+    return (train, evaluated, "") if evaluated is not None else (None, None, why)
+
+
+def _generated(run_dir: Path, config: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
+    """The problems a run with `data.problems` empty generated from its seed, or None and why not."""
+    from prover_cli.config import config_from_dict
+    from prover_cli.errors import ConfigError
+    from prover_cli.problems import generated_problems
+
+    missing = f"data.problems is empty and {run_dir / 'problems.jsonl'} not found"
+    try:
+        problems = generated_problems(config_from_dict(config, source=str(run_dir / "config.toml")))
+    except ConfigError as exc:
+        return None, f"{missing}; its config.toml cannot say which problems it generated: {exc}"
+    if problems is None:
+        return None, f"{missing} (task {config.get('data', {}).get('task')!r} generates no problems)"
+    return problems, ""
+
+
+def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -> tuple[dict[str, str] | None, str]:
+    """Fingerprints of the train, eval (and held-out) problem ids, or None and why they cannot be taken."""
+    data, evaluation, run = config.get("data", {}), config.get("eval", {}), config.get("run", {})
+    train, evaluated, why = run_problem_files(run_dir, config)
+    if train is None:
+        return None, why
     train_split = data.get("train_split", "train")
     eval_split = evaluation.get("split", "test")
     sets = {
-        "train": f"{train_split}:{_fingerprint(train_path, train_split)}",
-        "eval": f"{eval_split}:{_fingerprint(eval_path, eval_split)}",
+        "train": f"{train_split}:{_fingerprint(train, train_split)}",
+        "eval": f"{eval_split}:{_fingerprint(evaluated, eval_split)}",
     }
     if heldout:  # the subset heldout.py draws depends on run.eval_problems and, when it is > 0, run.seed
         valid_split, count = data.get("valid_split", "valid"), run.get("eval_problems", 0)
         subset = f", subset of {count} drawn with run.seed = {run.get('seed', 0)}" if count else ""
-        sets["heldout"] = f"{valid_split}:{_fingerprint(train_path, valid_split)}{subset}"
-    return sets
+        sets["heldout"] = f"{valid_split}:{_fingerprint(train, valid_split)}{subset}"
+    return sets, ""
 
 
-def _fingerprint(path: Path, split: str) -> str:
-    ids = sorted(str(p.get("id", p.get("name"))) for p in load_jsonl_strict(path) if p.get("split") == split)
+def _fingerprint(problems: Path | list[dict[str, Any]], split: str) -> str:
+    rows = load_jsonl_strict(problems) if isinstance(problems, Path) else problems
+    ids = sorted(str(p.get("id", p.get("name"))) for p in rows if p.get("split") == split)
     digest = hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()[:12]
     return f"{len(ids)} problems, sha256 {digest}"
 
@@ -440,11 +542,18 @@ def group_arms(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             keys = sorted(k for k in set().union(*settings) if len({json.dumps(s.get(k)) for s in settings}) > 1)
             for arm, setting in zip(same, settings):
                 arm["label"] = f"{label} ({', '.join(f'{k}={_toml(setting.get(k))}' for k in keys)})"
-    for arm in arms:  # what the plot and the tables call it
-        run = arm["runs"][0]
-        arm["display"] = (f"{run['name']} ({arm['label']})" if len(arm["runs"]) == 1
-                          else f"{arm['label']} ({len(arm['runs'])} seeds)")
+    for arm in arms:  # what the plot's legend calls it: the arm, then its run directory or its seeds
+        arm["display"] = _display(arm)
     return arms
+
+
+def _display(arm: dict[str, Any]) -> str:
+    """One readable legend label per arm: `es`, `es (kimina-es)` (a run whose directory says more), `es (3 seeds)`."""
+    if len(arm["runs"]) > 1:
+        return f"{arm['label']} ({len(arm['runs'])} seeds)"
+    name = arm["runs"][0]["name"]
+    same = re.sub(r"[-_\s]+", " ", name).strip().lower() == arm["label"].lower()
+    return arm["label"] if same else f"{arm['label']} ({name})"
 
 
 def _toml(value: Any) -> str:
@@ -697,78 +806,133 @@ def _training_curve(arm: dict[str, Any]) -> list[dict[str, Any]]:
     return points
 
 
+def _per_step(arm: dict[str, Any]) -> str:
+    """Samples per iteration (ES) or step (GRPO) of an arm's runs: `128`, or a range when they differ."""
+    values = sorted({training_records(run["records"])[-1]["samples/total"] / training_records(run["records"])[-1]["iteration"]
+                     for run in arm["runs"]})
+    text = [f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}" for v in (values[0], values[-1])]
+    return text[0] if text[0] == text[1] else f"{text[0]}-{text[1]}"
+
+
+def _x_columns(arms: list[dict[str, Any]], unit: str, thousands: bool) -> list[tuple[str, str, str]]:
+    """(x key, x label, title word) per column: samples first (the budget that is the same work for every method),
+    then ES iterations / GRPO steps labelled as such with their samples each, then wall-clock time."""
+    steps = []
+    for method, word in (("es", "iteration"), ("grpo", "step")):
+        sizes = list(dict.fromkeys(_per_step(a) for a in arms if a["method"] == method))
+        if sizes:
+            steps.append((method, word, sizes))
+    xlabel = " / ".join(f"{method.upper()} {word} ({', '.join(sizes)} samples each)" for method, word, sizes in steps)
+    return [("samples", "samples (thousands)" if thousands else "samples", "samples"),
+            ("iteration", xlabel, "/".join(word for _, word, _ in steps)),
+            ("elapsed_s", f"wall-clock ({unit})", "wall-clock")]
+
+
 def build_figure(runs: list[dict[str, Any]]):
     """Training reward, held-out sampled and greedy verified rate (rows; and the ES signal share), each vs
-    iteration, samples, time.
+    samples, ES iteration / GRPO step, and wall-clock time (columns).
 
-    One curve per arm (the mean over its seeds); held-out curves with their 95% band and the base
-    as a star at 0."""
+    One curve per arm (the mean over its seeds), one color per arm in every panel and one legend for the
+    figure; held-out curves with their 95% band (a bar for a single point) and the base as a star at 0.
+    Every panel of a column spans the same x range, from 0 to the column's largest value, so a curve
+    with only the base's point sits on the same axis as the others. Laid out by matplotlib's
+    constrained layout: the title, the legend and the panel titles never overlap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     arms = group_arms(runs)
+    for index, arm in enumerate(arms):
+        arm["color"] = f"C{index % 10}"
     unit, per_unit = time_unit(max(run["records"][-1]["time/elapsed_s"] for run in runs))
+    per_sample = 1000.0 if max(run["records"][-1]["samples/total"] for run in runs) >= 10_000 else 1.0
+    scale = {"samples": per_sample, "iteration": 1.0, "elapsed_s": per_unit}
+    columns = _x_columns(arms, unit, thousands=per_sample > 1)
     signal_runs = [run for run in runs if any(SIGNAL_SHARE in r for r in run["records"])]
     rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate, sampled"),
             (GREEDY_RATE, "held-out verified rate, greedy"))
-    fig, axes = plt.subplots(len(rows) + bool(signal_runs), 3, figsize=(15, 4 * (len(rows) + bool(signal_runs))))
+    nrows = len(rows) + bool(signal_runs)
+    fig, axes = plt.subplots(nrows, 3, figsize=(15, 4 * nrows), layout="constrained", squeeze=False)
+    x_max = [0.0, 0.0, 0.0]
+    banded = starred = False
     for row, (key, what) in zip(axes, rows):
-        bases = []
+        bases, drawn = [], False
         for arm in arms:
             points = _training_curve(arm) if key == "reward/mean" else curve(arm, key)
             if not points:
                 continue
+            drawn = True
             bases += [p for p in points if p["iteration"] == 0]
-            xs = ([p["iteration"] for p in points], [p["samples"] / 1000 for p in points],
-                  [p["elapsed_s"] / per_unit for p in points])
-            for axis, x in zip(row, xs):
-                line, = axis.plot(x, [p["mean"] for p in points], marker=".", label=arm["display"])
-                if key != "reward/mean" and all(p["lo"] is not None for p in points):  # held-out: the band
+            ys = [p["mean"] for p in points]
+            with_band = key != "reward/mean" and all(p["lo"] is not None for p in points)
+            for column, (axis, (x_key, _, _)) in enumerate(zip(row, columns)):
+                x = [p[x_key] / scale[x_key] for p in points]
+                x_max[column] = max(x_max[column], *x)
+                axis.plot(x, ys, marker=".", color=arm["color"], label=arm["display"])
+                if with_band and len(points) > 1:  # held-out: the band
                     axis.fill_between(x, [p["lo"] for p in points], [p["hi"] for p in points],
-                                      color=line.get_color(), alpha=0.2, linewidth=0)
+                                      color=arm["color"], alpha=0.2, linewidth=0)
+                elif with_band:  # one point (the base alone): its interval as a bar
+                    axis.errorbar(x, ys, yerr=[[ys[0] - points[0]["lo"]], [points[0]["hi"] - ys[0]]],
+                                  color=arm["color"], capsize=4, linestyle="none")
+            banded = banded or with_band
         if bases:  # the shared starting point of every held-out curve
+            starred = True
             for axis in row:
                 axis.plot([0], [sum(p["mean"] for p in bases) / len(bases)], marker="*", markersize=12,
                           color="black", linestyle="none", label="base (iteration 0)")
-        for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
-            axis.set(title=f"{what} vs {xlabel.split(' (')[0]}", xlabel=xlabel, ylabel=what)
-            axis.set_xlim(left=0)
+        for axis, (_, xlabel, word) in zip(row, columns):
+            axis.set(title=f"{what} vs {word}", xlabel=xlabel, ylabel=what)
             axis.set_ylim(bottom=0, top=min(1.0, axis.get_ylim()[1]) if key != "reward/mean" else None)  # rates: <= 1
             axis.grid(alpha=0.3)
-            if axis.get_legend_handles_labels()[0]:
-                axis.legend(fontsize="small")
-            else:
+            if not drawn:
                 axis.text(0.5, 0.5, "no held-out evaluation\n(run.eval_every = 0)", ha="center", va="center",
                           transform=axis.transAxes, color="gray")
-        row[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
+    if signal_runs:  # ES only: its middle column is ES iterations
+        es_columns = _x_columns([arm for arm in arms if arm["method"] == "es"], unit, thousands=per_sample > 1)
+        plot_signal(axes[len(rows)], signal_runs, arms, es_columns, scale, x_max)
+    for row in axes:
+        for column, axis in enumerate(row):
+            span = x_max[column] if x_max[column] > 0 else 1.0  # the base at 0 shows whole, bar and star
+            axis.set_xlim(-0.02 * span, 1.03 * span)
+        row[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations and steps are whole numbers
+    handles = [Line2D([], [], color=arm["color"], marker=".", label=arm["display"]) for arm in arms]
+    if starred:
+        handles.append(Line2D([], [], color="black", marker="*", markersize=12, linestyle="none",
+                              label="base (iteration 0)"))
+    if banded:
+        handles.append(Patch(color="gray", alpha=0.2, label="95% interval"))
     if signal_runs:
-        plot_signal(axes[len(rows)], signal_runs, unit, per_unit)
+        from prover_cli.es.signal import NOISE_BELOW
+
+        handles.append(Line2D([], [], color="gray", linestyle="--", linewidth=1,
+                              label=f"signal share below {NOISE_BELOW}: mostly noise"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
     models = sorted({run["model"] for run in runs})
-    fig.suptitle(f"{runs[0]['task']} with {', '.join(models)}: " + " vs ".join(arm["display"] for arm in arms))
-    fig.tight_layout()
+    fig.suptitle(f"{runs[0]['task']} with {', '.join(models)}: " + " vs ".join(arm["label"] for arm in arms))
     return fig
 
 
-def plot_signal(row: Any, runs: list[dict[str, Any]], unit: str, per_unit: float) -> None:
-    """ES signal share (pooled over the last iterations), vs iteration, samples, time."""
-    from matplotlib.ticker import MaxNLocator
-
+def plot_signal(row: Any, runs: list[dict[str, Any]], arms: list[dict[str, Any]], columns: list[tuple[str, str, str]],
+                scale: dict[str, float], x_max: list[float]) -> None:
+    """ES signal share (pooled over the last iterations), one line per run in its arm's color, on the columns' axes."""
     from prover_cli.es.signal import NOISE_BELOW, WINDOW
 
+    color = {id(run): arm["color"] for arm in arms for run in arm["runs"]}
     for run in runs:
         records = [r for r in run["records"] if SIGNAL_SHARE in r]
-        xs = ([r["iteration"] for r in records], [r["samples/total"] / 1000 for r in records],
-              [r["time/elapsed_s"] / per_unit for r in records])
-        for axis, x in zip(row, xs):
-            axis.plot(x, [r[SIGNAL_SHARE] for r in records], marker=".", label=f"{run['name']} (last {WINDOW} iterations)")
-    for axis, xlabel in zip(row, ("iteration", "samples (thousands)", f"wall-clock ({unit})")):
+        values = {"samples": [r["samples/total"] for r in records], "iteration": [r["iteration"] for r in records],
+                  "elapsed_s": [r["time/elapsed_s"] for r in records]}
+        for column, (axis, (x_key, _, _)) in enumerate(zip(row, columns)):
+            x = [v / scale[x_key] for v in values[x_key]]
+            x_max[column] = max(x_max[column], *x)
+            axis.plot(x, [r[SIGNAL_SHARE] for r in records], marker=".", color=color[id(run)], label=run["name"])
+    for axis, (_, xlabel, word) in zip(row, columns):
         axis.axhline(NOISE_BELOW, color="gray", linestyle="--", linewidth=1, label=f"below {NOISE_BELOW}: mostly noise")
-        axis.set(title=f"ES signal share vs {xlabel.split(' (')[0]}", xlabel=xlabel,
-                 ylabel="signal share of the update", ylim=(-1.05, 1.05))
-        axis.set_xlim(left=0)
+        axis.set(title=f"ES signal share vs {word}", xlabel=xlabel,
+                 ylabel=f"signal share (last {WINDOW} iterations)", ylim=(-1.05, 1.05))
         axis.grid(alpha=0.3)
-        axis.legend(fontsize="small")
-    row[0].xaxis.set_major_locator(MaxNLocator(integer=True))

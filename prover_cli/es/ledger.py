@@ -25,16 +25,19 @@ sampling.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
 import os
+import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from prover_cli import __version__
-from prover_cli.errors import InputError
+from prover_cli.config import check_key
+from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.noise import NOISE_NAME, NOISE_VERSION
 
 FORMAT = "prover-es-ledger"
@@ -43,6 +46,7 @@ READABLE_VERSIONS = (1, 2)
 LEDGER_FILE = "ledger.json"
 REWARD_DECIMALS = 3
 REWARD_DENOMINATOR = 10 ** REWARD_DECIMALS  # rewards are stored as numerator / 1000, exactly
+REWARD_DENOMINATOR_MAX = 10 ** 18  # what a reader accepts (prover writes 1000)
 FINGERPRINT_CHARS = 16  # 64 bits: a wrong replay passes a check with probability 2^-64
 MASTER_DTYPE = "float32"  # es/weights.py keeps the master in fp32 whatever the model's dtype
 UNIT_REWARD_TASKS = ("lean", "countdown", "toy")  # built-in tasks: every reward lies in [0, 1]
@@ -212,11 +216,20 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     """
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        if raw.startswith(codecs.BOM_UTF8):  # a UTF-8 byte order mark, as some editors write (TOML, JSONL: the same)
+            raw = raw[len(codecs.BOM_UTF8):]
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: ledger not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read ledger: {exc}") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a ledger.json file") from None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x}); a ledger is UTF-8 JSON"
+                         ) from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ledger: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except RecursionError:
@@ -243,11 +256,19 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
         raise InputError(f"{path}: `iterations` must be a list")
     chars = data.get("fingerprint_chars", FINGERPRINT_CHARS)
     bounded = data.get("task") in UNIT_REWARD_TASKS
+    denominator = data.get("reward_denominator", REWARD_DENOMINATOR)
+    longest = population * reward_chars_max(denominator)  # before any record is decoded: no huge number is built
+    for index, row in enumerate(rows, 1):
+        field = row.get("r") if isinstance(row, dict) else row[1] if isinstance(row, list) and len(row) > 1 else None
+        if isinstance(field, str) and len(field) > longest:
+            name = "`r`" if isinstance(row, dict) else "rewards (field 2)"
+            raise InputError(f"{path}: iteration {index}: {name} has {len(field):,} characters; {population} rewards "
+                             f"(the header's es.population) take at most {longest:,}, each a finite number; "
+                             "edited by hand?")
     if data["version"] == 1:
         records = [_read_v1(row, index, population, chars, f"{path}: iteration {index}")
                    for index, row in enumerate(rows, 1)]
     else:
-        denominator = data["reward_denominator"]
         records = [_read_v2(row, index, population, denominator, chars, f"{path}: iteration {index}")
                    for index, row in enumerate(rows, 1)]
     if bounded:  # a member's reward is a mean of rewards in [0, 1] for the built-in tasks
@@ -257,6 +278,12 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
                 raise InputError(f"{path}: iteration {record['i']}: reward {outside[0]:g} outside [0, 1], the reward "
                                  f"range of task {data['task']!r}; edited by hand?")
     return data, records
+
+
+def reward_chars_max(denominator: int) -> int:
+    """The most characters one member's reward takes in a record: the numerator of the largest
+    finite reward, in decimal (wider than hex), with its sign and separator."""
+    return len(str(int(sys.float_info.max) * denominator)) + 2
 
 
 def _is_int(value: Any, low: int = 0) -> bool:
@@ -269,7 +296,9 @@ def _is_hex(value: Any, length: int | None = None) -> bool:
 
 
 def _is_positive_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and value > 0
+    if type(value) is int:  # math.isfinite(int) overflows past 2^1024
+        return 0 < value < 2**1024
+    return type(value) is float and math.isfinite(value) and value > 0
 
 
 # What every header value replay or resume reads must be: key path -> (test, what it must be).
@@ -291,7 +320,7 @@ _HEADER_RULES: tuple[tuple[str, Any, str], ...] = (
 _OPTIONAL_HEADER_RULES: tuple[tuple[str, Any, str], ...] = (
     ("base_model.tiny_seed", lambda v: _is_int(v), "a non-negative integer"),
     ("master_dtype", lambda v: v is None or (isinstance(v, str) and bool(v)), "a dtype name"),
-    ("reward_denominator", lambda v: _is_int(v, 1), "a positive integer"),
+    ("reward_denominator", lambda v: _is_int(v, 1) and v <= REWARD_DENOMINATOR_MAX, "a positive integer up to 10^18"),
     ("fingerprint_chars", lambda v: _is_int(v, 16) and v <= 64, "an integer from 16 to 64"),
     ("es.problems_per_iteration", lambda v: _is_int(v, 1), "an integer >= 1"),
     ("es.samples_per_problem", lambda v: _is_int(v, 1), "an integer >= 1"),
@@ -299,6 +328,30 @@ _OPTIONAL_HEADER_RULES: tuple[tuple[str, Any, str], ...] = (
     ("task", lambda v: isinstance(v, str), "a string"),
     ("sampling", lambda v: isinstance(v, dict), "an object"),
 )
+
+
+# Header values that are config values -> their config key, whose type and range config.py checks.
+CONFIG_KEYS = {
+    "run_seed": "run.seed",
+    "base_model.tiny_seed": "model.tiny_seed",
+    **{f"es.{key}": f"es.{key}" for key in ("population", "sigma", "learning_rate", "antithetic", "fitness_shaping",
+                                             "iterations", "problems_per_iteration", "samples_per_problem",
+                                             "snapshot_every", "shuffle_rewards")},
+    "sampling.backend": "generate.backend",
+    "sampling.temperature": "es.member_temperature",
+    "sampling.top_p": "generate.top_p",
+    "sampling.max_tokens": "generate.max_tokens",
+}
+
+
+def _shown(value: Any) -> str:
+    """A header value as an error message shows it: JSON, cut at 60 characters."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {len(f'{value:x}'):,} hex digits"  # json.dumps refuses ints past 4300 digits
+    if isinstance(value, (str, int, float, bool, type(None))):
+        text = json.dumps(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return type(value).__name__
 
 
 def _check_header(data: dict[str, Any], path: Path) -> None:
@@ -321,8 +374,15 @@ def _check_header(data: dict[str, Any], path: Path) -> None:
                 raise InputError(f"{path}: ledger header lacks `{dotted}`")
             continue
         if not test(value):
-            shown = json.dumps(value)[:60] if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
-            raise InputError(f"{path}: ledger header `{dotted}` = {shown}: must be {what}")
+            raise InputError(f"{path}: ledger header `{dotted}` = {_shown(value)}: must be {what}")
+    for dotted, key in CONFIG_KEYS.items():  # config values: held to config.py's own rules (one source of truth)
+        value = value_at(dotted)
+        if value is not missing:
+            try:
+                check_key(key, value, f"{path}: ledger header `{dotted}` = {_shown(value)}")
+            except ConfigError as exc:
+                raise InputError(f"{exc}, as for config key {key}",
+                                 hint="a ledger prover wrote holds config values; edited by hand?") from None
     if data["es"]["antithetic"] and data["es"]["population"] % 2:
         raise InputError(f"{path}: ledger header `es.population` = {data['es']['population']}: must be even with "
                          "`es.antithetic` = true (members come in +eps/-eps pairs)")
@@ -345,7 +405,12 @@ def _read_v2(row: Any, index: int, population: int, denominator: int, chars: int
     if encode_rewards(numerators) != row[1]:  # e.g. doubled digits: read as other, wider numbers
         raise InputError(f"{where}: rewards {row[1][:40]!r}: not as prover writes them "
                          f"({encode_rewards(numerators)[:40]!r} for the same values); edited by hand?")
-    record = {"i": index, "fp": row[0], "rewards": [n / denominator for n in numerators], "numerators": numerators}
+    try:
+        rewards = [n / denominator for n in numerators]
+    except OverflowError:
+        raise InputError(f"{where}: rewards {row[1][:40]!r}: a reward too large for a number; edited by hand?"
+                         ) from None
+    record = {"i": index, "fp": row[0], "rewards": rewards, "numerators": numerators}
     if len(row) == 3:
         if not _is_hex(row[2], 64):
             raise InputError(f"{where}: snapshot {row[2][:70]!r} is not a sha256 (64 lowercase hex digits)")
@@ -354,10 +419,11 @@ def _read_v2(row: Any, index: int, population: int, denominator: int, chars: int
 
 
 def _check_fingerprint(value: Any, chars: int, where: str) -> None:
+    shown = repr(value if not isinstance(value, str) or len(value) <= 70 else value[:67] + "...")
     if not _is_hex(value):
-        raise InputError(f"{where}: fingerprint {value!r} is not lowercase hex")
+        raise InputError(f"{where}: fingerprint {shown} is not lowercase hex")
     if len(value) != chars:
-        raise InputError(f"{where}: fingerprint {value!r} has {len(value)} characters, the header's "
+        raise InputError(f"{where}: fingerprint {shown} has {len(value):,} characters, the header's "
                          f"fingerprint_chars = {chars}; a shorter one would check almost nothing")
 
 

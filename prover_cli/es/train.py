@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prover_cli.config import check_problems_per_iteration
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
@@ -83,6 +84,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                          hint="pass --resume to continue it, or set run.dir to a new directory")
     task = get_task(config.data.task)
     problems = train_problems(config)
+    check_problems_per_iteration(config, len(problems))  # before the model loads: names the key and the split size
     sampler = load_es_sampler(config)
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
@@ -228,11 +230,18 @@ def _save_snapshot(weights: Any, run_dir: Path) -> str:
 
 
 def _save_final(sampler: Any, final_dir: Path) -> None:
-    """final/ appears whole or not at all (written aside, then renamed over the old one)."""
+    """final/ appears whole or not at all (written aside, then renamed over the old one); weights
+    holding NaN or inf are refused before anything is written, and the old final/ is kept."""
     import shutil
+
+    from prover_cli.model_dir import NonFiniteWeightsError
 
     tmp = final_dir.with_name(final_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    sampler.save_pretrained(tmp)
+    try:
+        sampler.save_pretrained(tmp)
+    except NonFiniteWeightsError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise NonFiniteWeightsError(exc.found, final_dir, kept=final_dir) from None
     shutil.rmtree(final_dir, ignore_errors=True)
     tmp.rename(final_dir)

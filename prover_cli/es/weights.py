@@ -151,9 +151,13 @@ class NamedWeights:
 
     # -- snapshots: the base as one safetensors file, written atomically ----------------------
     def save(self, path: str | Path) -> None:
+        """The master as one safetensors file; NonFiniteWeightsError (nothing written) if it holds NaN or inf."""
         from safetensors.torch import save_file
 
+        from prover_cli.model_dir import refuse_non_finite
+
         path = Path(path)
+        refuse_non_finite(self.base.items(), path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         # format=pt: transformers' from_pretrained refuses safetensors files without it
@@ -181,15 +185,17 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
     """A `from_pretrained` directory holding the ES master (fp32), its config.json saying so.
 
     Loading it with another dtype (`model.dtype = "bfloat16"`) casts once, as for any checkpoint;
-    nothing the master accumulated below bf16 resolution is lost on disk.
+    nothing the master accumulated below bf16 resolution is lost on disk. A tensor holding NaN or
+    inf is refused before anything is written (NonFiniteWeightsError).
     """
-    from prover_cli.model_dir import save_tokenizer
+    from prover_cli.model_dir import refuse_non_finite, save_tokenizer
 
     out_dir = Path(out_dir)
     # Map each state-dict entry to the master through the parameter it is: tied weights (one
     # tensor under two names) stay one tensor, so save_pretrained still drops the duplicate.
     by_pointer = {live.data_ptr(): weights.base[name] for name, live in (weights._live or {}).items()}
     state = {key: by_pointer.get(tensor.data_ptr(), tensor) for key, tensor in model.state_dict().items()}
+    refuse_non_finite(state.items(), out_dir)
     model.save_pretrained(out_dir, state_dict=state)
     set_config_dtype(out_dir / "config.json", weights.master_dtype)
     save_tokenizer(tokenizer, out_dir)  # as loaded: no padding state from sampling
@@ -197,7 +203,7 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
 
 def set_config_dtype(config_path: Path, dtype: str) -> None:
     """Make config.json's `dtype` (and the older `torch_dtype`, where present) name `dtype`."""
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config = json.loads(config_path.read_text(encoding="utf-8-sig"))  # a BOM (a hand-edited file) is skipped
     keys = [key for key in ("dtype", "torch_dtype") if key in config] or ["dtype"]
     if "," in dtype:  # a mixed-dtype master: the widest one is what from_pretrained should load
         dtype = "float32"

@@ -12,7 +12,8 @@ Exit codes, one rule (README "Using it" says the same):
   1  the work failed: a library error (`Error:` line), malformed input lines (reported, the rest
      processed), an output locked by another process, a machine fault (disk full, permissions:
      path, operation, errno and the command that resumes the run)
-  2  usage or config error: a bad option, argument, config key or value, or `--set`
+  2  usage or config error: a bad option, argument, config key or value, or `--set`; a comparison
+     refused without its option (`report` of unequal budgets without --allow-unequal-budgets)
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP: prover_cli/signals.py); the command that resumes
        the run (or reruns it) is printed
 Anything else is a bug: "unexpected …", with the traceback behind PROVER_DEBUG=1.
@@ -31,7 +32,7 @@ import typer
 from typer.exceptions import TyperException
 
 from prover_cli.backends import check_backend  # stdlib only: validates --backend before anything runs
-from prover_cli.errors import ConfigError, ProverError, decode_error_from
+from prover_cli.errors import ConfigError, ProverError, UsageError, decode_error_from
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -105,6 +106,8 @@ def _run_command(fn, args, kwargs):
         return fn(*args, **kwargs)
     except ConfigError as exc:  # the config or --set is wrong: a usage error
         _fail(EXIT_USAGE, "config", str(exc), getattr(exc, "hint", None), json_mode)
+    except UsageError as exc:  # refused without an explicit option (`report --allow-unequal-budgets`)
+        _fail(EXIT_USAGE, "usage", str(exc), getattr(exc, "hint", None), json_mode)
     except MachineError as exc:  # a full disk, permissions...: the work so far is kept
         _fail(EXIT_FAILURE, "machine", str(exc), _with_resume_hint(exc.hint, fn.__name__), json_mode)
     except ProverError as exc:
@@ -543,12 +546,17 @@ def report(
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="New directory for report.json and report.png; "
                                            "default reports/<run names>-<timestamp>/. Never a run dir itself; an "
                                            "existing report is not overwritten."),
+    allow_unequal_budgets: bool = typer.Option(
+        False, "--allow-unequal-budgets",
+        help="Compare runs whose evaluations at the largest common budget are more than 5% apart in training "
+             "samples (refused otherwise, exit 2); the output then starts with UNEQUAL BUDGETS."),
     json_mode: bool = JsonOpt,
 ):
     """Compare ES and GRPO runs: training reward and held-out verified rates, with 95% intervals.
 
     Both held-out metrics (sampled and greedy) per iteration, per 1,000 samples, per hour; seeds of one
-    method are aggregated, and ES - GRPO is paired by seed and held-out problem.
+    method are aggregated, and ES - GRPO is paired by seed and held-out problem, at the largest training
+    budget (samples) both runs reached: each run's last evaluation at or below the smaller budget.
 
     Examples:
       prover report runs/es runs/grpo
@@ -559,7 +567,8 @@ def report(
     from prover_cli.out import Out
 
     out = Out(json_mode=json_mode)
-    result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out)
+    result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out,
+                                        allow_unequal_budgets=allow_unequal_budgets)
     _render(out, result, "report")
 
 

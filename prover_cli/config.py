@@ -266,23 +266,67 @@ class EvalConfig:
     plot: bool = _key(True, "Write a pass@k PNG into the run directory.")
 
 
+@dataclass(frozen=True)
+class ModalGpu:
+    """One GPU type Modal rents: its list price and this project's decode-speed estimate."""
+
+    usd_per_s: float                 # Modal's list price per GPU-second
+    est_decode_tokens_per_s: float   # one sequence of a 1.5B model in a batch (an estimate, not measured)
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.usd_per_s * 3600
+
+
+# `modal.gpu`: the GPU types Modal accepts (its `gpu=` strings), each with Modal's list price per
+# GPU-second (https://modal.com/pricing, as listed in May 2026; H100 0.001097 USD/s = 3.9492 USD/h)
+# and a decode-speed estimate: 100 tokens/s on an H100 (the `modal.est_decode_tokens_per_s` guess
+# the plan has always used), scaled for the others by their memory bandwidth (decoding a small
+# model is bandwidth-bound). Not measured on any of them: measure one iteration and set
+# `modal.est_decode_tokens_per_s`. `modal.gpu_price_per_hour` overrides the price (e.g. a discount).
+MODAL_GPUS: dict[str, ModalGpu] = {
+    "T4": ModalGpu(0.000164, 10.0),          # 320 GB/s
+    "L4": ModalGpu(0.000222, 9.0),           # 300 GB/s
+    "A10G": ModalGpu(0.000306, 18.0),        # 600 GB/s
+    "L40S": ModalGpu(0.000542, 26.0),        # 864 GB/s
+    "A100": ModalGpu(0.000583, 46.0),        # Modal's "A100" is the 40 GB one: 1.56 TB/s
+    "A100-40GB": ModalGpu(0.000583, 46.0),
+    "A100-80GB": ModalGpu(0.000694, 60.0),   # 2.0 TB/s
+    "H100": ModalGpu(0.001097, 100.0),       # 3.35 TB/s: the reference
+    "H200": ModalGpu(0.001261, 143.0),       # 4.8 TB/s
+    "B200": ModalGpu(0.001736, 240.0),       # 8 TB/s
+}
+GPU_CONTAINER_CPUS_MAX = 256.0      # sanity bounds; Modal refuses, at function creation, what no worker holds
+GPU_CONTAINER_MEMORY_GB_MAX = 2048
+
+
 @dataclass
 class ModalConfig:
     """`--backend modal`: the cloud resources. Prices are for `--dry-run` cost estimates only."""
 
     app_name: str = _key("prover", "Modal app name.")
-    gpu: str = _key("H100", "GPU type for generation and ES members.")
+    gpu: str = _key("H100", "GPU type of every GPU container (generation, ES loop and members, GRPO, eval, "
+                    "doctor); prices and decode speeds per type: `MODAL_GPUS` in prover_cli/config.py.",
+                    choices=tuple(MODAL_GPUS))
     gpus_per_container: int = _key(1, "GPUs per generation/ES container.", min=1, max=8)
+    gpu_container_cpus: float = _key(8.0, "CPU cores reserved by every container of the gpu and trl images (they "
+                                     "stage the weights, tokenize, run the engine's CPU side); billed, used or not.",
+                                     min=0.125, max=GPU_CONTAINER_CPUS_MAX)
+    gpu_container_memory_gb: int = _key(64, "Memory reserved by every container of the gpu and trl images, GiB "
+                                        "(host RAM for the weights and the engine); billed, used or not.",
+                                        min=1, max=GPU_CONTAINER_MEMORY_GB_MAX)
     max_containers: int = _key(30, "Upper bound on parallel GPU containers (ES: one per member).", min=1)
     verify_cpus: float = _key(8.0, "CPU cores per verification container.", min=0.25)
-    verify_memory_gb: int = _key(32, "Memory per verification container, GiB.", min=1)
+    verify_memory_gb: int = _key(64, "Memory per verification container, GiB: at least `verify.workers` x "
+                                 "`verify.memory_limit_gb` (4 x 16 by default), or the plan warns.", min=1)
     verify_batch_size: int = _key(64, "Proofs per verification call (each call is isolated).", min=1)
     verify_max_containers: int = _key(100, "Upper bound on parallel verification containers.", min=1)
     timeout_min: int = _key(60, "Timeout of one remote call, minutes.", min=1)
     retries: int = _key(2, "Retries of a failed remote call.", min=0)
     models_volume: str = _key("prover-models", "Volume holding base model weights.")
     runs_volume: str = _key("prover-ledgers", "Volume holding run directories (ledgers, metrics, verdicts).")
-    gpu_price_per_hour: float = _key(3.95, "USD per GPU-hour (cost estimate).", min=0.0)
+    gpu_price_per_hour: float = _key(0.0, "USD per GPU-hour (cost estimate); 0 = Modal's list price of `modal.gpu` "
+                                     "(`MODAL_GPUS`: 3.9492 for an H100, 0.7992 for an L4).", min=0.0)
     cpu_price_per_core_hour: float = _key(0.047, "USD per CPU core-hour (cost estimate).", min=0.0)
     memory_price_per_gib_hour: float = _key(0.008, "USD per GiB-hour of reserved memory (cost estimate; Modal bills "
                                             "it on every container, GPU ones included).", min=0.0)
@@ -291,8 +335,10 @@ class ModalConfig:
                                                   "Function CPU, about 3x when this was written.", min=0.0)
     sandbox_memory_price_per_gib_hour: float = _key(0.024, "USD per GiB-hour of a Sandbox's memory (cost estimate).",
                                                     min=0.0)
-    est_decode_tokens_per_s: float = _key(100.0, "Cost estimate: decode speed of one sequence, tokens/s (a batch decodes its "
-                                          "sequences in parallel).", min=0.0, min_exclusive=True)
+    est_decode_tokens_per_s: float = _key(0.0, "Cost estimate: decode speed of one sequence, tokens/s (a batch decodes its "
+                                          "sequences in parallel); 0 = the estimate for `modal.gpu` (`MODAL_GPUS`: "
+                                          "100 on an H100, scaled by memory bandwidth for the others; not measured).",
+                                          min=0.0)
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
                                          min=0.0, min_exclusive=True)
     est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)

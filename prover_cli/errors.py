@@ -28,6 +28,11 @@ class ConfigError(ProverError):
     hint = "see docs/config.md for every key, its type and default"
 
 
+class UsageError(ProverError):
+    """The command was asked for something it refuses without an explicit option (exit 2, kind `usage`):
+    names what and the option that allows it (`prover report --allow-unequal-budgets`)."""
+
+
 class InputError(ProverError):
     """An input file (JSONL, ledger, dataset) is missing or malformed: names the file and line."""
 

@@ -724,21 +724,24 @@ def eval_plan(config: Any, ks: list[int], applied: Applied | None, *, backend: s
                        "columns": ["k", "published", "source"], "rows": pub_rows})
         result["published"] = [{"k": p.k, "figure": p.figure, "source": p.source} for p in applied.published]
     if backend == "modal" and problems:
+        from prover_cli.on_modal.plan import decode_tokens_per_s, gpu_price_per_hour
+
+        speed, gpu_price = decode_tokens_per_s(config), gpu_price_per_hour(config)  # 0: modal.gpu's table entry
         samples = problems * config.eval.n
         calls = math.ceil(problems / g.batch_size)
-        call_s = g.max_tokens / m.est_decode_tokens_per_s
+        call_s = g.max_tokens / speed
         gpu_hours = calls * call_s / 3600 * m.gpus_per_container
         lean = config.data.task == "lean"
         batches = math.ceil(samples / m.verify_batch_size) if lean else 0
         batch_s = m.est_header_s + math.ceil(min(m.verify_batch_size, samples) / v.workers) * m.est_verify_s_per_proof
         core_hours = batches * batch_s * m.verify_cpus / 3600 if lean else 0.0
-        usd = gpu_hours * m.gpu_price_per_hour + core_hours * m.cpu_price_per_core_hour
+        usd = gpu_hours * gpu_price + core_hours * m.cpu_price_per_core_hour
         result.update(samples=samples, est_gpu_hours=round(gpu_hours, 3), est_cpu_core_hours=round(core_hours, 3),
                       est_usd=round(usd, 2))
         tables.append({"title": f"Modal cost estimate ({m.gpu}, the modal.* prices and est_* speeds)",
                        "columns": ["", ""], "rows": [
-            ["generation", f"{calls} call(s) x {g.max_tokens} tokens / {m.est_decode_tokens_per_s:g} tokens/s = "
-                           f"{gpu_hours:.2f} GPU-hours x {m.gpu_price_per_hour:g} USD"],
+            ["generation", f"{calls} call(s) x {g.max_tokens} tokens / {speed:g} tokens/s = "
+                           f"{gpu_hours:.2f} GPU-hours x {gpu_price:g} USD"],
             ["verification", f"{batches} batch(es) of {m.verify_batch_size} proofs x {batch_s:.0f} s on "
                              f"{m.verify_cpus:g} cores = {core_hours:.2f} core-hours x {m.cpu_price_per_core_hour:g} USD"],
             ["total", f"{usd:.2f} USD"],

@@ -26,8 +26,8 @@ the fp32 master. `grpo.fp32_master = false` trains the low-precision weights dir
 
 Resuming (`--resume`): transformers' Trainer saves the weights, optimizer, scheduler and RNG
 states every `grpo.save_every` steps (the last 2 kept); `--resume` continues from the newest
-complete checkpoint, drops the metrics lines written after it and keeps `samples/total` and
-`time/elapsed_s` counting from the last kept line. On CPU the resumed run ends with the same
+complete checkpoint, drops the metrics lines written after it and keeps `samples/total` (and the
+`tokens` and `checks` totals) and `time/elapsed_s` counting from the last kept line. On CPU the resumed run ends with the same
 weights, bit for bit, as an uninterrupted one (tested). A run whose newest checkpoint is at
 `grpo.steps` is complete: `--resume` says so and changes nothing. Without `--resume` an existing
 `metrics.jsonl` or `checkpoints/` is refused rather than overwritten, as `train es` refuses an
@@ -103,7 +103,7 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
     cuda = device.startswith("cuda")
     dataset = build_dataset(problems, task, tokenizer, config.model.family)
     stats = StepRewards()
-    reward_fn = make_reward_function(task, config, stats, columns=problem_columns(problems))
+    reward_fn = make_reward_function(task, config, stats, columns=problem_columns(problems), tokenizer=tokenizer)
 
     args = grpo_args(config, output_dir=run_dir / CHECKPOINTS_DIR, cuda=cuda, compute_dtype=compute_dtype)
     samples_per_step = config.grpo.per_device_train_batch_size * config.grpo.gradient_accumulation_steps
@@ -125,6 +125,8 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
         evaluation = HeldOutEvaluation(config, task, heldout, tokenizer, compute_dtype, reporter)
         base_due = bool(heldout) and checkpoint is None and not any(r["iteration"] == 0 for r in kept)
         callback = make_metrics_callback(config, stats, progress, samples_total=last.get("samples/total", 0),
+                                         tokens_total=last.get("tokens/total", 0),
+                                         checks_total=last.get("checks/total", 0),
                                          elapsed_s=last.get("time/elapsed_s", 0.0), tracker=tracker,
                                          evaluation=evaluation, base_line=base_due)
         trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
@@ -426,23 +428,31 @@ class StepRewards:
     """Rewards scored since the last optimizer step (the reward function fills it, the callback drains it)."""
 
     rewards: list[float] = dataclasses.field(default_factory=list)
+    tokens: int = 0  # completion tokens of those rewards' completions (metrics.completion_tokens)
 
     def take(self) -> list[float]:
         taken, self.rewards = self.rewards, []
         return taken
 
+    def take_tokens(self) -> int:
+        taken, self.tokens = self.tokens, 0
+        return taken
 
-def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: list[str]) -> Callable[..., list[float]]:
+
+def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: list[str],
+                         tokenizer: Any = None) -> Callable[..., list[float]]:
     """TRL reward function: `(prompts, completions, **dataset_columns) -> one float each`.
 
     TRL passes each dataset column as a list aligned with `completions` (prompts repeated
     `num_generations` times); we rebuild the problem dicts and score the whole generation batch
     in ONE task call, so Lean verification runs as one batch through the verify pool.
     With `grpo.shuffle_rewards` (the null control) TRL gets each group's rewards permuted
-    (`shuffle_in_groups`); `stats` keeps the true ones for metrics.jsonl.
+    (`shuffle_in_groups`); `stats` keeps the true ones for metrics.jsonl, and, given the policy's
+    `tokenizer`, the completions' tokens counted as ES counts them (`metrics.completion_tokens`).
     """
 
     from prover_cli import rollout
+    from prover_cli.metrics import completion_tokens
 
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
         present = [c for c in columns if c in kwargs]
@@ -451,6 +461,8 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
             raise ValueError(f"reward got {len(completions)} completions but {len(problems)} problem rows")
         rewards = rollout.score(task, problems, list(completions), config)
         stats.rewards.extend(rewards)
+        if tokenizer is not None:
+            stats.tokens += completion_tokens(tokenizer, list(completions))
         if config.grpo.shuffle_rewards:
             return shuffle_in_groups(rewards, list(prompts), list(completions), config.grpo.num_generations,
                                      config.run.seed)
@@ -681,8 +693,10 @@ def place_trl_tensorboard(trainer: Any, run_dir: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 def step_record(config: Any, iteration: int, rewards: list[float], samples_total: int,
-                wall_s: float, elapsed_s: float) -> dict[str, Any]:
-    """The shared metrics.jsonl record (see prover_cli.metrics) for one optimizer step."""
+                wall_s: float, elapsed_s: float, *, tokens: int = 0, tokens_total: int = 0,
+                checks_total: int | None = None) -> dict[str, Any]:
+    """The shared metrics.jsonl record (see prover_cli.metrics) for one optimizer step: every
+    completion TRL generated for the step is a sample (and one task check), as every ES member's is."""
     return {
         "iteration": iteration,
         "method": METHOD,
@@ -692,6 +706,10 @@ def step_record(config: Any, iteration: int, rewards: list[float], samples_total
         "verify/verified": sum(1 for r in rewards if r == 1.0),
         "samples": len(rewards),
         "samples/total": samples_total,
+        "tokens": tokens,
+        "tokens/total": tokens_total,
+        "checks": len(rewards),
+        "checks/total": samples_total if checks_total is None else checks_total,
         "time/wall_s": wall_s,
         "time/elapsed_s": elapsed_s,
     }
@@ -703,11 +721,12 @@ _TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo
 
 
 def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, samples_total: int = 0,
-                          elapsed_s: float = 0.0, tracker: Any = None, evaluation: Any = None,
+                          tokens_total: int = 0, checks_total: int = 0, elapsed_s: float = 0.0, tracker: Any = None, evaluation: Any = None,
                           base_line: bool = False):
     """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log.
 
-    `samples_total` and `elapsed_s` are where a resumed run's cumulative counters start. On the
+    `samples_total`, `tokens_total`, `checks_total` and `elapsed_s` are where a resumed run's cumulative
+    counters start. On the
     steps `run.eval_every` picks, `evaluation(model)` adds the held-out `eval/*` keys (its time is
     not counted in `time/*`); with `base_line`, the base's evaluation is the iteration-0 line,
     written when training begins. Every line also goes to `tracker` (run.report_to)."""
@@ -723,6 +742,7 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
             self.records: list[dict[str, Any]] = []
             self.pending: dict[str, Any] | None = None
             self.samples_total = samples_total
+            self.tokens_total, self.checks_total = tokens_total, checks_total
             self.start = self.last = time.perf_counter()
 
         def on_train_begin(self, args, state, control, **kwargs):
@@ -734,10 +754,14 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
         def on_step_end(self, args, state, control, **kwargs):
             self._flush()  # a step whose log never came still gets its line
             now = time.perf_counter()
-            rewards = stats.take()
+            rewards, tokens = stats.take(), stats.take_tokens()
             self.samples_total += len(rewards)
+            self.tokens_total += tokens
+            self.checks_total += len(rewards)  # one task check per scored completion
             self.pending = step_record(config, state.global_step, rewards, self.samples_total,
-                                       wall_s=now - self.last, elapsed_s=elapsed_s + now - self.start)
+                                       wall_s=now - self.last, elapsed_s=elapsed_s + now - self.start,
+                                       tokens=tokens, tokens_total=self.tokens_total,
+                                       checks_total=self.checks_total)
             record = self.pending
             if evaluation is not None and evaluation.due(state.global_step):
                 record.update(evaluation(kwargs["model"]))

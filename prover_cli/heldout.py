@@ -224,6 +224,7 @@ def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]],
 def base_record(method: str, task: str, evaluation: dict[str, Any]) -> dict[str, Any]:
     """The iteration-0 metrics.jsonl line: the base's `eval/*` keys and zero counters (no training keys)."""
     return {"iteration": 0, "method": method, "task": task, "samples": 0, "samples/total": 0,
+            "tokens": 0, "tokens/total": 0, "checks": 0, "checks/total": 0,
             "time/wall_s": 0.0, "time/elapsed_s": 0.0, **evaluation}
 
 

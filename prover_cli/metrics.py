@@ -9,8 +9,10 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `task` | `lean`, `countdown`, ... |
 | `reward/mean`, `reward/max` | over all samples scored this iteration |
 | `verify/verified` | samples with reward 1.0 (Lean: verified proofs) this iteration |
-| `samples` | samples generated and scored this iteration |
-| `samples/total` | cumulative samples |
+| `samples` | training samples generated and scored this iteration: every completion the update uses (ES: all members' samples, population x problems x samples per problem; GRPO: every completion of the step's groups) |
+| `samples/total` | cumulative training samples: the budget `prover report` compares runs at |
+| `tokens`, `tokens/total` | completion tokens of those samples, this iteration and cumulative: each scored completion text re-encoded by the policy's tokenizer (no special tokens), the same count for ES and GRPO and for every sampler and backend (it can differ from a sampler's own count by the end token) |
+| `checks`, `checks/total` | task checks of those samples, this iteration and cumulative: one per scored completion (Lean: one verify request, whether its text pre-checks refused it or Lean ran) |
 | `time/wall_s` | wall seconds of this iteration |
 | `time/elapsed_s` | cumulative wall seconds |
 | `es/update_norm` | ES only: L2 norm of the update applied (0 when skipped) |
@@ -30,9 +32,12 @@ The `eval/*` keys appear only on the lines of the iterations that were evaluated
 `run.eval_every` and the last one) and on the first line, **iteration 0**: the base model's
 evaluation, before any training, written by ES and GRPO alike (the same numbers for runs from
 the same base on the same problems: prover_cli/heldout.py caches it). That line has
-`iteration`, `method`, `task`, `samples` = `samples/total` = 0, `time/wall_s` =
-`time/elapsed_s` = 0 and the `eval/*` keys, and no training keys (`reward/*`,
-`verify/verified`). Every line is also streamed to `run.report_to` (prover_cli/tracking.py),
+`iteration`, `method`, `task`, `samples` = `samples/total` = 0 (and `tokens`, `checks` and their
+totals 0), `time/wall_s` = `time/elapsed_s` = 0 and the `eval/*` keys, and no training keys
+(`reward/*`, `verify/verified`). Held-out evaluation samples are never counted in `samples`,
+`tokens` or `checks`: they are the same for both methods (same problems, same settings, same
+evaluation budgets), so the training budget is what tells two runs apart (`eval/samples` counts
+them per evaluation). Every line is also streamed to `run.report_to` (prover_cli/tracking.py),
 with `iteration` as the step.
 """
 
@@ -49,6 +54,18 @@ REQUIRED_KEYS = ("iteration", "method", "task", "reward/mean", "reward/max", "ve
                  "samples", "samples/total", "time/wall_s", "time/elapsed_s")
 BASE_REQUIRED_KEYS = ("iteration", "method", "task", "samples", "samples/total", "time/wall_s", "time/elapsed_s",
                       "eval/verified_rate")  # the iteration-0 line: the base's evaluation, no training
+
+
+BUDGET_KEYS = ("tokens", "tokens/total", "checks", "checks/total")  # every trainer writes them (append_metrics);
+# files written before they existed lack them, so readers (prover report) do not require them
+
+
+def completion_tokens(tokenizer: Any, completions: list[str]) -> int:
+    """Completion tokens of scored completion texts, as `tokens` counts them: re-encoded by the policy's
+    tokenizer without special tokens, so ES and GRPO (and every sampler and backend) count alike."""
+    if not completions:
+        return 0
+    return sum(len(ids) for ids in tokenizer(list(completions), add_special_tokens=False)["input_ids"])
 
 
 def required_keys(record: dict[str, Any]) -> tuple[str, ...]:
@@ -75,7 +92,8 @@ def _finite_or_null(value: Any) -> Any:
 
 def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
     """Append one iteration's metrics (flushed and fsynced: metrics survive a kill)."""
-    missing = [k for k in required_keys(record) if k not in record]
+    budget = BUDGET_KEYS if record.get("iteration", 0) >= 1 else ()  # a trained iteration says what it consumed
+    missing = [k for k in (*required_keys(record), *budget) if k not in record]
     if missing:
         raise ValueError(f"metrics record lacks {missing}")  # a bug in the trainer, not user input
     path = Path(run_dir) / METRICS_FILE

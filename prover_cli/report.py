@@ -24,9 +24,15 @@ prover_cli/heldout.py), per arm:
 - base -> final (each run's last evaluation), and the gain final - base (per seed, then t over
   seeds; for one run, paired problem by problem).
 
-**Paired differences** at the last evaluations: ES - GRPO (every ES arm against every GRPO arm,
-null controls aside), and every method against its null control (of the same method if there
-is one). Runs with the same `run.seed` are scored on the same held-out problems and are paired;
+**Paired differences** at the largest common budget: ES - GRPO (every ES arm against every GRPO
+arm, null controls aside), and every method against its null control (of the same method if
+there is one). For each pair of runs, each run's last evaluation at or below the smaller run's
+`samples/total` (the table's "compared at" column and `at` in report.json name the iteration or
+step and its samples). When those two evaluations are more than 5 % apart in training samples
+(different evaluation points, or no evaluation below the common budget), the report refuses
+(exit 2, a usage error naming both runs, their budgets and the flag) unless
+`--allow-unequal-budgets`; then its first line, the first table's title and `headline` in the
+result and report.json say `UNEQUAL BUDGETS: es N samples vs grpo M samples`. Runs with the same `run.seed` are scored on the same held-out problems and are paired;
 each pair's difference is taken problem by problem (`eval/by_problem`), and the interval is t
 over the pairs, or over the problems for a single pair (prover_cli/stats.py says why).
 
@@ -107,8 +113,12 @@ SIGNAL_SHARE = SIGNAL_KEYS[0]
 
 
 def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
-                reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+                reporter: Any = NULL_REPORTER, allow_unequal_budgets: bool = False) -> dict[str, Any]:
     """Compare runs: tables, `report.json` and `report.png` in a new `out_dir`.
+
+    Differences are taken at the largest budget both runs reached (`differences`); finals more
+    than 5 % apart in training samples are refused (UsageError, exit 2) unless
+    `allow_unequal_budgets`, and then the output's headline says "UNEQUAL BUDGETS: ...".
 
     A malformed metrics line is reported by file and line and left out; the rest is reported
     and the command exits 1 (`ok` false)."""
@@ -128,11 +138,15 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
 
     summaries = [summarize_run(run) for run in runs]
     arm_summaries = [summarize_arm(arm) for arm in arms]
-    diffs = differences(arms)
+    diffs = differences(arms, allow_unequal_budgets=allow_unequal_budgets)
+    headlines = [d["unequal_budgets"] for d in diffs if "unequal_budgets" in d]
+    for line in headlines:  # first, before any table: these differences mix budget with method
+        getattr(reporter, "warn", reporter.log)(line)
     out = prepare_out_dir(out_dir, runs)
     json_path, png_path = out / REPORT_JSON, out / REPORT_PNG
     task = runs[0]["task"]
-    write_text_atomic(json_path, json.dumps({"task": task, "runs": summaries, "arms": arm_summaries,
+    write_text_atomic(json_path, json.dumps({"task": task, **({"headline": "; ".join(headlines)} if headlines else {}),
+                                             "runs": summaries, "arms": arm_summaries,
                                              "differences": diffs, "problem_sets_unchecked": unchecked},
                                             indent=2, sort_keys=True) + "\n")
     plot_runs(runs, png_path)
@@ -142,11 +156,14 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
         tables.append(heldout_table(arm_summaries))
     if diffs:
         tables.append(difference_table(diffs))
+    if headlines:  # the headline: the first table's title too, so no reader of the tables misses it
+        tables[0] = {**tables[0], "title": "; ".join(headlines) + " -- " + tables[0]["title"]}
     if unchecked and len(runs) > 1:
         tables.append({"title": "problem sets NOT checked: these runs may have other problems than the rest",
                        "columns": ["run", "dir", "why"], "rows": [[u["run"], u["dir"], u["why"]] for u in unchecked]})
     result = {
         "ok": True,
+        **({"headline": "; ".join(headlines)} if headlines else {}),
         "task": task,
         "runs": summaries,
         "arms": arm_summaries,
@@ -676,8 +693,45 @@ def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def differences(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """ES - GRPO for every pair of non-null arms, and every non-null arm - its null control."""
+BUDGET_TOLERANCE = 0.05  # finals whose training samples differ by more than this share are not compared silently
+
+
+def run_budget(run: dict[str, Any]) -> int | float:
+    """The run's training budget: `samples/total` of its last trained iteration (held-out samples not counted)."""
+    return training_records(run["records"])[-1]["samples/total"]
+
+
+def _final_at(run: dict[str, Any], key: str, budget: float) -> dict[str, Any] | None:
+    """The run's last evaluation of `key` at or below `budget` training samples (the base's at 0 counts);
+    when it has none there, its first evaluation above it (then the budgets differ, and the report says so)."""
+    evals = [r for r in run["records"] if key in r]
+    below = [r for r in evals if r["samples/total"] <= budget]
+    if below:
+        return below[-1]
+    above = [r for r in evals if r["iteration"] >= 1]
+    return above[0] if above else None
+
+
+def unequal(a_samples: float, b_samples: float) -> bool:
+    """Whether two finals' budgets differ by more than BUDGET_TOLERANCE of the larger one."""
+    return abs(a_samples - b_samples) > BUDGET_TOLERANCE * max(a_samples, b_samples, 1)
+
+
+def _samples_text(values: list[Any]) -> str:
+    low, high = min(values), max(values)
+    text = [f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}" for v in (low, high)]
+    return f"{text[0]} samples" if low == high else f"{text[0]}-{text[1]} samples"
+
+
+def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False) -> list[dict[str, Any]]:
+    """ES - GRPO for every pair of non-null arms, and every non-null arm - its null control.
+
+    Each pair of runs (one seed) is compared at the largest budget both reached: each run's last
+    evaluation at or below the smaller run's `samples/total` (entry `at`: which iteration or step,
+    at how many samples). Finals whose budgets still differ by more than 5 % are refused (a
+    UsageError, exit 2) unless `allow_unequal_budgets`; then the entry carries `unequal_budgets`."""
+    from prover_cli.errors import UsageError
+
     plain = [a for a in arms if not a["null"]]
     nulls = [a for a in arms if a["null"]]
     comparisons = [(a, b) for a in plain if a["method"] == "es" for b in plain if b["method"] == "grpo"]
@@ -692,16 +746,40 @@ def differences(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not pairs:
             continue
         entry = {"a": a["label"], "b": b["label"], "name": f"{a['label']} - {b['label']}",
-                 "seeds": sorted(seed for seed in _by_seed(a) if seed in by_seed_b)}
+                 "seeds": sorted(seed for seed in _by_seed(a) if seed in by_seed_b), "at": []}
+        finals_a: list[Any] = []
+        finals_b: list[Any] = []
         for key, name in HELDOUT_METRICS:
-            finals = [(_final(x, key), _final(y, key)) for x, y in pairs]
+            budgets = [min(run_budget(x), run_budget(y)) for x, y in pairs]
+            finals = [(_final_at(x, key, budget), _final_at(y, key, budget)) for (x, y), budget in zip(pairs, budgets)]
             if any(fa is None or fb is None for fa, fb in finals):
                 continue
+            for (x, y), budget, (fa, fb) in zip(pairs, budgets, finals):
+                if unequal(fa["samples/total"], fb["samples/total"]) and not allow_unequal_budgets:
+                    raise UsageError(
+                        f"{a['label']} - {b['label']}: unequal budgets: {x['dir']} ({a['label']}) is evaluated at "
+                        f"{fa['samples/total']:,} samples (iteration {fa['iteration']}, of {run_budget(x):,} trained), "
+                        f"{y['dir']} ({b['label']}) at {fb['samples/total']:,} samples (iteration {fb['iteration']}, "
+                        f"of {run_budget(y):,} trained): more than {BUDGET_TOLERANCE:.0%} apart, so the difference "
+                        "would mix budget with method",
+                        hint="give both runs the same training budget (samples/total) and evaluation points, or pass "
+                             "--allow-unequal-budgets to compare them anyway (the report then says UNEQUAL BUDGETS)")
+                point = {"metric": name, "seed": x["seed"], "common_budget": budget,
+                         "a_run": x["name"], "a_iteration": fa["iteration"], "a_samples": fa["samples/total"],
+                         "b_run": y["name"], "b_iteration": fb["iteration"], "b_samples": fb["samples/total"]}
+                entry["at"].append(point)
             result = paired(finals, key)
             if result is not None:
                 result["samples"] = sorted({fa["samples/total"] for fa, _ in finals} | {fb["samples/total"] for _, fb in finals})
+                result["iterations"] = {a["label"]: sorted({fa["iteration"] for fa, _ in finals}),
+                                        b["label"]: sorted({fb["iteration"] for _, fb in finals})}
                 entry[name] = result
+                finals_a += [fa["samples/total"] for fa, _ in finals]
+                finals_b += [fb["samples/total"] for _, fb in finals]
         if any(name in entry for _, name in HELDOUT_METRICS):
+            if any(unequal(p["a_samples"], p["b_samples"]) for p in entry["at"]):
+                entry["unequal_budgets"] = (f"UNEQUAL BUDGETS: {a['label']} {_samples_text(finals_a)} vs "
+                                            f"{b['label']} {_samples_text(finals_b)}")
             out.append(entry)
     return out
 
@@ -759,11 +837,25 @@ def heldout_table(arms: list[dict[str, Any]]) -> dict[str, Any]:
             "rows": rows}
 
 
+def _compared_at(d: dict[str, Any]) -> str:
+    """`es @10 (2,400 samples), grpo @300 (2,400 samples)`: the evaluations a difference compares."""
+    points = [p for p in d["at"] if p["metric"] == d["at"][0]["metric"]] if d.get("at") else []
+    if not points:
+        return "-"
+
+    def side(label: str, iterations: list[Any], samples: list[Any]) -> str:
+        its = sorted(set(iterations))
+        return f"{label} @{'/'.join(str(i) for i in its)} ({_samples_text(samples)})"
+
+    return (side(d["a"], [p["a_iteration"] for p in points], [p["a_samples"] for p in points]) + ", "
+            + side(d["b"], [p["b_iteration"] for p in points], [p["b_samples"] for p in points]))
+
+
 def difference_table(diffs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [[d["name"], len(d["seeds"]), _signed(d.get("sampled")), _signed(d.get("greedy")),
-             (d.get("sampled") or d.get("greedy"))["basis"]] for d in diffs]
-    return {"title": "paired difference at the final evaluation, same held-out problems (95% interval)",
-            "columns": ["difference", "seeds", "sampled", "greedy", "interval"],
+             (d.get("sampled") or d.get("greedy"))["basis"], _compared_at(d)] for d in diffs]
+    return {"title": "paired difference at the final evaluation, same held-out problems (95% interval), each run's last at or below the largest common budget",
+            "columns": ["difference", "seeds", "sampled", "greedy", "interval", "compared at"],
             "rows": rows}
 
 

@@ -49,6 +49,8 @@ TINY = REPO / "tests" / "configs" / "tiny.toml"
 DIGESTS = REPO / "tests" / "fixtures" / "bit_identical.json"
 RECORD = os.environ.get("PROVER_RECORD_DIGESTS") == "1"
 TIMING_KEYS = ("time/wall_s", "time/elapsed_s", "eval/wall_s")
+# The budget counters came after these digests were recorded; tests/test_budgets.py checks them.
+BUDGET_KEYS = ("tokens", "tokens/total", "checks", "checks/total")
 # Held-out evaluation on every iteration/step: 6 problems, 2 samples each at 0.7, plus greedy.
 HELDOUT = ["run.eval_every=1", "run.eval_problems=6", "run.eval_n=2", "run.eval_temperature=0.7"]
 
@@ -113,7 +115,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def metrics_digest(run_dir: Path) -> str:
     lines = []
     for record in read_metrics(run_dir):
-        for key in TIMING_KEYS:
+        for key in (*TIMING_KEYS, *BUDGET_KEYS):
             record.pop(key, None)
         lines.append(json.dumps(record, sort_keys=True))
     return sha256("\n".join(lines))
@@ -191,7 +193,7 @@ def update_sketch(base_dir: Path, final_dir: Path) -> dict[str, list[float]]:
 def grpo_record(run_dir: Path, base_dir: Path) -> dict:
     exact, floats = [], []
     for line in read_metrics(run_dir):
-        for key in TIMING_KEYS:
+        for key in (*TIMING_KEYS, *BUDGET_KEYS):
             line.pop(key, None)
         floats.append({key: line.pop(key) for key in GRPO_TRAINING_FLOATS if key in line})
         exact.append(json.dumps(line, sort_keys=True))

@@ -514,33 +514,34 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 300 s
     wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 Sandboxes
     # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
-    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 32 GiB;
-    # the kernel stage's Sandboxes: 240 passes x 40 s, each one REPL's share (2 cores, 8 GiB).
+    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 64 GiB;
+    # the kernel stage's Sandboxes: 240 passes x 40 s, each one REPL's share (2 cores, 16 GiB).
     gpu_container_s = 31 * wall_s
     sandbox_s = 4 * batch_s
     kernel_sandbox_s = 240 * 40
     breakdown = plan["est_usd_breakdown"]
     assert breakdown["gpu"]["gpu_s"] == round(gpu_container_s, 1)
     assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8 + kernel_sandbox_s * 2, 1)
-    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 32 + kernel_sandbox_s * 8, 1)
+    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 64 + kernel_sandbox_s * 16, 1)
     assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s + kernel_sandbox_s, 1)
-    # Sandboxes' CPU and memory at their own prices (0.142 per core-hour, 0.024 per GiB-hour)
-    usd = (gpu_container_s * (3.95 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 32 * 0.024)
-           + kernel_sandbox_s * (2 * 0.142 + 8 * 0.024)) / 3600
+    # Sandboxes' CPU and memory at their own prices (0.142 per core-hour, 0.024 per GiB-hour); the H100
+    # at Modal's list price (0.001097 USD/s = 3.9492 USD/h)
+    usd = (gpu_container_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 64 * 0.024)
+           + kernel_sandbox_s * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
     assert plan["est_gpu_hours_per_iteration"] == pytest.approx(gpu_container_s / 3600, abs=1e-4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
     assert plan["kernel_check"] is True and plan["est_kernel_check_core_s_per_proof"] == 1.0 * 40 * 2
     # once per run: the 30 members idle out their 2040 s window at most (1880 s + the stage's 160 s)
-    once = 30 * 2040 * (3.95 + 8 * 0.047 + 64 * 0.008) / 3600
+    once = 30 * 2040 * (3.9492 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
     # 64 proofs (300 s each with their kernel stage, one wave) and 320 kernel passes of 40 s; the loop
     # and its 30 warm members stay up for those 463.84 s.
     eval_s = 2 * 8192 / 100 + batch_s
-    eval_usd = (31 * eval_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 32 * 0.024)
-                + 320 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
+    eval_usd = (31 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 64 * 0.024)
+                + 320 * 40 * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + once + eval_usd * 11, abs=0.05)
@@ -568,7 +569,8 @@ def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
             "--set", "verify.kernel_check=false"]
     plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert plan["kernel_check"] is False and plan["est_kernel_check_core_s_per_proof"] == 0.0
-    assert plan["est_wall_s_per_step"] == round(8192 / 100 + 60 + math.ceil(8 / 4) * 5, 1)
+    # 240 proofs per step (the kimina-es budget, 24,000 samples) in Sandboxes of modal.verify_batch_size = 64, 4 workers each
+    assert plan["est_wall_s_per_step"] == round(8192 / 100 + 60 + math.ceil(min(240, 64) / 4) * 5, 1)
     human = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert "off: verify.kernel_check = false" in human.stderr and "kernel Sandbox" not in human.stderr
     local = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--dry-run"],
@@ -577,22 +579,24 @@ def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
 
 
 def test_dry_run_kimina_grpo_on_modal_and_es_locally():
+    # One step of 8 samples (1 prompt x 8; the shipped config accumulates 30 of them, 240 per step, for
+    # kimina-es's budget: tests/test_budgets.py), so the arithmetic below stays small.
     grpo = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"),
-                               "--backend", "modal", "--dry-run", "--json"])
+                               "--backend", "modal", "--dry-run", "--json", "--set", "grpo.gradient_accumulation_steps=1"])
     assert grpo.exit_code == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
     # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round of 40 s)
     step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + 40)
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
-    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 32 GiB for
-    # 110 s; the kernel stage: 8 passes x 40 s in Sandboxes of 2 cores, 8 GiB
-    usd = (step_s * (3.95 + 8 * 0.047 + 64 * 0.008) + 110 * (8 * 0.142 + 32 * 0.024)
-           + 8 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
+    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 64 GiB for
+    # 110 s; the kernel stage: 8 passes x 40 s in Sandboxes of 2 cores, 16 GiB
+    usd = (step_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 110 * (8 * 0.142 + 64 * 0.024)
+           + 8 * 40 * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
     eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 40  # 300 s, kernel stage included
-    eval_usd = ((2 * 8192 / 100 + eval_batch_s) * (3.95 + 8 * 0.047 + 64 * 0.008)
-                + 5 * eval_batch_s * (8 * 0.142 + 32 * 0.024) + 320 * 40 * (2 * 0.142 + 8 * 0.024)) / 3600
+    eval_usd = ((2 * 8192 / 100 + eval_batch_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
+                + 5 * eval_batch_s * (8 * 0.142 + 64 * 0.024) + 320 * 40 * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}

@@ -145,12 +145,12 @@ def test_dry_run_lists_the_steps_and_their_cost_and_starts_nothing(tmp_path):
     assert [s["name"] for s in result["steps"]] == ["images", "lean sandbox", "gpu model", "volumes"]
     steps = {s["name"]: s for s in result["steps"]}
     assert "H100:1" in steps["gpu model"]["where"] and "Kimina-Prover-Preview-Distill-1.5B" in steps["gpu model"]["what"]
-    # the Sandbox: 60 s header + 5 s per canary on 8 cores, 32 GiB at the Sandbox prices
+    # the Sandbox: 60 s header + 5 s per canary on 8 cores, 64 GiB (4 REPLs x 16 GiB) at the Sandbox prices
     from prover_cli.verify.canary import CANARIES
 
     seconds = 60 + 5 * len(CANARIES)
     assert steps["lean sandbox"]["est"] == f"~{seconds} s"
-    assert steps["lean sandbox"]["est_usd"] == pytest.approx(seconds * (8 * 0.142 + 32 * 0.024) / 3600, abs=1e-4)
+    assert steps["lean sandbox"]["est_usd"] == pytest.approx(seconds * (8 * 0.142 + 64 * 0.024) / 3600, abs=1e-4)
     assert steps["images"]["est_usd"] == "not priced"
     assert result["est_usd_total"] == pytest.approx(sum(s["est_usd"] for s in result["steps"]
                                                         if s["est_usd"] != "not priced"), abs=1e-3)

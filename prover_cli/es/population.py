@@ -72,8 +72,10 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
 
 def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
                         iteration: int, reporter: Reporter,
-                        generate_population: Any = None) -> tuple[list[float], list[float]]:
-    """(mean reward of each member, reward of every sample).
+                        generate_population: Any = None,
+                        completions_out: list[str] | None = None) -> tuple[list[float], list[float]]:
+    """(mean reward of each member, reward of every sample); `completions_out`, when given, receives
+    every sample's completion text in the rewards' order (the trainer counts their tokens).
 
     `generate_population(iteration, batch) -> [completions of member 0, 1, ...]` lets a backend
     sample the members elsewhere (Modal fans them out to GPU workers, `es/member.py`); the
@@ -89,6 +91,8 @@ def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[
     if len(per_member) != es.population or any(len(c) != expected for c in per_member):
         raise RuntimeError(f"iteration {iteration}: expected {es.population} members x {expected} samples")
     completions = [text for member in per_member for text in member]  # member-major, then problem-major
+    if completions_out is not None:
+        completions_out.extend(completions)
     rewards = rollout.score(task, batch * es.population, completions, config, reporter=reporter)
     per_member = len(rewards) // es.population
     means = [sum(rewards[m * per_member:(m + 1) * per_member]) / per_member for m in range(es.population)]

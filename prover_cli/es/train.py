@@ -55,7 +55,7 @@ from prover_cli.es.replay import rebuild
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
 from prover_cli.es.update import apply_rewards
 from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout
-from prover_cli.metrics import METRICS_FILE, append_metrics, truncate_metrics, write_resolved_config
+from prover_cli.metrics import METRICS_FILE, append_metrics, completion_tokens, truncate_metrics, write_resolved_config
 from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
@@ -98,6 +98,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     write_resolved_config(config)
     last = _last_metrics(run_dir)
     samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
+    tokens_total, checks_total = last.get("tokens/total", 0), last.get("checks/total", 0)
     signal_parts = _logged_signal_parts(run_dir)  # (es/signal_var, es/noise_var) so far: pooled over the last few
     warning = None
     resumed_from = len(records)
@@ -115,8 +116,10 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         for iteration in range(resumed_from + 1, es.iterations + 1):
             started = time.monotonic()
             batch = pick_problems(problems, config.run.seed, iteration, es.problems_per_iteration)
+            completions: list[str] = []
             member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
-                                                                 iteration, reporter, generate_population)
+                                                                 iteration, reporter, generate_population,
+                                                                 completions_out=completions)
             texts = [reward_text(r) for r in member_rewards]
             signal_parts.append(iteration_variances(sample_rewards, es.population, es.antithetic))
             norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
@@ -127,6 +130,9 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 snapshot = _save_snapshot(weights, run_dir)
             wall_s = time.monotonic() - started
             samples_total += len(sample_rewards)
+            tokens = completion_tokens(sampler.tokenizer, completions)  # every member's samples: the budget
+            tokens_total += tokens
+            checks_total += len(sample_rewards)  # one task check per scored sample
             elapsed_s += wall_s
             mean_reward = sum(sample_rewards) / len(sample_rewards)
             metrics = {
@@ -134,6 +140,8 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 "reward/mean": mean_reward, "reward/max": max(sample_rewards),
                 "verify/verified": sum(r == 1.0 for r in sample_rewards),
                 "samples": len(sample_rewards), "samples/total": samples_total,
+                "tokens": tokens, "tokens/total": tokens_total,
+                "checks": len(sample_rewards), "checks/total": checks_total,
                 "time/wall_s": wall_s, "time/elapsed_s": elapsed_s,
                 "es/update_norm": norm, "es/skipped": skipped,
             }

@@ -136,7 +136,9 @@ def _gpu_model(config: Any) -> tuple[bool, str]:
 
     config_dict, _, uploads = remote.to_wire("generate", config, {})  # paths relative to the runs Volume
     remote.upload(uploads)
-    out = call(functions.doctor_gpu, config_dict)
+    # The declaration carries the default config's GPU; run on the configured one (modal.gpu,
+    # gpus_per_container, the GPU containers' cores and memory), as every training call does.
+    out = call(functions.doctor_gpu.with_options(**functions.options("doctor_gpu", config)), config_dict)
     detail = (f"{out['model']} with {out['sampler']} on {out['gpu']}: loaded in {out['load_s']} s, "
               f"{out['completion_tokens']} tokens in {out['generate_s']} s: {out['text']!r}")
     return out["completion_tokens"] > 0, detail

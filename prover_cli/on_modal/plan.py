@@ -11,8 +11,9 @@ both, so the plan and what deploys cannot drift apart.
 How the cost estimate is made (per ES iteration or GRPO step, an upper estimate, in USD). Modal
 bills every container for its reserved GPUs, CPU cores and memory for as long as it is up, busy
 or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` prices:
-- generation: every sample decodes `max_tokens` tokens at `modal.est_decode_tokens_per_s`; the
-  samples of one call decode in parallel as one batch, so a call lasts max_tokens / speed;
+- generation: every sample decodes `max_tokens` tokens at `modal.est_decode_tokens_per_s` (0: the
+  estimate for `modal.gpu` in config.MODAL_GPUS); the samples of one call decode in parallel as one
+  batch, so a call lasts max_tokens / speed;
 - verification (Lean task only): each batch of `modal.verify_batch_size` proofs runs in its own
   Sandbox: the header once per REPL (`modal.est_header_s`), then `modal.est_verify_s_per_proof`
   per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
@@ -20,8 +21,11 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
 - the ES loop container is up for the whole iteration; each warm ES member container is up for
   the whole iteration too (it generates, then waits idle, inside its `scaledown_window`, while
   the proofs are verified and the loop updates), so its idle time is billed as well.
-Sandboxes' CPU and memory are priced by their own keys (`modal.sandbox_*_price_*`). After the
-last ES iteration each warm member idles out its `scaledown_window` once (`est_usd_once`).
+A GPU is priced at Modal's list price of `modal.gpu` (config.MODAL_GPUS) unless
+`modal.gpu_price_per_hour` is set; GPU containers reserve `modal.gpu_container_cpus` cores and
+`modal.gpu_container_memory_gb` GiB. Sandboxes' CPU and memory are priced by their own keys
+(`modal.sandbox_*_price_*`). After the last ES iteration each warm member idles out its
+`scaledown_window` once (`est_usd_once`).
 Not counted: container start and model load (once per container), a cold member's replay (the
 plan prints its worst case), the GRPO backward pass, and network. Measure one iteration and
 adjust the `modal.est_*` keys.
@@ -33,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from prover_cli.config import MODAL_GPUS
 from prover_cli.progress import NULL_REPORTER
 
 MINUTES = 60
@@ -51,7 +56,8 @@ PYTHON_VERSION = "3.11"
 ELAN_VERSION = "v4.1.2"  # the toolchain manager; the Lean toolchain itself is a config value
 
 VLLM = "vllm==0.31.0"                 # TRL 1.16 supports colocated vLLM 0.22.0-0.31.0 (trl/import_utils.py);
-                                      # it brings its own CUDA torch, so torch is never pinned beside it
+                                      # it brings its own CUDA torch, so torch is never pinned beside it;
+                                      # pyproject.toml's [gpu] extra pins the same (a test compares them)
 TRANSFORMERS = "transformers==5.17.*"  # vllm 0.31.0 requires transformers>=5.10.4,<5.18.0
 HF_HUB = "huggingface_hub==1.33.*"     # transformers 5.17 requires huggingface-hub>=1.5.0,<2.0
 TRL = "trl==1.16.*"                    # GRPOConfig defaults move between releases
@@ -208,6 +214,23 @@ def gpu_spec(config: Any) -> str:
     return f"{config.modal.gpu}:{config.modal.gpus_per_container}"
 
 
+def gpu_price_per_hour(config: Any) -> float:
+    """USD per GPU-hour: `modal.gpu_price_per_hour`, or (0) Modal's list price of `modal.gpu`."""
+    m = config.modal
+    return m.gpu_price_per_hour or MODAL_GPUS[m.gpu].usd_per_hour
+
+
+def decode_tokens_per_s(config: Any) -> float:
+    """One sequence's decode speed: `modal.est_decode_tokens_per_s`, or (0) the estimate for `modal.gpu`."""
+    m = config.modal
+    return m.est_decode_tokens_per_s or MODAL_GPUS[m.gpu].est_decode_tokens_per_s
+
+
+def gpu_container_size(config: Any) -> tuple[float, int]:
+    """(cores, MiB) every container of the gpu and trl images reserves (and is billed for)."""
+    return config.modal.gpu_container_cpus, config.modal.gpu_container_memory_gb * 1024
+
+
 def es_gap_s(config: Any) -> float:
     """Estimated seconds an ES member waits between its calls: the iteration minus its own generation."""
     work = _work_per_iteration(config, "train_es")
@@ -250,6 +273,7 @@ def resources(config: Any) -> dict[str, Resources]:
     gpu = gpu_spec(config)
     call_timeout_s = m.timeout_min * MINUTES
     both = (MODELS_MOUNT, RUNS_MOUNT)
+    host = gpu_container_size(config)  # cores, MiB of every gpu / trl image container
     return {
         # Fetch base weights once into the models Volume, before any GPU container needs them.
         "download_model": Resources("gpu", None, 2.0, 8 * 1024, 2 * HOURS, m.retries, 1, both),
@@ -271,25 +295,26 @@ def resources(config: Any) -> dict[str, Resources]:
         "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
         # `prover doctor --backend modal`: one short prompt on one GPU of the generation kind, and
         # the Volumes' commit/reload round trip between two small containers (doctor_plan below).
-        "doctor_gpu": Resources("gpu", gpu, 8.0, 64 * 1024, 30 * MINUTES, 0, 1, both),
+        "doctor_gpu": Resources("gpu", gpu, *host, 30 * MINUTES, 0, 1, both),
         "doctor_volumes": Resources("orchestrator", None, 1.0, 1024, 10 * MINUTES, 0, 1, both),
-        # vLLM loads once per container; 8 cores and 64 GiB of host RAM stage the weights and
-        # run the tokenizer and the engine's CPU side. One call per `prover generate`.
-        "generate": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),
+        # vLLM loads once per container; modal.gpu_container_cpus cores and gpu_container_memory_gb
+        # GiB of host RAM stage the weights and run the tokenizer and the engine's CPU side. One
+        # call per `prover generate`.
+        "generate": Resources("gpu", gpu, *host, call_timeout_s, m.retries, 1, both),
         # One member per call, the population in one wave (max_containers); warm through the gap
         # between iterations (a cold member would replay the ledger); a member is a pure function
         # of (ledger, t, i), so retries are safe.
-        "es_member": Resources("gpu", gpu, 8.0, 64 * 1024, call_timeout_s, m.retries, m.max_containers, both,
+        "es_member": Resources("gpu", gpu, *host, call_timeout_s, m.retries, m.max_containers, both,
                                scaledown_window_s=es_member_scaledown_window_s(config)),
         # Exactly one container writes a run's ledger; a retry resumes from it.
-        "train_es": Resources("gpu", gpu, 8.0, 64 * 1024, MAX_TIMEOUT_S, m.retries, 1, both),
+        "train_es": Resources("gpu", gpu, *host, MAX_TIMEOUT_S, m.retries, 1, both),
         # Not retried: a GRPO retry would refuse the existing run; resume it with `--resume`
         # (from <run.dir>/checkpoints/ on the runs Volume).
-        "train_grpo": Resources("trl", gpu, 8.0, 64 * 1024, MAX_TIMEOUT_S, 0, 1, both),
+        "train_grpo": Resources("trl", gpu, *host, MAX_TIMEOUT_S, 0, 1, both),
         # CPU by default; functions.py adds the GPU for `--device cuda` (same bits either way).
-        "replay_seeds": Resources("gpu", None, 8.0, 64 * 1024, call_timeout_s, m.retries, 1, both),
+        "replay_seeds": Resources("gpu", None, *host, call_timeout_s, m.retries, 1, both),
         # CPU by default; functions.py adds the GPU when eval generates (not for `--verdicts`).
-        "eval": Resources("gpu", None, 8.0, 64 * 1024, MAX_TIMEOUT_S, m.retries, 1, both),
+        "eval": Resources("gpu", None, *host, MAX_TIMEOUT_S, m.retries, 1, both),
     }
 
 
@@ -357,7 +382,7 @@ class _Timings:
 
 def _timings(config: Any, command: str, work: _Work) -> _Timings:
     m, v = config.modal, config.verify
-    generation_s = work.decode_tokens / m.est_decode_tokens_per_s
+    generation_s = work.decode_tokens / decode_tokens_per_s(config)
     if command == "train_es":
         gen_waves = math.ceil(work.generation_calls / m.max_containers)
         gen_containers = min(work.generation_calls, m.max_containers)
@@ -439,13 +464,13 @@ class _Line:
 
 
 def unit_prices(config: Any, *, sandbox: bool = False) -> dict[str, float]:
-    """USD per GPU-hour, core-hour and GiB-hour, from `[modal]`: a Sandbox's CPU and memory have
-    their own keys (Modal bills them at a different rate than a Function's)."""
+    """USD per GPU-hour (of `modal.gpu`: `gpu_price_per_hour`), core-hour and GiB-hour, from `[modal]`:
+    a Sandbox's CPU and memory have their own keys (Modal bills them at a different rate than a Function's)."""
     m = config.modal
+    gpu = gpu_price_per_hour(config)
     if sandbox:
-        return {"gpu": m.gpu_price_per_hour, "cpu": m.sandbox_cpu_price_per_core_hour,
-                "memory": m.sandbox_memory_price_per_gib_hour}
-    return {"gpu": m.gpu_price_per_hour, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
+        return {"gpu": gpu, "cpu": m.sandbox_cpu_price_per_core_hour, "memory": m.sandbox_memory_price_per_gib_hour}
+    return {"gpu": gpu, "cpu": m.cpu_price_per_core_hour, "memory": m.memory_price_per_gib_hour}
 
 
 def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_Line]:
@@ -553,8 +578,9 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     roles_rows = [[r[0], roles[r[0]]] for r in rows]
 
     notes = [
-        ["generation call", f"{work.decode_tokens} tokens at {m.est_decode_tokens_per_s:g} tokens/s = {t.generation_s:.0f} s "
-                            f"(upper estimate: every sample runs to its token limit)"],
+        ["generation call", f"{work.decode_tokens} tokens at {decode_tokens_per_s(config):g} tokens/s "
+                            f"({'modal.est_decode_tokens_per_s' if m.est_decode_tokens_per_s else f'the {m.gpu} estimate'}) "
+                            f"= {t.generation_s:.0f} s (upper estimate: every sample runs to its token limit)"],
         ["verification batch", (f"{t.proofs_per_batch} proofs: {m.est_header_s:g} s header + "
                                 f"{math.ceil(t.proofs_per_batch / v.workers) if t.batches else 0} rounds x "
                                 f"{m.est_verify_s_per_proof:g} s = {t.batch_s:.0f} s; Sandbox killed after "
@@ -571,7 +597,9 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                           if t.batches else "none: no proof goes to Lean")],
         [f"{work.unit} wall time", f"{t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) = "
                                    f"{t.iteration_s:.0f} s"],
-        ["prices", f"{m.gpu_price_per_hour:g} USD per GPU-hour ({m.gpu}), {m.cpu_price_per_core_hour:g} per core-hour, "
+        ["prices", f"{gpu_price_per_hour(config):g} USD per GPU-hour ({m.gpu}, "
+                   f"{'modal.gpu_price_per_hour' if m.gpu_price_per_hour else 'its Modal list price'}), "
+                   f"{m.cpu_price_per_core_hour:g} per core-hour, "
                    f"{m.memory_price_per_gib_hour:g} per GiB-hour; Sandboxes {m.sandbox_cpu_price_per_core_hour:g} per "
                    f"core-hour, {m.sandbox_memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
         ["billed", "each container's GPUs, cores and GiB for as long as it is up, idle time of warm containers included"],
@@ -612,6 +640,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "app": m.app_name,
         f"samples_per_{work.unit}": work.samples,
         f"{work.unit}s": work.iterations,
+        "samples_total": work.samples * work.iterations,  # the training budget `prover report` compares (held-out not in it)
         f"est_wall_s_per_{work.unit}": round(t.iteration_s, 1),
         f"est_gpu_hours_per_{work.unit}": round(breakdown["gpu"]["gpu_s"] / HOURS, 4),
         f"est_cpu_core_hours_per_{work.unit}": round(breakdown["cpu"]["core_s"] / HOURS, 4),
@@ -695,7 +724,7 @@ def doctor_steps(config: Any) -> list[DoctorStep]:
         DoctorStep("gpu model", f"one {gpu_spec(config)} container of the gpu image",
                    f"load {config.model.name} with the {config.generate.backend} sampler (downloading it into the "
                    f"models Volume once) and generate {DOCTOR_PROMPT_TOKENS} tokens for one prompt",
-                   res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + DOCTOR_PROMPT_TOKENS / m.est_decode_tokens_per_s),
+                   res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + DOCTOR_PROMPT_TOKENS / decode_tokens_per_s(config)),
         DoctorStep("volumes", "two small containers of the orchestrator image",
                    f"write a probe file to {m.runs_volume} and {m.models_volume} and commit in one container; "
                    "reload and read it back in another (a separate Function), then remove it",

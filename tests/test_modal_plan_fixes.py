@@ -1,0 +1,197 @@
+"""Issue #33's small faults of the Modal plan, each pinned by the plan's own arithmetic (no Modal, no GPU).
+
+- the `[gpu]` extra installs the vLLM the GPU image pins;
+- a GPU is priced, and decodes, as its own type (not as an H100); GPU containers reserve and are
+  billed for `modal.gpu_container_cpus` / `modal.gpu_container_memory_gb`; an unknown type is a
+  config error;
+- `prover doctor --backend modal` runs its GPU step on the configured GPU;
+- no shipped config trips the plan's own memory warning.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from prover_cli.config import MODAL_GPUS, load_config
+from prover_cli.errors import ConfigError
+from prover_cli.on_modal import plan as modal_plan
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((REPO / "prover_cli" / "configs").glob("*.toml"))
+pytestmark = pytest.mark.filterwarnings("ignore:.*executing locally.*:UserWarning")
+
+
+def notes(p: dict) -> list[list[str]]:
+    return next(t for t in p["tables"] if t["title"] == "how the estimate is made")["rows"]
+
+
+# -- 1. the [gpu] extra and the GPU image pin the same vLLM -----------------------------------
+
+def test_gpu_extra_pins_the_vllm_of_the_gpu_image():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    [vllm] = [r for r in extras["gpu"] if r.startswith("vllm")]
+    image = modal_plan.image_specs("leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages
+    assert vllm.replace(" ", "") == modal_plan.VLLM and modal_plan.VLLM in image
+    assert set(extras["gpu"]) <= set(image)  # nothing the image does not install, and no looser range
+
+
+# -- 2. prices and decode speeds per GPU type; the GPU containers' cores and memory -----------
+
+@pytest.mark.parametrize("gpu", ["L4", "H100", "A100-80GB"])
+def test_gpu_seconds_are_priced_at_the_configured_types_list_price(gpu):
+    config = load_config(REPO / "configs/kimina-es.toml", [f"modal.gpu={gpu}"])
+    p = modal_plan.plan(config, command="train_es", backend="modal")
+    gpu_s = p["est_usd_breakdown"]["gpu"]["gpu_s"]
+    assert p["est_usd_breakdown"]["gpu"]["usd"] == pytest.approx(gpu_s / 3600 * MODAL_GPUS[gpu].usd_per_hour, abs=1e-3)
+    assert modal_plan.unit_prices(config)["gpu"] == MODAL_GPUS[gpu].usd_per_hour
+    assert any(f"({gpu}, its Modal list price)" in text for kind, text in notes(p) if kind == "prices")
+
+
+def test_an_l4_is_cheaper_per_hour_than_an_h100_and_decodes_slower():
+    h100, l4 = (load_config(REPO / "configs/kimina-es.toml", [f"modal.gpu={g}"]) for g in ("H100", "L4"))
+    assert modal_plan.unit_prices(l4)["gpu"] == pytest.approx(0.000222 * 3600)   # Modal's list price, not 3.95
+    assert modal_plan.unit_prices(h100)["gpu"] == pytest.approx(0.001097 * 3600)
+    p_h100, p_l4 = (modal_plan.plan(c, command="train_es", backend="modal") for c in (h100, l4))
+    # the same ES iteration: generation takes max_tokens / the type's decode estimate
+    generation_l4 = 8192 / MODAL_GPUS["L4"].est_decode_tokens_per_s
+    generation_h100 = 8192 / MODAL_GPUS["H100"].est_decode_tokens_per_s
+    assert p_l4["est_wall_s_per_iteration"] - p_h100["est_wall_s_per_iteration"] == pytest.approx(
+        generation_l4 - generation_h100, abs=0.2)
+    assert any("the L4 estimate" in text for kind, text in notes(p_l4) if kind == "generation call")
+
+
+def test_explicit_price_and_speed_override_the_table():
+    config = load_config(REPO / "configs/kimina-es.toml", ["modal.gpu=L4", "modal.gpu_price_per_hour=1.5",
+                                                           "modal.est_decode_tokens_per_s=50"])
+    assert modal_plan.gpu_price_per_hour(config) == 1.5 and modal_plan.decode_tokens_per_s(config) == 50
+    p = modal_plan.plan(config, command="train_es", backend="modal")
+    assert p["est_usd_breakdown"]["gpu"]["usd"] == pytest.approx(p["est_usd_breakdown"]["gpu"]["gpu_s"] / 3600 * 1.5,
+                                                                 abs=1e-3)
+
+
+def test_an_unknown_gpu_type_is_a_config_error_naming_the_key_and_the_types(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["modal.gpu=L5"])
+    message = str(err.value)
+    assert message.startswith("--set modal.gpu=L5:")
+    assert all(repr(name) in message for name in MODAL_GPUS)
+    path = tmp_path / "x.toml"
+    path.write_text('[modal]\ngpu = "h100"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"modal\.gpu = \"h100\": must be one of 'T4'"):
+        load_config(path)
+
+
+GPU_IMAGE_FUNCTIONS = ("generate", "es_member", "train_es", "train_grpo", "doctor_gpu", "replay_seeds", "eval")
+
+
+def test_gpu_containers_reserve_the_configured_cores_and_memory_and_are_billed_for_them():
+    base = load_config(REPO / "configs/kimina-es.toml")
+    small = load_config(REPO / "configs/kimina-es.toml", ["modal.gpu_container_cpus=4", "modal.gpu_container_memory_gb=24"])
+    for name in GPU_IMAGE_FUNCTIONS:
+        r = modal_plan.resources(small)[name]
+        assert (r.cpu, r.memory_mb) == (4.0, 24 * 1024), name
+        assert (modal_plan.resources(base)[name].cpu, modal_plan.resources(base)[name].memory_mb) == (8.0, 64 * 1024)
+    p_base, p_small = (modal_plan.plan(c, command="train_es", backend="modal") for c in (base, small))
+    gpu_container_s = p_base["est_usd_breakdown"]["gpu"]["gpu_s"]  # the loop and members, 1 GPU each
+    assert p_base["est_usd_breakdown"]["cpu"]["core_s"] - p_small["est_usd_breakdown"]["cpu"]["core_s"] == pytest.approx(
+        gpu_container_s * (8 - 4), abs=1)
+    assert p_base["est_usd_breakdown"]["memory"]["gib_s"] - p_small["est_usd_breakdown"]["memory"]["gib_s"] == (
+        pytest.approx(gpu_container_s * (64 - 24), abs=1))
+
+
+def test_the_remote_options_carry_the_gpu_containers_size():
+    from prover_cli.on_modal import functions
+
+    config = load_config(REPO / "configs/kimina-es.toml", ["modal.gpu=L4", "modal.gpu_container_cpus=6",
+                                                           "modal.gpu_container_memory_gb=40"])
+    options = functions.options("es_member", config)
+    assert (options["gpu"], options["cpu"], options["memory"]) == ("L4:1", 6.0, 40 * 1024)
+
+
+@pytest.mark.parametrize("setting, expected", [("modal.gpu_container_cpus=0", "must be >= 0.125"),
+                                               ("modal.gpu_container_cpus=1000", "must be <= 256"),
+                                               ("modal.gpu_container_memory_gb=0", "must be >= 1"),
+                                               ("modal.gpu_container_memory_gb=4096", "must be <= 2048")])
+def test_gpu_container_size_is_bounded(setting, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(None, [setting])
+
+
+# -- 3. the doctor's GPU step runs on the configured GPU --------------------------------------
+
+def test_doctor_gpu_runs_with_the_configured_gpu_and_size(monkeypatch):
+    from prover_cli.on_modal import doctor, functions, remote
+
+    seen: dict = {}
+
+    class Declared:  # stands in for the declared Function (the default config's H100:1)
+        def with_options(self, **options):
+            seen["options"] = options
+            return "doctor_gpu with options"
+
+    monkeypatch.setattr(functions, "doctor_gpu", Declared())
+    monkeypatch.setattr(remote, "upload", lambda uploads: None)
+
+    def call(function, *args):
+        seen["called"] = function
+        return {"model": "m", "sampler": "vllm", "gpu": "2 x L4", "load_s": 1.0, "generate_s": 0.1,
+                "completion_tokens": 16, "text": "x"}
+
+    monkeypatch.setattr(doctor, "call", call)
+    config = load_config(None, ["modal.gpu=L4", "modal.gpus_per_container=2", "modal.gpu_container_cpus=4",
+                                "modal.gpu_container_memory_gb=32"])
+    ok, detail = doctor._gpu_model(config)
+    assert ok and seen["called"] == "doctor_gpu with options"
+    assert seen["options"]["gpu"] == "L4:2"
+    assert (seen["options"]["cpu"], seen["options"]["memory"]) == (4.0, 32 * 1024)
+    assert seen["options"] == functions.options("doctor_gpu", config)
+    # and the doctor's dry run names (and prices) that GPU
+    step = next(s for s in modal_plan.doctor_steps(config) if s.name == "gpu model")
+    assert "L4:2" in step.where and step.resources.gpu == "L4:2"
+
+
+# -- 4. no shipped config trips the plan's memory (or CPU) warning ----------------------------
+
+@pytest.mark.parametrize("command", ["train_es", "train_grpo"])
+@pytest.mark.parametrize("path", [None, *SHIPPED], ids=lambda p: p.name if p else "defaults")
+def test_no_shipped_config_trips_the_plans_resource_warnings(path, command):
+    config = load_config(path)
+    p = modal_plan.plan(config, command=command, backend="modal")
+    warnings = [text for kind, text in notes(p) if kind == "warning"]
+    assert not [w for w in warnings if "verify_memory_gb" in w or "verify_cpus" in w], warnings
+    v, m = config.verify, config.modal
+    assert v.workers * v.memory_limit_gb <= m.verify_memory_gb
+
+
+def test_the_kimina_configs_are_the_shipped_ones():
+    assert {p.name for p in SHIPPED} >= {"kimina-es.toml", "kimina-grpo.toml"}
+    assert (REPO / "configs").resolve() == (REPO / "prover_cli" / "configs").resolve()
+
+
+def test_eval_dry_run_on_modal_prices_the_configured_gpu(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from prover_cli.cli import app
+
+    rows = [{"id": f"p{i}", "formal_statement": f"theorem p{i} : {i} = {i} := by\n", "header": "import Mathlib\n",
+             "split": "test", "source": "x"} for i in range(4)]
+    problems = tmp_path / "p.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = CliRunner().invoke(app, ["eval", "--backend", "modal", "--dry-run", "--json", "--set", "modal.gpu=L4",
+                                      "--set", f"eval.problems={problems}", "--set", "eval.split=test",
+                                      "--set", "generate.batch_size=4", "--set", "generate.max_tokens=900"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    gpu_hours = 900 / MODAL_GPUS["L4"].est_decode_tokens_per_s / 3600  # one call at the L4 estimate
+    assert out["est_gpu_hours"] == pytest.approx(gpu_hours, abs=1e-3)
+    # the GPU-hours at the L4's list price (0.7992 USD/h), not an H100's
+    assert out["est_usd"] == pytest.approx(out["est_gpu_hours"] * MODAL_GPUS["L4"].usd_per_hour
+                                           + out["est_cpu_core_hours"] * 0.047, abs=0.01)

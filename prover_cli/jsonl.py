@@ -80,6 +80,18 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+def finite_or_null(value: Any) -> Any:
+    """`value` with every float that is not finite (NaN, inf) as None: what JSON can hold of it,
+    for outputs that report a number (metrics, `--json`) rather than read one back as input."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
 def non_finite_in(value: Any) -> str | None:
     """Where `value` (a row a library decoded: Parquet, a JSON document) holds a float that is
     not finite, as `field.sub[2] = inf`; None when it holds none."""

@@ -44,10 +44,11 @@ with `iteration` as the step.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
+
+from prover_cli.jsonl import finite_or_null
 
 METRICS_FILE = "metrics.jsonl"
 REQUIRED_KEYS = ("iteration", "method", "task", "reward/mean", "reward/max", "verify/verified",
@@ -78,18 +79,6 @@ def training_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("iteration", 0) >= 1]
 
 
-def _finite_or_null(value: Any) -> Any:
-    """A metric that came out NaN or infinite (a diverged loss, a gradient norm that overflowed)
-    is written as null: the line stays JSON, and its readers keep the rest of it."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(item) for item in value]
-    return value
-
-
 def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
     """Append one iteration's metrics (flushed and fsynced: metrics survive a kill)."""
     budget = BUDGET_KEYS if record.get("iteration", 0) >= 1 else ()  # a trained iteration says what it consumed
@@ -98,7 +87,7 @@ def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
         raise ValueError(f"metrics record lacks {missing}")  # a bug in the trainer, not user input
     path = Path(run_dir) / METRICS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(_finite_or_null(record), sort_keys=True, allow_nan=False)
+    line = json.dumps(finite_or_null(record), sort_keys=True, allow_nan=False)  # a diverged loss: null
     with path.open("a", encoding="utf-8") as handle:
         handle.write(line + "\n")
         handle.flush()

@@ -18,7 +18,6 @@ for `PROGRESS_EVERY_S` (`Out.heartbeat`).
 from __future__ import annotations
 
 import json
-import math
 import sys
 import threading
 import time
@@ -179,8 +178,10 @@ class Out:
     def result(self, payload: Any) -> None:
         """The machine-readable result: printed to stdout with --json, ignored otherwise."""
         if self.json_mode:
+            from prover_cli.jsonl import finite_or_null   # JSON has no NaN: a non-finite figure reads null
+
             _RESULT["written"] = True  # set first: a failure while writing must not add a second document
-            self.stdout.write(json.dumps(_finite(payload), indent=2, sort_keys=True, default=str, allow_nan=False)
+            self.stdout.write(json.dumps(finite_or_null(payload), indent=2, sort_keys=True, default=str, allow_nan=False)
                               + "\n")
             self.stdout.flush()
 
@@ -286,17 +287,6 @@ def forget_result() -> None:
 
 def result_written() -> bool:
     return _RESULT["written"]
-
-
-def _finite(value: Any) -> Any:
-    """`value` with every float that is not finite (NaN, inf) as None: JSON has no such numbers."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
 
 
 def _fmt(cell: Any) -> str:

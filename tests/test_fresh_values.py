@@ -13,25 +13,7 @@ from typer.testing import CliRunner
 
 from prover_cli.cli import app
 
-runner = CliRunner()
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def invoke(args: list[str], exit_code: int, *named: str):
-    result = runner.invoke(app, args)
-    text = one_line(result.stderr)
-    assert "unexpected" not in text and "Traceback" not in text, text
-    assert result.exit_code == exit_code, text
-    for word in named:
-        assert word in text, (word, text)
-    return result
-
-
-def sets(*overrides: str) -> list[str]:
-    return [part for override in overrides for part in ("--set", override)]
+from test_robust import invoke, one_line, runner, sets  # noqa: E402,F401  (one CLI-case runner for the fault tables)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -13,6 +15,34 @@ FAKE_REPL = REPO / "tests" / "fake_repl.py"
 # The kernel stage's stand-ins (tests/fake_lean.py, tests/fake_safe_verify.py) at the default
 # toolchain's pin (SafeVerify minif2f-kimina-check, Lean 4.15): every verify test runs the stage.
 KERNEL_PIN_COMMIT = "577e95319a2bb1bb8df541f0c645811f6577a0ae"
+# The one hang guard for waits on something healthy (a child starting, taking a lock, printing a
+# line, exiting; a stand-in REPL answering): a slow or loaded machine only makes such a wait longer,
+# it never fails it; only a real hang does, after this long. Under pytest-timeout's 600 s per test
+# (pyproject.toml), so a hang fails with this file's message rather than a bare timeout.
+PATIENCE_S = 500.0
+
+
+def wait_until(predicate: Callable[[], Any], process: Any = None, what: str = "the condition",
+               poll_s: float = 0.02) -> Any:
+    """Poll `predicate` until it returns something true, and return that. Fails early if `process`
+    (a `subprocess.Popen` expected to stay alive meanwhile) exits first, with its output, and
+    after PATIENCE_S (a hang). Never fails merely because the machine is slow."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        # whether it exited is looked at before the predicate: an event just before the exit counts
+        exited = process is not None and process.poll() is not None
+        value = predicate()
+        if value:
+            return value
+        if exited:
+            out, err = process.communicate()
+            pytest.fail(f"waiting for {what}: the process exited with {process.returncode} first\n"
+                        f"stdout: {out}\nstderr: {err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"waiting for {what}: still not there after {PATIENCE_S:g} s (a hang?)")
+        time.sleep(poll_s)
+
+
 KERNEL_STAND_INS = {
     "lean_command": [sys.executable, str(REPO / "tests" / "fake_lean.py")],
     "kernel_checker_command": [sys.executable, str(REPO / "tests" / "fake_safe_verify.py"), "--pin", KERNEL_PIN_COMMIT],
@@ -34,15 +64,16 @@ def kernel_stand_in_sets() -> list[str]:
 @pytest.fixture
 def verify_config():
     """A factory: `verify_config(workers=2, timeout_s=2, repl_args=["--delay", "0.1"])` -> VerifyConfig
-    driving the stand-in, with small deadlines so fault tests stay fast."""
+    driving the stand-in. Its deadlines are for answers that should come, so they are the hang guard
+    (PATIENCE_S): a test of a timeout sets its own small one against a stand-in that never answers."""
     from prover_cli.config import VerifyConfig
 
     def make(repl_args: list[str] | tuple[str, ...] = (), **overrides):
         config = VerifyConfig()
         config.repl_command = fake_repl_command(*repl_args)
         config.workers = 2
-        config.timeout_s = 2.0
-        config.header_timeout_s = 10.0
+        config.timeout_s = PATIENCE_S
+        config.header_timeout_s = PATIENCE_S
         config.memory_limit_gb = 0.0
         config.canary = False  # the canary has its own tests (test_verify_canary.py); here it would add requests
         for key, value in KERNEL_STAND_INS.items():

@@ -58,6 +58,8 @@ Outcomes of tactics come from *markers*, identifiers in the command text:
 Options: --delay S (sleep before each non-import answer), --header-delay S (before import
 commands), --log PATH (append one JSON line per start and per request: pid, kind, cmd),
 --spawn-child (run the REPL in a child process and wait for it, like `lake env repl`),
+--hold TEXT PATH (a command whose text contains TEXT is logged, then not answered until PATH
+exists: a test decides when, instead of racing a --delay; may be given more than once),
 --lean-version X.Y (see above; native_decide adds `Lean.ofReduceBool` before 4.20, also
 `Lean.trustCompiler` from 4.20 (the stand-in's cut-off), `NAME._native.native_decide.ax_1_1`
 from 4.29), --quirk NAME (behave wrongly on one rule, to test the canary: `sorry-invisible`,
@@ -432,8 +434,10 @@ class Refused(Exception):
 
 class FakeRepl:
     def __init__(self, delay_s: float, header_delay_s: float, log_path: str | None,
-                 lean_version: tuple[int, int] = (4, 15), quirks: set[str] = frozenset()):
+                 lean_version: tuple[int, int] = (4, 15), quirks: set[str] = frozenset(),
+                 holds: tuple[tuple[str, str], ...] = ()):
         self.lean_version = lean_version
+        self.holds = tuple(holds)
         self.quirks = set(quirks)
         self.delay_s = delay_s
         self.header_delay_s = header_delay_s
@@ -481,6 +485,9 @@ class FakeRepl:
             return canned("unknown_env")
         markers = set(MARKER.findall(cmd))
         time.sleep(self.header_delay_s if is_header else self.delay_s)
+        for text, gate in self.holds:
+            while text in cmd and not os.path.exists(gate):
+                time.sleep(0.01)
         prefix = "fake_header_" if is_header else "fake_"
         if prefix + "hang" in markers:
             while True:
@@ -893,6 +900,7 @@ def main(argv: list[str]) -> int:
     lean_version = (4, 15)
     quirks: set[str] = set()
     spawn_child = False
+    holds: list[tuple[str, str]] = []
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -904,6 +912,8 @@ def main(argv: list[str]) -> int:
             log_path = args.pop(0)
         elif arg == "--spawn-child":
             spawn_child = True
+        elif arg == "--hold":
+            holds.append((args.pop(0), args.pop(0)))
         elif arg == "--quirk":
             quirks.add(args.pop(0))
         elif arg == "--lean-version":
@@ -918,7 +928,7 @@ def main(argv: list[str]) -> int:
             with open(log_path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"pid": os.getpid(), "event": "spawned", "child": child.pid}) + "\n")
         return child.wait()
-    FakeRepl(delay_s, header_delay_s, log_path, lean_version, quirks).serve()
+    FakeRepl(delay_s, header_delay_s, log_path, lean_version, quirks, holds).serve()
     return 0
 
 

@@ -50,6 +50,8 @@ from typing import Any, Iterator
 
 import modal
 
+from conftest import PATIENCE_S
+
 # --------------------------------------------------------------------------------------------
 # Volume
 # --------------------------------------------------------------------------------------------
@@ -438,7 +440,7 @@ class SandboxStandIn:
                 os.kill(pid, signal.SIGKILL)
         for process in self._processes:
             with contextlib.suppress(Exception):
-                process._popen.wait(timeout=5)
+                process._popen.wait(timeout=PATIENCE_S)   # SIGKILLed: reaped at once, however slow the machine
 
 
 def kernel_command_map() -> dict[tuple[str, ...], list[str]]:

@@ -41,16 +41,35 @@ def test_demo_budgets_are_equal():
     assert budgets["es"] == budgets["grpo"] > 0
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test (restored after). The tiny model gains nothing from two, and
+    on a loaded 2-core machine two threads that wait on each other made training several times
+    slower (measured, the same ES run back to back: 30-43 s with two threads, 6 s with one)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# What the test asserts needs little work: a few held-out problems, 2 iterations of each trainer
+# (an evaluation at 0, 1, 2), and an ES population of one +eps/-eps pair on 2 problems.
+EVAL_PROBLEMS = 8
+SMALL = ["run.eval_every=1", f"run.eval_problems={EVAL_PROBLEMS}", "es.iterations=2", "grpo.steps=2",
+         "es.population=2", "es.problems_per_iteration=2", "grpo.per_device_train_batch_size=8"]
+
+
 @pytest.mark.slow
-def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
+def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path, one_torch_thread):
     from prover_cli.config import load_config
     from prover_cli.data import prepare_data
     from prover_cli.es.train import train_es
     from prover_cli.grpo import train_grpo
     from prover_cli.demo import base_heldout, comparison
 
-    common = [f"model.cache_dir={warm_cache}", f"data.problems={tmp_path / 'problems.jsonl'}",
-              "run.eval_every=1", "run.eval_problems=20", "es.iterations=2", "grpo.steps=2"]
+    common = [f"model.cache_dir={warm_cache}", f"data.problems={tmp_path / 'problems.jsonl'}", *SMALL]
     config = load_config(DEMO_CONFIG, [*common, f"run.dir={tmp_path}"])
     prepare_data(config)
     train_es(load_config(DEMO_CONFIG, [*common, f"run.dir={tmp_path / 'es'}"]))
@@ -62,7 +81,7 @@ def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
         match = LINE.fullmatch(line)
         assert match, line
         task, problems, name, _, a, b, c = match.groups()
-        assert (task, int(problems), name) == ("countdown", 20, metric) and a == f"{base[key]:.3f}"
+        assert (task, int(problems), name) == ("countdown", EVAL_PROBLEMS, metric) and a == f"{base[key]:.3f}"
         for run, value in (("es", b), ("grpo", c)):
             last = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()][-1]
             assert value == f"{last[key]:.3f}"  # the line reports the last evaluation
@@ -79,4 +98,4 @@ def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path):
     assert first_lines[0]["eval/by_problem"] == base["eval/by_problem"]
 
     with pytest.raises(ValueError, match="not the same held-out set"):
-        comparison(config, tmp_path / "es", tmp_path / "grpo", base={**base, "eval/problems": 21})
+        comparison(config, tmp_path / "es", tmp_path / "grpo", base={**base, "eval/problems": EVAL_PROBLEMS + 1})

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import PATIENCE_S
 from prover_cli.es import gpu_kernel
 from prover_cli.es import noise as definition
 
@@ -35,7 +36,7 @@ def run_python(code: str, tmp_path: Path, interpret: bool) -> str:
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=PATIENCE_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return result.stdout
 
@@ -304,7 +305,7 @@ def test_prover_es_kernel_eager_turns_it_off(fresh, monkeypatch):
 
 def test_importing_the_module_does_not_import_triton():
     code = "import sys, prover_cli.es.gpu_kernel; assert 'triton' not in sys.modules, 'triton imported'"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S)
     assert result.returncode == 0, result.stderr
 
 

@@ -15,6 +15,7 @@ import torch
 from safetensors import safe_open
 from typer.testing import CliRunner
 
+from conftest import wait_until
 from prover_cli.cli import app
 from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError, ReplayMismatchError
@@ -356,11 +357,8 @@ def test_kill_9_during_training_then_resume_ends_bit_identical_to_an_uninterrupt
     process = subprocess.Popen([sys.executable, "-m", "prover_cli", "train", "es", "--config", str(killed_config)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     ledger = tmp_path / "killed" / "ledger.json"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if ledger.exists() and len(json.loads(ledger.read_text())["iterations"]) >= 2:
-            break
-        time.sleep(0.02)
+    wait_until(lambda: ledger.exists() and len(json.loads(ledger.read_text())["iterations"]) >= 2, process,
+               "2 iterations in the ledger")
     assert process.poll() is None, "training finished before it could be killed"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import PATIENCE_S
 from prover_cli import grpo
 from prover_cli.cli import app
 from prover_cli.config import GRPOConfig as GRPOSection
@@ -719,13 +720,13 @@ def test_cli_grpo_streams_to_trackio_and_wandb_offline_with_clean_json(tmp_path,
     done = subprocess.run([sys.executable, "-m", "prover_cli", "train", "grpo", "--config", str(DEMO),
                            "--set", f"run.dir={run}", "--set", f"model.cache_dir={cache_dir}",
                            "--set", "grpo.max_completion_length=8", "--set", "run.report_to=trackio,wandb", "--json"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=PATIENCE_S)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"] == 2  # banners (trackio, W&B offline) went to stderr
 
     read = subprocess.run([sys.executable, "-c", "import json; from trackio.sqlite_storage import SQLiteStorage; "
                            "print(json.dumps(SQLiteStorage.get_logs('prover', 'run-t')))"],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, timeout=PATIENCE_S)
     logs = json.loads(read.stdout)
     ours = [(row["step"], row["reward/mean"]) for row in logs if "reward/mean" in row]
     assert ours == [(m["iteration"], m["reward/mean"]) for m in read_metrics(run)]

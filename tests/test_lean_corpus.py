@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fake_repl_command
+from conftest import PATIENCE_S, fake_repl_command
 from prover_cli.verify.repl import ReplProcess
 
 CORPUS = Path(__file__).resolve().parent / "lean_corpus"
@@ -32,7 +32,7 @@ def replay(entry: dict) -> list:
     proc = ReplProcess(fake_repl_command(*args))
     proc.start()
     try:
-        return [proc.request(request, time.monotonic() + 10) for request in entry["requests"]]
+        return [proc.request(request, time.monotonic() + PATIENCE_S) for request in entry["requests"]]
     finally:
         proc.kill()
 
@@ -89,8 +89,8 @@ def test_the_stand_in_refuses_what_it_has_no_record_of(cmd):
     proc = ReplProcess(fake_repl_command())
     proc.start()
     try:
-        env = proc.request({"cmd": "def f := 2"}, time.monotonic() + 10)["env"]
-        answer = proc.request({"cmd": cmd, "env": env}, time.monotonic() + 10)
+        env = proc.request({"cmd": "def f := 2"}, time.monotonic() + PATIENCE_S)["env"]
+        answer = proc.request({"cmd": cmd, "env": env}, time.monotonic() + PATIENCE_S)
     finally:
         proc.kill()
     assert set(answer) == {"message"} and "no recorded behaviour" in answer["message"], answer

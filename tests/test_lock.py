@@ -10,12 +10,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fake_repl_command, kernel_stand_in_sets
+from conftest import PATIENCE_S, REPO, fake_repl_command, kernel_stand_in_sets, wait_until
 from prover_cli.lock import LockedError, hold_outputs, lock_path, output_lock
 
 # A child process that takes the lock of argv[1], says so, and holds it until stdin closes.
@@ -46,7 +45,7 @@ def test_second_process_is_refused_with_the_holders_pid_and_command(tmp_path):
         assert f"pid {child.pid}" in message and "--marker" in message and str(run_dir) in message
     finally:
         child.stdin.close()
-        child.wait(timeout=30)
+        child.wait(timeout=PATIENCE_S)
     assert not lock_path(run_dir).exists()  # a clean release leaves nothing behind
     with output_lock(run_dir) as previous:
         assert previous is None
@@ -56,7 +55,7 @@ def test_lock_of_a_killed_process_is_taken_over(tmp_path):
     target = tmp_path / "verdicts.jsonl"
     child = start_holder(target)
     os.kill(child.pid, signal.SIGKILL)
-    child.wait(timeout=30)
+    child.wait(timeout=PATIENCE_S)
     assert lock_path(target).exists()  # left behind, with the dead holder's record
     with hold_outputs([target]) as taken_over:
         assert [(p.name, r["pid"]) for p, r in taken_over] == [("verdicts.jsonl", child.pid)]
@@ -98,12 +97,9 @@ def test_two_prover_verify_runs_on_one_out(tmp_path):
     first = subprocess.Popen([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not lock_path(out).exists() or not lock_path(out).read_text():
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.05)
+        wait_until(lambda: lock_path(out).exists() and lock_path(out).read_text(), first, "the first run's lock")
         second = subprocess.run([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=PATIENCE_S)
         assert second.returncode == 1, second.stderr
         errors = [line for line in second.stderr.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and "in use by another prover process" in errors[0]
@@ -111,7 +107,7 @@ def test_two_prover_verify_runs_on_one_out(tmp_path):
         assert not out.exists() or out.read_text() == ""  # the second wrote nothing
     finally:
         go.touch()
-        stdout, stderr = first.communicate(timeout=120)
+        stdout, stderr = first.communicate(timeout=PATIENCE_S)
     assert first.returncode == 0, stderr
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert sorted(ids) == [f"p{i}" for i in range(5)]
@@ -141,7 +137,7 @@ def test_cli_train_and_generate_refused_while_the_run_dir_is_held(tmp_path):
         assert dry.exit_code == 0, dry.stderr  # a plan writes nothing, so it needs no lock
     finally:
         child.stdin.close()
-        child.wait(timeout=30)
+        child.wait(timeout=PATIENCE_S)
 
 
 def test_ctrl_c_prints_the_resume_command_and_releases_the_lock(tmp_path):
@@ -153,12 +149,9 @@ def test_ctrl_c_prints_the_resume_command_and_releases_the_lock(tmp_path):
             "--set", "verify.workers=1", *kernel_stand_in_sets()]
     run = subprocess.Popen([sys.executable, "-m", "prover_cli", *args], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not lock_path(out).exists() or not lock_path(out).read_text():
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.05)
+    wait_until(lambda: lock_path(out).exists() and lock_path(out).read_text(), run, "the run's lock")
     run.send_signal(signal.SIGINT)
-    _, stderr = run.communicate(timeout=120)
+    _, stderr = run.communicate(timeout=PATIENCE_S)
     assert run.returncode == 130, stderr
     assert "Interrupted." in stderr and "Traceback" not in stderr
     resume = next(line for line in stderr.splitlines() if line.startswith("Resume with: "))
@@ -223,7 +216,7 @@ def test_a_hard_link_or_a_deleted_lock_file_does_not_let_a_second_writer_in(tmp_
         assert not lock_path(out).exists() and not lock_path(link).exists()   # and they left no lock file
     finally:
         child.stdin.close()
-        child.wait(timeout=30)
+        child.wait(timeout=PATIENCE_S)
 
 
 def test_outputs_inside_a_held_run_dir_and_run_dirs_holding_a_held_output_are_refused(tmp_path):
@@ -248,7 +241,7 @@ def test_outputs_inside_a_held_run_dir_and_run_dirs_holding_a_held_output_are_re
         assert sorted(p.name for p in run_dir.iterdir()) == []
     finally:
         child.stdin.close()
-        child.wait(timeout=30)
+        child.wait(timeout=PATIENCE_S)
     child = start_holder(run_dir / "eval" / "verdicts.jsonl")
     try:
         result = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs" / "toy.toml"),
@@ -257,7 +250,7 @@ def test_outputs_inside_a_held_run_dir_and_run_dirs_holding_a_held_output_are_re
         assert "which another prover process writes" in result.stderr and f"pid {child.pid}" in result.stderr
     finally:
         child.stdin.close()
-        child.wait(timeout=30)
+        child.wait(timeout=PATIENCE_S)
 
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])

@@ -19,6 +19,7 @@ import modal
 import pytest
 from typer.testing import CliRunner
 
+from conftest import PATIENCE_S
 from modal_standin import SandboxStandIn, VolumeStandIn, sandboxes_running
 from prover_cli import backends
 from prover_cli.on_modal import functions, images, remote, sandbox
@@ -301,8 +302,8 @@ def test_train_grpo_local(volume, tiny, prepared):
 @pytest.mark.slow
 def test_verify_local_shards_through_the_real_library_with_the_repl_stand_in(volume, tiny):
     config = json.loads(json.dumps(tiny))
-    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": 5.0,
-                        "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": PATIENCE_S,
+                        "header_timeout_s": PATIENCE_S, "memory_limit_gb": 0.0}  # the hang guard: nothing hangs
     config["modal"] = {"verify_batch_size": 2}
     config["data"]["task"] = "lean"
     statement = "theorem t{i} : 1 + 1 = 2 := by"
@@ -730,7 +731,7 @@ def test_eval_of_the_lean_task_verifies_in_sandboxes(volume, tiny, sandbox_stand
     """In a GPU function, Lean verification runs in Sandboxes (here: the stand-in running the REPL stand-in)."""
     config = json.loads(json.dumps(tiny))
     config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl"})
-    config["verify"] = {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["verify"] = {"workers": 1, "timeout_s": PATIENCE_S, "header_timeout_s": PATIENCE_S, "memory_limit_gb": 0.0}
     config["modal"] = {"verify_batch_size": 3}
     config["eval"].update({"split": "test"})
     config["run"]["dir"] = "runs/lean-eval"
@@ -765,7 +766,7 @@ def test_train_es_on_the_lean_task_scores_rewards_in_sandboxes(volume, tiny, mon
     config = json.loads(json.dumps(tiny))
     config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl",
                            "train_split": "train"})
-    config["verify"] = {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0, "memory_limit_gb": 0.0}
+    config["verify"] = {"workers": 1, "timeout_s": PATIENCE_S, "header_timeout_s": PATIENCE_S, "memory_limit_gb": 0.0}
     config["modal"] = {"verify_batch_size": 3}
     config["run"]["dir"] = "runs/lean-es"
     functions.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import PATIENCE_S
 from prover_cli.on_modal.plan import PYTHON_VERSION, image_specs
 
 # Modal's images: debian-slim (glibc 2.36) on x86_64; manylinux_2_28 wheels run there.
@@ -31,7 +32,7 @@ def test_image_python_packages_resolve_for_python_311_on_linux(uv, image, tmp_pa
     requirements.write_text("\n".join(SPECS[image].python_packages) + "\n", encoding="utf-8")
     out = subprocess.run([*uv, "pip", "compile", "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM,
                           "--no-header", "--no-annotate", str(requirements)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=PATIENCE_S)
     assert "No solution found" not in out.stderr, out.stderr
     assert out.returncode == 0, out.stderr
     resolved = {line.split("==")[0].lower().replace("_", "-") for line in out.stdout.splitlines() if "==" in line}

@@ -15,6 +15,7 @@ from pathlib import Path
 import modal
 import pytest
 
+from conftest import PATIENCE_S, wait_until
 from modal_standin import SANDBOXES, SandboxStandIn, sandboxes_running
 from prover_cli.config import config_from_dict
 from prover_cli.errors import BackendError
@@ -30,7 +31,8 @@ def standin(monkeypatch):
 
 def make_config(verify=None, **modal_keys):
     # the canaries have their own tests: here they would add Sandboxes to every count
-    return config_from_dict({"verify": {"workers": 1, "timeout_s": 5.0, "header_timeout_s": 10.0,
+    # deadlines for answers that should come: the hang guard (a timeout test sets its own)
+    return config_from_dict({"verify": {"workers": 1, "timeout_s": PATIENCE_S, "header_timeout_s": PATIENCE_S,
                                         "memory_limit_gb": 0.0, "canary": False, **(verify or {})},
                              "modal": {"verify_batch_size": 2, **modal_keys}})
 
@@ -97,7 +99,7 @@ class FirstCreates:
     """A barrier for the first `n` Sandboxes only (the batches'); later ones (the kernel stage's) pass."""
 
     def __init__(self, n: int):
-        self.barrier, self.n, self.count, self.lock = threading.Barrier(n, timeout=20), n, 0, threading.Lock()
+        self.barrier, self.n, self.count, self.lock = threading.Barrier(n, timeout=PATIENCE_S), n, 0, threading.Lock()
 
     def wait(self) -> None:
         with self.lock:
@@ -215,18 +217,16 @@ def test_transport_speaks_the_repl_protocol_and_signal_kill_ends_the_process_gro
     proc.kill()   # before start: a no-op, as the pool does with a fresh worker
     proc.start()
     assert proc.alive and proc.pid is None  # the process is in the Sandbox, not here
-    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + 10)["env"] == 0
+    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + PATIENCE_S)["env"] == 0
     with pytest.raises(ReplTimeout):
         proc.request({"cmd": "theorem h : True := by fake_hang", "env": 0}, time.monotonic() + 0.5)
     proc.signal_kill()
-    deadline = time.monotonic() + 10
-    while proc.alive and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: not proc.alive, what="the killed REPL to end")
     assert not proc.alive and proc.exit_signal() is None  # our own kill: not an accident to retry
     assert "killed by SIGKILL" in proc.transport.exit_description()
     proc.kill()
     proc.start()  # a restart reuses the batch's live Sandbox
-    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + 10)["env"] == 0
+    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + PATIENCE_S)["env"] == 0
     assert len(standin.created) == 1
     box.terminate()
     assert not proc.alive and proc.exit_signal() is None  # we ended the Sandbox ourselves
@@ -273,9 +273,7 @@ def test_hung_repls_are_ended_inside_a_live_sandbox_without_a_kill_binary(standi
     hung = list(the_sandbox._processes)
     for repl in repls:
         repl.signal_kill()
-    deadline = time.monotonic() + 10
-    while any(p._popen.poll() is None for p in hung) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: all(p._popen.poll() is not None for p in hung), what="the three REPLs to end")
     assert [p._popen.poll() is not None for p in hung] == [True] * 3
     assert the_sandbox.poll() is None  # the Sandbox still runs: only the REPLs were ended
     kills = [argv for argv in standin.ran if "os.killpg" in " ".join(argv)]
@@ -299,9 +297,12 @@ def test_the_stand_in_refuses_a_program_the_image_does_not_have(standin):
 
 
 def test_a_sandbox_polls_124_after_its_timeout_and_137_after_terminate(standin):
-    arguments = dict(sandbox.sandbox_arguments(make_config()), timeout=1)
-    timed_out, terminated = SandboxStandIn.create(**arguments), SandboxStandIn.create(**arguments)
-    assert timed_out.poll() is None and terminated.poll() is None
+    arguments = sandbox.sandbox_arguments(make_config())
+    # only the first times out (after 1 s); the second's timeout is the hang guard, so a slow
+    # machine cannot let it time out before it is terminated
+    timed_out = SandboxStandIn.create(**dict(arguments, timeout=1))
+    terminated = SandboxStandIn.create(**dict(arguments, timeout=int(PATIENCE_S)))
+    assert terminated.poll() is None
     assert terminated.terminate(wait=True) == 137
     with pytest.raises(modal.exception.SandboxTimeoutError):
         timed_out.wait()

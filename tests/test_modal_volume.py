@@ -38,9 +38,10 @@ def test_reload_refuses_while_this_process_works_inside_the_volume(volume, monke
 
 
 def test_reload_refuses_while_a_started_process_works_inside_the_volume(volume):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=volume._mount)
+    # children that outlive any test (killed at its end): one that ended by itself would flip the check
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], cwd=volume._mount)
     try:
-        with pytest.raises(RuntimeError, match=r"cwd of '.*time.sleep\(60\)' is inside volume"):
+        with pytest.raises(RuntimeError, match=r"cwd of '.*time.sleep\(3600\)' is inside volume"):
             volume.reload()
     finally:
         child.kill()
@@ -190,7 +191,7 @@ def test_a_generator_engine_child_process_does_not_block_the_next_reload(tmp_pat
 
     class EngineLikeSampler:
         def __init__(self):  # a worker process, as vLLM's engine core is
-            children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+            children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]))
 
     def generate_file(config, *, sampler=None, **kwargs):
         return {"ok": True, "sampler": type(sampler).__name__, "out": str(kwargs["out_path"])}
@@ -205,7 +206,7 @@ def test_a_generator_engine_child_process_does_not_block_the_next_reload(tmp_pat
         result = generator.generate_file.local({"out_path": "runs/g/samples.jsonl", "problems_path": None})
         assert result == {"ok": True, "sampler": "EngineLikeSampler", "out": "runs/g/samples.jsonl"}
         # the same child started from inside the Volume is what Modal refuses
-        children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=volume._mount))
+        children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], cwd=volume._mount))
         with pytest.raises(RuntimeError, match="inside volume"):
             generator.generate_file.local({"out_path": "runs/g/samples.jsonl", "problems_path": None})
     finally:

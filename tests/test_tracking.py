@@ -5,6 +5,7 @@ import importlib.util
 
 import pytest
 
+from conftest import PATIENCE_S
 from prover_cli.config import load_config
 from prover_cli.errors import BackendError, ConfigError
 from prover_cli.tracking import open_tracker, parse_report_to, scalars
@@ -120,7 +121,7 @@ def test_trackio_local_run_holds_every_record_and_stdout_stays_clean(tmp_path):
     # TRACKIO_DIR is read when trackio is imported: a fresh process keeps the store in tmp_path.
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store"), "TRACKIO_PROJECT": "prover"}
     done = subprocess.run([sys.executable, "-c", TRACKIO_SCRIPT, str(tmp_path / "run-a")], capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, env=env, timeout=PATIENCE_S)
     assert done.returncode == 0, done.stderr
     logs = json.loads(done.stdout)  # trackio's banner went to stderr, so stdout is only our JSON
     assert [(row["step"], row["reward/mean"], row["es/skipped"]) for row in logs] == [(1, 0.1, 0.0), (2, 0.2, 1.0)]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import PATIENCE_S, wait_until
 from prover_cli.errors import BackendError, ConfigError
 from prover_cli.verify.isolated import LocalRunner, RunResult
 from prover_cli.verify.kernel import (
@@ -42,7 +43,7 @@ def checker_command(pin) -> list[str]:
 def stage(verify_config):
     def make(pin=PIN_2024, **overrides):
         settings = dict(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
-                        kernel_checker_command=checker_command(pin), kernel_check_timeout_s=20.0)
+                        kernel_checker_command=checker_command(pin), kernel_check_timeout_s=PATIENCE_S)
         config = verify_config(**{**settings, **overrides})
         return KernelStage(config)
     return make
@@ -166,7 +167,8 @@ def test_a_crashing_elaboration_is_an_error(stage):
     ("import sys; sys.stderr.write('uncaught exception: (kernel) x\\n'); sys.exit(1)", "the trusted target"),
 ])
 def test_checker_output_we_cannot_read_is_an_error(stage, verify_config, script, expect):
-    s = stage(kernel_check_timeout_s=2.0)
+    # the deadline under test only for the checker that never answers; one that does gets the hang guard
+    s = stage(kernel_check_timeout_s=2.0 if "sleep" in script else PATIENCE_S)
     s.checker_command = [sys.executable, "-c", script]
     [result] = s.check([job(HONEST)], STANDARD)
     assert result.status == "error", result.reason
@@ -430,7 +432,7 @@ def backend_config(verify_config, monkeypatch):
             return verify_config(repl_command=FORGING_REPL, **overrides), contextlib.nullcontext()
         monkeypatch.setattr(test_verify_kimina, "fake_repl_command", lambda *args: FORGING_REPL + list(args))
         server = test_verify_kimina.FakeKimina()
-        return verify_config(backend="kimina", kimina_url=server.url, timeout_s=5.0, **overrides), server
+        return verify_config(backend="kimina", kimina_url=server.url, **overrides), server
     return make
 
 
@@ -581,7 +583,7 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
     from prover_cli.verify.statement import Candidate
 
     reported = []
-    s = stage(workers=2, kernel_check_timeout_s=60.0)
+    s = stage(workers=2)   # kernel_check_timeout_s: the hang guard, what the bug would wait out
     fast = Verdict("verified", "all checks passed")
 
     def candidate(body):
@@ -593,11 +595,10 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
             second.submit(candidate(HONEST), fast, ("quick", {}), lambda *a: reported.append(a))
             second.submit(candidate(HONEST.replace("decide", "exact fake_hang")), fast, ("hangs", {}),
                           lambda *a: reported.append(a))
-            while not reported:              # the quick one is reported from its own thread
-                time.sleep(0.01)
+            wait_until(lambda: reported, what="the quick check's verdict")   # reported from its own thread
             raise KeyboardInterrupt
     assert [key for key, _, _ in reported] == ["quick"] and reported[0][2].status == "verified"
-    assert time.monotonic() - start < 30     # the hanging `lean -o` was killed, not waited for
+    assert time.monotonic() - start < s.timeout_s   # the hanging `lean -o` was killed, not waited for
 
 
 def test_the_pin_warning_names_exactly_the_pins_without_the_import_check():

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import fake_repl_command
+from conftest import PATIENCE_S, fake_repl_command
 from prover_cli.errors import BackendError
 from prover_cli.verify import verify_records
 from prover_cli.verify.kimina import judge_kimina, judge_trusted, kimina_code, trusted_code
@@ -129,7 +129,7 @@ class FakeKimina:
         repl = ReplProcess(fake_repl_command(*self.repl_args))
         repl.start()
         try:
-            env = repl.request({"cmd": header}, time.monotonic() + 10)["env"]
+            env = repl.request({"cmd": header}, time.monotonic() + PATIENCE_S)["env"]
             response = repl.request({"cmd": body, "env": env}, time.monotonic() + timeout_s)
         except ReplTimeout:
             return {"custom_id": custom_id, "error": f"Lean REPL command timed out in {timeout_s} seconds"}

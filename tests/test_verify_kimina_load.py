@@ -16,6 +16,7 @@ import threading
 
 import pytest
 
+from conftest import PATIENCE_S
 from prover_cli.verify import kimina, verify_records
 from test_verify_kimina import FakeKimina, invalid_body, proof
 
@@ -141,7 +142,7 @@ def test_in_flight_counts_proofs_across_threads():
     thread.start()
     assert not blocked.wait(0.2)
     gate.release(2)
-    assert blocked.wait(5)
+    assert blocked.wait(PATIENCE_S)
     thread.join()
     assert gate.peak == 2 and gate.used == 0
     with pytest.raises(ValueError, match="exceeds"):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import PATIENCE_S, REPO, wait_until
 from prover_cli.verify import verify_file, verify_records
 from test_verify_file import proof, read_jsonl, write_config, write_proofs
 from test_verify_pool import pid_alive
@@ -125,8 +125,10 @@ def test_set_option_max_heartbeats_in_before_the_target_is_verified(verify_confi
 
 # -- a REPL killed from outside: retried once, then `error` with the signal ------------------------
 
-def _kill_repls_on_proof(log, kills: int, stop: threading.Event) -> list[int]:
-    """Kill -9 (from outside) the REPL process that receives the proof, `kills` times."""
+def _kill_repls_on_proof(log, gate, kills: int, stop: threading.Event) -> list[int]:
+    """Kill -9 (from outside) the REPL process that receives the proof, `kills` times; the REPLs
+    hold the proof (`--hold linarith GATE`) until then, so each kill lands before any answer
+    whatever the machine's speed; then `gate` opens and a later REPL answers."""
     killed: list[int] = []
 
     def run() -> None:
@@ -138,6 +140,7 @@ def _kill_repls_on_proof(log, kills: int, stop: threading.Event) -> list[int]:
                     killed.append(entry["pid"])
                     break
             time.sleep(0.01)
+        gate.touch()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -146,14 +149,15 @@ def _kill_repls_on_proof(log, kills: int, stop: threading.Event) -> list[int]:
 
 @pytest.mark.parametrize("kills, expected", [(1, "verified"), (2, "error")])
 def test_a_repl_killed_from_outside_is_retried_once(verify_config, tmp_path, kills, expected):
-    log = tmp_path / "repl.log"
+    log, gate = tmp_path / "repl.log", tmp_path / "gate"
     stop = threading.Event()
-    killed = _kill_repls_on_proof(log, kills, stop)
+    killed = _kill_repls_on_proof(log, gate, kills, stop)
     try:
         [verdict] = verify_records([proof("oom")], verify_config(
-            workers=1, timeout_s=20.0, repl_args=["--log", str(log), "--delay", "0.5"]))
+            workers=1, repl_args=["--log", str(log), "--hold", "linarith", str(gate)]))
     finally:
         stop.set()
+        gate.touch()
     assert len(killed) == kills
     assert verdict["verdict"] == expected, verdict["reason"]
     if expected == "error":
@@ -181,24 +185,24 @@ def _start_prover_verify(tmp_path):
             "--config", str(cfg), "--json"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     victim = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        hung = [e for e in log_entries(log) if e.get("kind") == "cmd" and "fake_hang" in e.get("cmd", "")]
-        if hung:
-            spawner = [e["pid"] for e in log_entries(log) if e.get("event") == "spawned"]
-            return victim, [hung[0]["pid"], *spawner]
-        time.sleep(0.02)
-    victim.kill()
-    raise AssertionError("the REPL never received the proof")
+
+    def hung_and_spawner():   # both log lines: the spawner's may come after its child's, on a slow machine
+        entries = log_entries(log)
+        hung = [e["pid"] for e in entries if e.get("kind") == "cmd" and "fake_hang" in e.get("cmd", "")]
+        spawner = [e["pid"] for e in entries if e.get("event") == "spawned"]
+        return hung and spawner and [hung[0], *spawner]
+
+    try:
+        pids = wait_until(hung_and_spawner, victim, "the REPL to receive the proof")
+    except BaseException:
+        victim.kill()
+        raise
+    return victim, pids
 
 
-def _all_gone(pids, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if not any(pid_alive(pid) for pid in pids):
-            return True
-        time.sleep(0.05)
-    return False
+def _all_gone(pids) -> bool:
+    wait_until(lambda: not any(pid_alive(pid) for pid in pids), what="the REPL processes to end")
+    return True
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
@@ -206,7 +210,7 @@ def test_hung_repls_die_with_prover_verify(tmp_path, how):
     victim, repl_pids = _start_prover_verify(tmp_path)
     assert all(pid_alive(pid) for pid in repl_pids)
     victim.send_signal(how)
-    victim.communicate(timeout=30)
+    victim.communicate(timeout=PATIENCE_S)
     if how == signal.SIGTERM:   # handled like Ctrl-C (KeyboardInterrupt), not the default death by signal
         assert victim.returncode not in (0, -signal.SIGTERM), victim.returncode
     assert _all_gone(repl_pids), "a REPL process outlived `prover verify`"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import fake_repl_command
+from conftest import PATIENCE_S, fake_repl_command
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
 from prover_cli.verify.repl import ReplProcess
@@ -28,7 +28,7 @@ def test_stand_in_statement_check_follows_the_statement_text_and_its_scope():
     proc = ReplProcess(fake_repl_command())
     proc.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE_S   # answers that should come: the hang guard
         header = proc.request({"cmd": DEFAULT_HEADER}, deadline)["env"]
         trusted = proc.request({"cmd": trusted_command(trusted_signature(STATEMENT)), "env": header}, deadline)
         namespace, _ = read_trusted_namespace(trusted)
@@ -121,7 +121,7 @@ def test_check_answers_have_the_shape_of_the_recorded_transcript():
     proc = ReplProcess(fake_repl_command())
     proc.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE_S   # answers that should come: the hang guard
         env = proc.request({"cmd": "theorem f : True := trivial"}, deadline)["env"]
         ours = proc.request({"cmd": "#check @f", "env": env}, deadline)
         theirs_missing = proc.request({"cmd": "#check @g", "env": env}, deadline)

@@ -172,7 +172,7 @@ rng = random.Random(int(sys.argv[2]))
 interrupted = 0
 for trial in range(int(sys.argv[1])):
     stop = threading.Event()
-    def worker():
+    def worker(stop=stop, trial=trial):   # this trial's event: a later trial rebinds the names
         while not stop.is_set():
             log.info("worker %d", trial)
     thread = threading.Thread(target=worker)
@@ -181,8 +181,8 @@ for trial in range(int(sys.argv[1])):
     sender = threading.Timer(rng.random() * 0.003, os.kill, (os.getpid(), number))
     try:
         with stop_signals_as_interrupt():
-            sender.start()
             try:
+                sender.start()   # inside the try: a short timer can fire before start() returns
                 while True:
                     log.info("main %d", trial)
             finally:

@@ -1,7 +1,12 @@
 """The vLLM side of ES (es/vllm_worker.py, samplers/vllm_sampler.py) against fakes of vLLM's
 interfaces as vLLM 0.31 defines them: a model's `load_weights(weights) -> set[str]` of the
-parameters it loaded, which skips `lm_head.*` for tied embeddings (AutoWeightsLoader with
-`skip_prefixes=["lm_head."]`, model_executor/models/qwen2.py and utils.py), and
+parameters it loaded, which skips a tied alias (`lm_head.weight` when `lm_head` *is*
+`model.embed_tokens`, model_executor/models/qwen2.py) and refuses any one call that skipped an
+alias without loading its canonical name (`AutoWeightsLoader._check_skipped_aliases`,
+model_executor/models/utils.py, since 0.29; the message is the one recorded from vLLM 0.30.0 in a
+verl run: "'lm_head.weight' was skipped because it is tied to 'model.embed_tokens.weight' in
+Qwen3ForCausalLM, but 'model.embed_tokens.weight' was not found in the checkpoint, so the tied
+weight is uninitialized.", quoted in verl-project/verl PR #8014), and
 `LLM.reset_prefix_cache() -> bool`, False when the reset is refused (blocks in use).
 No vLLM here: these fakes are not vLLM results.
 """
@@ -33,22 +38,45 @@ class TiedReference(torch.nn.Module):
 
 
 class TiedEngineModel(torch.nn.Module):
-    """vLLM-style: `lm_head` is the embedding module; load_weights skips `lm_head.` and returns what it loaded."""
+    """vLLM-style: `lm_head` is the embedding module; load_weights skips the alias, returns what
+    it loaded, and refuses a call that skipped an alias whose canonical name it did not load."""
 
     def __init__(self):
         super().__init__()
         self.embed = torch.nn.Embedding(5, 4)
         self.mlp = torch.nn.Linear(4, 4, bias=False)
+        self.lm_head = self.embed   # vLLM: `self.lm_head = self.model.embed_tokens` when tied
 
     def load_weights(self, weights):
-        params, loaded = dict(self.named_parameters()), set()
+        params, loaded, skipped = dict(self.named_parameters()), set(), []
         with torch.no_grad():
             for name, tensor in weights:
-                if name.startswith("lm_head."):  # skip_prefixes=["lm_head."] when tie_word_embeddings
+                if name.startswith("lm_head."):  # the tied alias: its bytes are never read
+                    skipped.append(name)
                     continue
                 params[name].copy_(tensor)
                 loaded.add(name)
+        for alias in skipped:   # _check_skipped_aliases, per call
+            canonical = "embed." + alias.removeprefix("lm_head.")
+            if canonical not in loaded:
+                raise ValueError(f"'{alias}' was skipped because it is tied to '{canonical}' in TiedEngineModel, "
+                                 f"but '{canonical}' was not found in the checkpoint, so the tied weight is uninitialized.")
         return loaded
+
+
+def test_the_engine_stand_in_refuses_a_tied_alias_loaded_on_its_own_as_vllm_does():
+    engine = TiedEngineModel()
+    with pytest.raises(ValueError, match="tied weight is uninitialized"):
+        engine.load_weights([("lm_head.weight", torch.zeros(5, 4))])
+    assert engine.load_weights([("embed.weight", torch.zeros(5, 4)), ("lm_head.weight", torch.zeros(5, 4))]) == {"embed.weight"}
+    from prover_cli.es.vllm_worker import tied_aliases
+    assert tied_aliases(engine) == {"lm_head.weight": "embed.weight"}   # vLLM's rule: first name canonical
+
+
+def test_a_checkpoint_with_a_tied_head_but_no_embedding_is_refused_by_name(tmp_path):
+    save_file({"mlp.weight": torch.ones(4, 4), "lm_head.weight": torch.ones(5, 4)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"lm_head.weight \(tied to embed.weight\)"):
+        FakeWorker(TiedEngineModel(), torch.float32).es_init(str(tmp_path))
 
 
 def test_a_tied_lm_head_the_engine_skips_is_not_part_of_the_es_base(tmp_path):

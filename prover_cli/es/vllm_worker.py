@@ -11,11 +11,19 @@ model's own `load_weights`, which fuses q/k/v and gate/up exactly as when vLLM l
 the noise is keyed by the same names, computed by the same code (es/noise.py), and the weights
 are bit-identical to the transformers path and to `prover replay-seeds`.
 
-The ES base holds only the tensors the engine's `load_weights` reports it loaded. A model with
-tied embeddings skips `lm_head.weight` there (vLLM's AutoWeightsLoader gets
-`skip_prefixes=["lm_head."]` when `tie_word_embeddings`, model_executor/models/*.py with
-utils.py), as transformers' `named_parameters()` lists the tied tensor once: a base that kept
-it would perturb, update and fingerprint a tensor the engine never uses, and disagree with the
+The ES base holds only the tensors the engine's `load_weights` reports it loaded, and never a
+tied alias. With `tie_word_embeddings` vLLM's model *is* its embedding at the head
+(`self.lm_head = self.model.embed_tokens`, model_executor/models/qwen2.py), so the engine's
+`named_parameters(remove_duplicate=False)` lists one parameter under two names; its
+AutoWeightsLoader skips the alias and, since vLLM 0.29, `_check_skipped_aliases` raises at the end
+of any one `load_weights` call that skipped an alias without loading its canonical name
+(model_executor/models/utils.py; the recorded message: "'lm_head.weight' was skipped because it
+is tied to 'model.embed_tokens.weight' in Qwen3ForCausalLM, but 'model.embed_tokens.weight' was
+not found in the checkpoint, so the tied weight is uninitialized."). So the aliases are found by
+vLLM's own rule (one parameter object, several names: the first name is canonical) and never sent
+alone; every other tensor goes through `load_weights` by itself, which says whether the engine
+uses that name at all. transformers' `named_parameters()` lists a tied tensor once: a base that
+kept the alias would perturb, update and fingerprint a tensor twice, and disagree with the
 transformers path and `prover replay-seeds`.
 
 The fp32 master is one more model's worth of GPU memory outside vLLM's budget (4 bytes per
@@ -43,10 +51,15 @@ class ESWorkerExtension:
         model = self.model_runner.model
         device = next(model.parameters()).device
         dtype = self.model_config.dtype  # the engine's dtype, which the checkpoint was cast to
-        base, self._prover_es_skipped = {}, []
+        aliases = tied_aliases(model)
+        base, self._prover_es_skipped, names = {}, [], set()
         for file in sorted(Path(checkpoint_dir).glob("*.safetensors")):
             for name, tensor in load_file(str(file), device=str(device)).items():
+                names.add(name)
                 if not tensor.is_floating_point():
+                    continue
+                if name in aliases:   # e.g. a tied lm_head.weight: alone, vLLM refuses the call
+                    self._prover_es_skipped.append(name)
                     continue
                 tensor = tensor.to(dtype)
                 # One tensor through the engine's own loader: it writes the value the engine
@@ -54,7 +67,11 @@ class ESWorkerExtension:
                 if model.load_weights([(name, tensor)]):
                     base[name] = tensor
                 else:
-                    self._prover_es_skipped.append(name)  # e.g. a tied lm_head.weight
+                    self._prover_es_skipped.append(name)  # e.g. rotary buffers the engine computes
+        orphans = sorted(f"{alias} (tied to {aliases[alias]})" for alias in self._prover_es_skipped
+                         if alias in aliases and aliases[alias] not in names)
+        if orphans:   # what vLLM's own check refuses: the tied weight would be uninitialized
+            raise ValueError(f"{checkpoint_dir}: tied weights without their canonical tensor: {', '.join(orphans)}")
         if not base:
             raise FileNotFoundError(f"{checkpoint_dir}: no *.safetensors weights to take as the ES base")
         # The engine's tensors are written by its own load_weights (fusing q/k/v, gate/up), in
@@ -84,3 +101,15 @@ class ESWorkerExtension:
 
     def es_load(self, path: str) -> None:
         self._prover_es.load(path)
+
+
+def tied_aliases(model: Any) -> dict[str, str]:
+    """{alias: canonical} for parameters the engine's model registers under several names, the
+    first name canonical: vLLM's rule for tied weights (`_get_tied_embedding_params`)."""
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        canonical = first.setdefault(id(parameter), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases

@@ -131,6 +131,7 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
                                          evaluation=evaluation, base_line=base_due)
         trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                             processing_class=tokenizer, callbacks=[callback])
+        evaluation.trainer = trainer
         for printer in (PrinterCallback, ProgressCallback):  # both print to stdout
             trainer.remove_callback(printer)
         place_trl_tensorboard(trainer, run_dir)
@@ -589,6 +590,7 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype:
         use_vllm=g.use_vllm,
         vllm_mode="colocate",  # one process shares the GPU: no separate server to start
         vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+        vllm_enable_sleep_mode=False,  # the held-out evaluation samples with this engine between steps
         # -- sampling shared with `generate` ---------------------------------------------------
         top_p=config.generate.top_p,
         top_k=0,  # no top-k cut: only temperature and top_p shape the distribution
@@ -649,6 +651,7 @@ class HeldOutEvaluation:
                  reporter: Any = NULL_REPORTER):
         self.config, self.task, self.problems, self.tokenizer = config, task, problems, tokenizer
         self.compute_dtype, self.reporter = compute_dtype, reporter
+        self.trainer: Any = None   # set once the trainer exists: with grpo.use_vllm its engine samples
 
     def due(self, step: int) -> bool:
         from prover_cli.heldout import eval_due
@@ -662,7 +665,10 @@ class HeldOutEvaluation:
         from prover_cli.heldout import evaluate_base, evaluate_heldout, weights_sha256
         from prover_cli.samplers.transformers_sampler import TransformersSampler
 
-        sampler = TransformersSampler(self.config, model=model, tokenizer=self.tokenizer)
+        if self.trainer is not None and self.config.grpo.use_vllm:
+            sampler = colocated_vllm_sampler(self.trainer, self.config)
+        else:
+            sampler = TransformersSampler(self.config, model=model, tokenizer=self.tokenizer)
         device_type = next(model.parameters()).device.type
         # The autocast grpo_args gives the Trainer: bf16 anywhere, fp16 on CUDA only.
         autocasts = self.compute_dtype != model.dtype and (self.compute_dtype == torch.bfloat16 or device_type == "cuda")
@@ -677,6 +683,29 @@ class HeldOutEvaluation:
                 return evaluate_heldout(sampler, self.config, self.problems, task=self.task, reporter=self.reporter)
         finally:
             model.train(was_training)
+
+
+def colocated_vllm_sampler(trainer: Any, config: Any) -> Any:
+    """The held-out sampler on the GPU path: the vLLM engine TRL colocates for training, holding the
+    weights of the step just taken. transformers `generate` on a 1.5B prover's held-out set takes
+    about an hour per evaluation where vLLM takes minutes, and ES's held-out evaluation samples with
+    vLLM too, so both methods are scored by the same engine.
+
+    TRL pushes the policy into the engine only before its next generation (`_generate_single_turn`:
+    when `state.global_step != _last_loaded_step`); the same condition and call here, so the engine
+    holds exactly the evaluated step's weights and TRL does not push them twice. With
+    `vllm_enable_sleep_mode` the engine drops its weights and KV cache between generations; we do
+    not enable it (`grpo_args`), and refuse to sample from an engine in that mode."""
+    from prover_cli.samplers.vllm_sampler import VLLMSampler
+
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is None or generation.mode != "colocate" or generation.enable_sleep_mode:
+        raise BackendError("grpo.use_vllm = true but the trainer has no colocated vLLM engine awake to evaluate with",
+                           hint="the held-out evaluation samples with TRL's colocated engine; sleep mode and server mode are not supported")
+    if trainer.state.global_step != trainer._last_loaded_step:
+        generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+    return VLLMSampler.from_engine(config, generation.llm)
 
 
 def place_trl_tensorboard(trainer: Any, run_dir: Path) -> None:

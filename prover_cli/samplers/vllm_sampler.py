@@ -48,6 +48,16 @@ class VLLMSampler:
         self.model_path, self.revision = path, kwargs["revision"]
         self._es_weights = None
 
+    @classmethod
+    def from_engine(cls, config: Any, llm: Any) -> "VLLMSampler":
+        """A sampler on an engine someone else built (TRL's colocated `vllm.LLM` for GRPO)."""
+        import vllm
+
+        sampler = cls.__new__(cls)
+        sampler.llm, sampler.tokenizer, sampler._vllm = llm, llm.get_tokenizer(), vllm
+        sampler.model_path, sampler.revision, sampler._es_weights = None, None, None
+        return sampler
+
     def generate(self, prompts: Sequence[str], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[list[Sample]]:
         """One batched engine call; with `seeds`, each prompt gets its own seeded request."""

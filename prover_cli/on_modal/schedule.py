@@ -1,0 +1,161 @@
+"""One ES iteration as a discrete-event schedule: who waits for whom, and what that costs.
+
+    python benchmarks/bench_pipeline.py --config kimina-es    # today's schedule and the pipeline side by side
+
+An ES iteration is `members` generations (one per perturbation) and then Lean verdicts on every
+member's proofs. Two schedules, simulated event by event from the same timings:
+
+- **barrier** (what `plan.py` prices today): up to `gpus` member containers generate at once, in
+  waves; only when the last member is done do its proofs go to Lean, in fresh Sandboxes of
+  `batch_size` proofs that each import the header first. Every member GPU (and the loop's) is up
+  for the whole iteration, so it idles while Lean verifies.
+- **pipelined**: each GPU runs member after member (perturb in place, generate), or several at
+  once (`resident` engines sharing it: a member's batch of a few sequences of a 1.5B model leaves
+  an H100 mostly idle, at a cost `resident_slowdown` that only a measurement can give); a member's proofs
+  go to Lean the moment its samples arrive, on Lean workers that stay warm across iterations (the
+  header imported once per worker, not once per batch), so Lean runs under the generation instead
+  of after it. Fewer GPUs, each busy nearly all the time.
+
+Proofs are checked first come first served on the earliest free worker; a worker pays `header_s`
+before every `proofs_per_header` proofs it checks (a fresh Sandbox per batch; 0 = warm, never).
+GPU-busy is generation (and perturbation) seconds over billed GPU-seconds. Costs use the plan's
+prices: GPUs for the whole iteration, Lean workers for the time they are up (fresh Sandboxes:
+while they check; warm workers: the whole iteration).
+
+Pure arithmetic: no Modal, no clock. The timings are the plan's estimates (`modal.est_*`) unless
+a calibration replaces them; only a run on real hardware can confirm them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+HOURS = 3600.0
+
+
+@dataclass(frozen=True)
+class IterationWork:
+    """What one ES iteration has to do, in seconds of each resource."""
+
+    members: int                 # perturbations scored per iteration (es.population)
+    generation_s: float          # one member's generation on one GPU: its whole batch of sequences
+    proofs_per_member: int       # proofs one member sends to Lean
+    proof_s: float               # one proof's Lean seconds with the header already imported
+    header_s: float              # one header import (Mathlib) on a Lean worker
+    perturb_s: float = 0.0       # perturb in place before a member's generation (pipelined GPUs)
+    update_s: float = 0.0        # the loop's update and ledger write after the last verdict
+    resident_slowdown: float = 0.0  # each further member generating on the same GPU at once adds
+                                    # this fraction of generation_s (an assumption until measured)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the work is laid out on machines."""
+
+    name: str
+    gpus: int                    # GPUs that generate
+    lean_workers: int            # proofs checked at once
+    barrier: bool                # proofs wait for the last member's generation
+    proofs_per_header: int       # a worker re-imports the header after this many proofs (0: warm, never)
+    loop_gpu: bool = False       # the loop holds a GPU of its own besides the generating ones
+    warm_lean: bool = False      # Lean workers are billed for the whole iteration (they stay up)
+    resident: int = 1            # members generating on one GPU at once (engines sharing it)
+
+
+@dataclass(frozen=True)
+class Prices:
+    gpu_per_hour: float          # one GPU with its container's cores and memory
+    lean_worker_per_hour: float  # one Lean worker's cores and memory
+
+
+@dataclass(frozen=True)
+class Result:
+    schedule: Schedule
+    iteration_s: float
+    generation_end_s: float
+    gpu_busy_s: float
+    gpu_billed_s: float
+    lean_busy_s: float           # checking and importing headers
+    lean_billed_s: float
+    usd: float
+
+    @property
+    def gpu_busy_fraction(self) -> float:
+        return self.gpu_busy_s / self.gpu_billed_s if self.gpu_billed_s else 0.0
+
+
+def simulate(work: IterationWork, schedule: Schedule, prices: Prices) -> Result:
+    if schedule.gpus < 1 or schedule.lean_workers < 1:
+        raise ValueError("a schedule needs at least one GPU and one Lean worker")
+    if schedule.resident < 1:
+        raise ValueError("at least one member per GPU")
+    # --- GPUs: the next members (up to `resident` at once) on the earliest free GPU ---------
+    perturb = 0.0 if schedule.barrier else work.perturb_s
+    gpus = [(0.0, index) for index in range(schedule.gpus)]
+    done: list[float] = []
+    gpu_busy, left = 0.0, work.members
+    while left:
+        free, index = heapq.heappop(gpus)
+        group = min(schedule.resident, left)
+        took = perturb + work.generation_s * (1 + work.resident_slowdown * (group - 1))
+        done += [free + took] * group
+        gpu_busy += took
+        left -= group
+        heapq.heappush(gpus, (free + took, index))
+    generation_end = max(done, default=0.0)
+    arrivals = sorted(generation_end if schedule.barrier else t for t in done for _ in range(work.proofs_per_member))
+    # --- Lean: first come first served on the earliest free worker --------------------------
+    workers = [(0.0, index, 0) for index in range(schedule.lean_workers)]   # (free at, index, proofs since header)
+    lean_busy, last_verdict = 0.0, 0.0
+    for arrival in arrivals:
+        free, index, since_header = heapq.heappop(workers)
+        start = max(arrival, free)
+        needs_header = schedule.proofs_per_header and since_header % schedule.proofs_per_header == 0
+        cost = work.proof_s + (work.header_s if needs_header else 0.0)
+        lean_busy += cost
+        last_verdict = max(last_verdict, start + cost)
+        heapq.heappush(workers, (start + cost, index, since_header + 1))
+    iteration_s = max(generation_end, last_verdict) + work.update_s
+    billed_gpus = schedule.gpus + (1 if schedule.loop_gpu else 0)
+    gpu_billed = billed_gpus * iteration_s
+    lean_billed = schedule.lean_workers * iteration_s if schedule.warm_lean else lean_busy
+    usd = gpu_billed / HOURS * prices.gpu_per_hour + lean_billed / HOURS * prices.lean_worker_per_hour
+    return Result(schedule, iteration_s, generation_end, gpu_busy, gpu_billed, lean_busy, lean_billed, usd)
+
+
+def cheapest_pipeline(work: IterationWork, prices: Prices, *, max_iteration_s: float,
+                      gpu_options: Iterable[int] | None = None, worker_options: Iterable[int] | None = None,
+                      resident_options: Iterable[int] = (1,)) -> Result | None:
+    """The pipelined schedule of least USD per iteration whose iteration ends within
+    `max_iteration_s` (ties: fewer GPUs, fewer members per GPU, fewer workers); None when none does."""
+    gpu_options = list(gpu_options or range(1, work.members + 1))
+    worker_options = list(worker_options or _worker_options(work))
+    best: Result | None = None
+    for gpus in gpu_options:
+        for resident in resident_options:
+            for workers in worker_options:
+                schedule = Schedule("pipelined", gpus, workers, barrier=False, proofs_per_header=0, warm_lean=True,
+                                    resident=resident)
+                result = simulate(work, schedule, prices)
+                if result.iteration_s > max_iteration_s:
+                    continue
+                key = (round(result.usd, 9), gpus, resident, workers)
+                if best is None or key < (round(best.usd, 9), best.schedule.gpus, best.schedule.resident,
+                                          best.schedule.lean_workers):
+                    best = result
+    return best
+
+
+def _worker_options(work: IterationWork) -> list[int]:
+    """Worker counts worth trying: enough to keep up with one GPU's output, up to one per proof."""
+    total = max(1, work.members * work.proofs_per_member)
+    options, n = set(), 1
+    while n < total:
+        options.add(n)
+        n = math.ceil(n * 1.25) if n >= 4 else n + 1
+    options.add(total)
+    return sorted(options)
+

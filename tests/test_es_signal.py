@@ -102,8 +102,8 @@ def test_the_warning_waits_for_a_window_and_names_every_knob_and_a_budget():
                  "es.samples_per_problem", "es.member_temperature = 0.7", "es.sigma", "--probe", "= 8 now", "about 72"):
         assert knob in text, knob
     assert "no signal at all" in noise_warning([(-0.1, 0.5)] * WINDOW, config)
-    assert progress_field(0.1, text) == "0.10 NOISE" and progress_field(0.1, None) == "0.10"
-    assert progress_field(None, None) == "-"
+    assert progress_field([noisy], text) == "0.10 NOISE" and progress_field([noisy], None) == "0.10"
+    assert progress_field([], None) == "-" and progress_field([None], None) == "-"
 
 
 # -- through the training loop: the tiny model's real weights, synthetic rewards ------------------
@@ -273,7 +273,8 @@ def test_probe_prints_signal_and_curvature_for_three_sigmas_costs_what_it_says_a
     result = json.loads(probed.stdout)
     assert [round(row["sigma"], 6) for row in result["sigmas"]] == [round(0.02 / 3, 6), 0.02, 0.06]
     for row in result["sigmas"]:
-        assert {"signal_share_pairs", "signal_share_members", "members_minus_center", "members_above_center"} <= set(row)
+        assert {"signal_share_pairs", "signal_share_members", "member_reward", "center_reward", "members_keep",
+                "members_above_center", "verdict", "reason"} <= set(row)
         assert len(row["member_rewards"]) == 4 and all(len(r) == 2 for r in row["member_rewards"])
     # 2 scorings x 3 samples x (the center + 3 sigmas x 4 members), said before it starts
     assert result["samples"] == 2 * 3 * (1 + 3 * 4) == 78
@@ -281,7 +282,8 @@ def test_probe_prints_signal_and_curvature_for_three_sigmas_costs_what_it_says_a
 
     human = runner.invoke(app, ["train", "es", "--probe", "--probe-seeds", "2", *overrides], env={"COLUMNS": "200"})
     assert human.exit_code == 0
-    for text in ("signal share (pairs)", "members - center", "members above center", "0.00667", "0.02", "0.06"):
+    for text in ("signal share (pairs)", "members' reward", "center reward", "recommendation", "members above center",
+                 "0.00667", "0.02", "0.06"):
         assert text in human.stderr, text
     assert not run_dir.exists()
 

@@ -160,7 +160,9 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             if alert and not warning:  # said once each time it starts; the progress line flags it throughout
                 reporter.log(f"Warning (iteration {iteration}): {alert}")
             warning = alert
-            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(share, warning))
+            # the last 5 iterations' share ± its error, then the whole run's: the window's sign is noise
+            # near 0 (es/signal.py: progress_field); the run's is the figure to set beside the probe's
+            bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(signal_parts, warning))
 
     final_dir = run_dir / "final"
     if resumed_from < es.iterations or not _final_holds(final_dir, weights):

@@ -42,6 +42,27 @@ def test_denylisted_cheats_are_rejected_and_never_run(verify_config, tmp_path):
     assert logged_commands(log) == []  # nothing was sent, not even the header
 
 
+def test_where_clause_and_option_cheats_never_run_and_a_harmless_clause_reaches_lean(verify_config, tmp_path):
+    """A `where` clause cannot hide a command, an attribute or a denied word, and no option reaches
+    the target's statement: rejected before the REPL. A harmless clause is sent with the proof; its
+    verdict here is the stand-in's (marker-driven, not Lean's): the text checks let it through."""
+    from test_verify_allowlist import OPTIONS_BEFORE_TARGET, WHERE_CHEATS, WHERE_HARMLESS
+
+    log = tmp_path / "repl.log"
+    records = [dict(completion(STATEMENT + tail), id=f"where {name}")
+               for name, (tail, _) in sorted(WHERE_CHEATS.items())]
+    records += [dict(completion(prefix + STATEMENT + "\n  linarith"), id=f"option {name}")
+                for name, prefix in sorted(OPTIONS_BEFORE_TARGET.items())]
+    verdicts = verify_records(records, verify_config(repl_args=["--log", str(log)]))
+    assert [(v["id"], v["verdict"]) for v in verdicts] == [(r["id"], "rejected") for r in records]
+    assert logged_commands(log) == []
+    harmless = WHERE_HARMLESS["column 0"]
+    [verdict] = verify_records([proof("where harmless", harmless.lstrip("\n"))],
+                               verify_config(workers=1, repl_args=["--log", str(log)]))
+    assert verdict["verdict"] == "verified", verdict["reason"]
+    assert any("where\n  aux (y : ℝ)" in cmd for cmd in logged_commands(log))
+
+
 # -- cheats only Lean can see: the answers decide ----------------------------------------------
 
 LEAN_LEVEL = {

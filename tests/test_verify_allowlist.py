@@ -111,14 +111,128 @@ def test_suspicious_characters_inside_comments_and_strings_are_fine():
     build(proof('  show "\u200b" = "\u200b"\n  rfl'))
 
 
-def test_resource_limits_are_allowed_before_the_target_and_inside_proofs():
-    block = HELPER + "\nset_option maxHeartbeats 400000 in\n" + STATEMENT + "\n  linarith"
-    c = build(completion(block))
-    assert "set_option maxHeartbeats 400000 in\n" + STATEMENT in c.body
-    block = "set_option maxRecDepth 10000 in\n" + STATEMENT + "\n  set_option maxHeartbeats 0 in\n  linarith"
-    assert "set_option maxRecDepth 10000 in" in build(completion(block)).body
+def test_resource_limits_are_allowed_before_a_helper_and_inside_proofs():
+    block = "set_option maxHeartbeats 400000 in\n" + HELPER + "\n" + STATEMENT + "\n  linarith"
+    assert build(completion(block)).body.startswith("set_option maxHeartbeats 400000 in\n" + HELPER)
+    block = STATEMENT + "\n  set_option maxHeartbeats 0 in\n  linarith"
+    assert "  set_option maxHeartbeats 0 in\n  linarith" in build(completion(block)).body
     build(proof("  set_option synthInstance.maxHeartbeats 40000 in\n  simp"))
     build(proof("  open Real in\n  simp"))   # one tactic, indented: local
+
+
+# `set_option … in` that ends where the target starts applies to the target's statement: rejected
+# (docs/verify.md, *`completion` input*), whatever the option and however it is chained.
+OPTIONS_BEFORE_TARGET = {
+    "maxHeartbeats 0": "set_option maxHeartbeats 0 in\n",
+    "after a helper": HELPER + "\nset_option maxHeartbeats 400000 in\n",
+    "maxRecDepth": "set_option maxRecDepth 10000 in\n",
+    "synthInstance.maxHeartbeats": "set_option synthInstance.maxHeartbeats 0 in\n",
+    "synthInstance.maxSize": "set_option synthInstance.maxSize 100000 in\n",
+    "maxSynthPendingDepth": "set_option maxSynthPendingDepth 3 in\n",
+    "exponentiation.threshold": "set_option exponentiation.threshold 1000 in\n",
+    "right after the imports": "import Mathlib\n\nset_option maxHeartbeats 400000 in\n",
+    "two options chained": "set_option maxRecDepth 10000 in\nset_option maxHeartbeats 0 in\n",
+    "behind an allowed open": "set_option maxHeartbeats 0 in\nopen Real in\n",
+    "in front of an allowed open": "open Real in\nset_option maxHeartbeats 0 in\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS_BEFORE_TARGET))
+def test_set_option_in_directly_before_the_target_is_rejected(name):
+    reason = rejected(completion(OPTIONS_BEFORE_TARGET[name] + STATEMENT + "\n  linarith"))
+    assert "applies to the target theorem" in reason and "set_option" in reason, reason
+
+
+def test_set_option_before_the_target_follows_allow_commands():
+    block = "set_option maxHeartbeats 0 in\n" + STATEMENT + "\n  linarith"
+    assert build(completion(block), allow_commands=("set_option",)).body.startswith("set_option maxHeartbeats 0 in")
+
+
+def test_every_open_in_a_chain_before_the_target_is_checked():
+    """`open Lean in` + `open Real in` + `theorem`: both apply to the target (the first one used to
+    be skipped, as only the `open` right before the target was read)."""
+    for chain in ("open Lean in\nopen Real in\n", "open Real in\nopen Lean in\n"):
+        assert "`open Lean in`" in rejected(completion(chain + STATEMENT + "\n  linarith"))
+    assert build(completion("open Real in\nopen Nat in\n" + STATEMENT + "\n  linarith"))
+
+
+def test_docs_say_set_option_before_the_target_is_rejected():
+    from conftest import REPO
+
+    docs = (REPO / "docs" / "verify.md").read_text(encoding="utf-8")
+    assert "| `set_option <opt> <value> in`" in docs
+    row = next(line for line in docs.splitlines() if line.startswith("   | `set_option <opt> <value> in`"))
+    assert "not directly before the target" in row and "right before the target" not in row
+    assert "`set_option … in` directly before the target" in docs
+
+
+# -- `where` after a declaration's body: Lean reads it as the declaration's `where` clause ------
+# Command.lean `declValSimple` (`" :=" >> declBody >> Termination.suffix >> optional
+# Term.whereDecls`, lean4 00298d032ca2), Term.lean `whereDecls` (`"where" >> sepBy1Indent
+# letRecDecl "; "`, lean4 0dbbe18d70d1), Extra.lean `sepBy1Indent` (`withPosition` + `checkColGe`,
+# lean4 6cd7da88d627): no column check on `where`, so it ends the tactic block wherever it stands,
+# and the clause goes on while lines start at or right of its first declaration's column.
+
+WHERE_HARMLESS = {
+    "column 0": "\n  exact aux x h₀\nwhere\n  aux (y : ℝ) (h : 2 * y = 4) : y = 2 := by linarith",
+    "declaration on the where line": ("\n  exact aux x h₀\nwhere aux (y : ℝ) (h : 2 * y = 4) : y = 2 := by"
+                                      "\n    linarith"),
+    "two declarations": ("\n  exact aux x (two h₀)\nwhere\n  two {y : ℝ} (h : 2 * y = 4) : y * 2 = 4 := by linarith"
+                         "\n  aux (y : ℝ) (h : y * 2 = 4) : y = 2 := by\n    linarith"),
+    "indented where": "\n  exact aux x h₀\n  where\n    aux (y : ℝ) (h : 2 * y = 4) : y = 2 := by linarith",
+    "tactic block left of the clause's column": ("\n  exact aux x h₀\nwhere aux (y : ℝ) (h : 2 * y = 4) :"
+                                                 " y = 2 := by\n    have := h\n    linarith"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHERE_HARMLESS))
+def test_a_where_clause_after_the_tactic_block_belongs_to_the_theorem(name):
+    tail = WHERE_HARMLESS[name]
+    assert build(completion(STATEMENT + tail)).body.endswith(STATEMENT + tail)
+    assert build(proof(tail.lstrip("\n"))).body == STATEMENT + "\n" + tail.lstrip("\n")
+
+
+WHERE_CHEATS = {
+    # a line left of the clause's column ends the theorem: Lean reads a command there
+    "command left of the clause": ("\n  exact aux\nwhere\n    aux : x = 2 := by linarith\n  frobnicate",
+                                   "`frobnicate` left of the `where` clause's column (4) at line 5"),
+    # an indented `where` ends the tactic block too, so the block's column no longer holds
+    "indented where, command at the block's column": (
+        "\n  exact aux\n  where\n      aux : x = 2 := by linarith\n  frobnicate",
+        "`frobnicate` left of the `where` clause's column (6) at line 5"),
+    "command at column 0 after the clause": ("\n  exact aux\nwhere\n  aux : x = 2 := by linarith\nfrobnicate",
+                                             "`frobnicate` at the start of a line at line 5"),
+    # Lean reads a column-0 declaration as part of the clause; we ask for indentation (fail closed)
+    "declaration at column 0": ("\n  exact aux\nwhere\naux : x = 2 := by linarith",
+                                "`aux` at the start of a line at line 4"),
+    "left of the clause's tactic block and of its column": (
+        "\n  exact aux\nwhere aux : x = 2 := by\n    linarith\n  frobnicate",
+        "`frobnicate` left of the `where` clause's column (4) at line 5"),
+    "second where": ("\n  exact aux\nwhere\n    aux : x = 2 := by linarith\n  where\n  frobnicate",
+                     "`where` left of the `where` clause's column (4) at line 5"),
+    # a clause's declarations are held to every rule the proof is
+    "attribute on a local definition": ("\n  exact aux\nwhere\n  @[csimp] aux : x = 2 := by linarith", "csimp"),
+    "implemented_by": ("\n  exact aux\nwhere\n  @[implemented_by f] aux : x = 2 := by linarith",
+                       "implemented_by"),
+    "sorry in decreasing_by": ("\n  exact aux 0\nwhere\n  aux (n : ℕ) : x = 2 := aux (n + 1)\n  decreasing_by sorry",
+                               "denied `sorry`"),
+    "code in a configuration": ("\n  exact aux\nwhere\n  aux : x = 2 := by linarith (config := myCfg)",
+                                "with a value that is not a literal"),
+    "def in the clause": ("\n  exact aux\nwhere\n  aux : x = 2 := by linarith\n  def two : ℝ := 2",
+                          "`def` command at line 5"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHERE_CHEATS))
+def test_a_where_clause_cannot_hide_a_command_or_a_denied_construct(name):
+    tail, expected = WHERE_CHEATS[name]
+    reason = rejected(completion(STATEMENT + tail))
+    assert expected in reason, reason
+
+
+def test_where_outside_a_declaration_body_is_not_a_where_clause():
+    assert "`where` at the start of a line at line 1" in rejected(
+        completion("where\n  aux : True := trivial\n" + STATEMENT + "\n  linarith"))
 
 
 def test_allow_commands_widens_the_allowlist_by_keyword():

@@ -154,7 +154,14 @@ def test_a_char_literal_holds_any_one_character_a_newline_included():
     assert [(t.kind, t.text) for t in tokens] == [("ident", "exact"), ("char", "'\n'"), ("ident", "run_tac"),
                                                   ("char", "'\"'"), ("string", '"x"')]
     assert words("  exact '\n' run_tac (pure ())") == ["run_tac"]
-    assert [t.kind for t in lex("'\\n' '\\x41' '\\u0041' '{' ''").tokens] == ["char"] * 4 + ["symbol"] * 2
+    assert [t.kind for t in lex("'\\n' '\\x41' '\\u0041' '{'").tokens] == ["char"] * 4
+    # `''` is no char literal (Lean: a parse error, unless an imported notation makes it a token):
+    # refused, or two symbols, never a char that hides what follows
+    try:
+        kinds = [t.kind for t in lex("'' x").tokens]
+    except LexError:
+        kinds = None
+    assert kinds in (None, ["symbol", "symbol", "ident"])
 
 
 def test_comments_are_blanked_with_positions_kept():

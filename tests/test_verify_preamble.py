@@ -134,10 +134,15 @@ def test_restated_fixture_rows_verify_through_the_stand_in(verify_config, tmp_pa
     assert {v["id"]: v["verdict"] for v in verdicts} == {r["id"]: "verified" for r in records}
 
 
-def test_a_resource_limit_before_the_target_is_not_taken_for_a_copy_of_the_header_option():
+def test_a_resource_limit_after_the_header_lines_is_not_taken_for_a_copy_of_the_header_option():
     """`set_option maxHeartbeats 400000 in` right after the header lines starts like the header's
-    own `set_option maxHeartbeats 400000`, but it is not a copy of it: it stays, and is allowed."""
-    c = build("import Mathlib\n\nset_option maxHeartbeats 400000 in\n" + STATEMENT + PROOF)
-    assert c.body.startswith("set_option maxHeartbeats 400000 in\n" + STATEMENT)
-    c = build(HEADER + "set_option maxHeartbeats 400000 in\n" + STATEMENT + PROOF)
-    assert c.body.strip().startswith("set_option maxHeartbeats 400000 in\n" + STATEMENT)
+    own `set_option maxHeartbeats 400000`, but it is not a copy of it: it stays, and meets the
+    rules (before a helper: allowed; before the target: rejected, it would reach the statement)."""
+    helper = "theorem helper : True := trivial\n\n"
+    c = build("import Mathlib\n\nset_option maxHeartbeats 400000 in\n" + helper + STATEMENT + PROOF)
+    assert c.body.startswith("set_option maxHeartbeats 400000 in\n" + helper)
+    c = build(HEADER + "set_option maxHeartbeats 400000 in\n" + helper + STATEMENT + PROOF)
+    assert c.body.strip().startswith("set_option maxHeartbeats 400000 in\n" + helper)
+    for head in ("import Mathlib\n\n", HEADER):
+        assert "applies to the target theorem" in rejected(head + "set_option maxHeartbeats 400000 in\n"
+                                                           + STATEMENT + PROOF)

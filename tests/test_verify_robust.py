@@ -114,11 +114,12 @@ def test_resume_rechecks_a_line_whose_record_or_policy_changed(tmp_path):
     assert last["native"]["verdict"] == "rejected" and last["edited"]["verdict"] == "rejected"
 
 
-def test_set_option_max_heartbeats_in_before_the_target_is_verified(verify_config):
+def test_set_option_max_heartbeats_in_inside_the_proof_is_verified(verify_config):
+    # (directly before the target it is rejected: it would reach the statement, test_verify_allowlist.py)
     from test_verify_statement import STATEMENT, completion
 
-    block = ("theorem helper (y : ℝ) : y + 0 = y := by simp\n\nset_option maxHeartbeats 400000 in\n"
-             + STATEMENT + "\n  linarith")
+    block = ("set_option maxHeartbeats 400000 in\ntheorem helper (y : ℝ) : y + 0 = y := by simp\n\n"
+             + STATEMENT + "\n  set_option maxHeartbeats 400000 in\n  linarith")
     [verdict] = verify_records([completion(block)], verify_config())
     assert verdict["verdict"] == "verified", verdict["reason"]
 

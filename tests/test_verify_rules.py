@@ -132,6 +132,19 @@ def test_native_decide_policy_adds_the_native_axioms_of_every_supported_lean_ver
         assert other not in native, other
 
 
+def test_allowed_axioms_read_the_typed_config_without_coercion():
+    from types import SimpleNamespace
+
+    with pytest.raises(AttributeError):   # no fallback to a default policy
+        allowed_axioms(SimpleNamespace(allowed_axioms=["propext"]))
+    for key, value in [("allow_native_decide", "false"), ("allow_native_decide", 1),
+                       ("allowed_axioms", "propext"), ("allowed_axioms", [None])]:
+        config = VerifyConfig()
+        setattr(config, key, value)
+        with pytest.raises(TypeError):    # `bool("false")` would admit the native axioms
+            allowed_axioms(config)
+
+
 def test_verdict_status_is_checked():
     with pytest.raises(ValueError):
         Verdict("maybe", "no such verdict")

@@ -88,6 +88,9 @@ REJECTED_COMPLETIONS = {
     "variable before target": "theorem h1 : True := trivial\nvariable (bad : False)\n" + STATEMENT + "\n  linarith",
     "include before target": "theorem h1 : True := trivial\ninclude bad\n" + STATEMENT + "\n  linarith",
     "set_option before target": "theorem h1 : True := trivial\nset_option autoImplicit true in\n" + STATEMENT + "\n  linarith",
+    "resource limit before target": "set_option maxHeartbeats 0 in\n" + STATEMENT + "\n  linarith",
+    "command after an indented where": (STATEMENT + "\n  exact aux\n  where\n      aux : x = 2 := by linarith"
+                                        "\n  frobnicate"),
     "helper shadows a statement name": "theorem h₀ : True := trivial\n" + STATEMENT + "\n  linarith",
     "debug option in block header": "import Mathlib\nset_option debug.skipKernelTC true\n" + STATEMENT + "\n  linarith",
     "sorry in proof": STATEMENT + "\n  sorry",
@@ -121,3 +124,37 @@ def test_unusable_records_name_the_field(record, field):
     with pytest.raises(BadRecord) as info:
         build(record)
     assert field in str(info.value)
+
+
+def test_a_where_clause_after_the_target_is_sent_as_part_of_its_proof():
+    """Lean reads a `where` after the tactic block as the theorem's own clause (docs/verify.md,
+    *`where` clauses*): it stays after the trusted statement, with the proof, and is not taken for
+    a command after the target."""
+    clause = "\nwhere\n  aux (y : ℝ) (h : 2 * y = 4) : y = 2 := by linarith"
+    block = "theorem amc_p1 (x : ℝ)\n    (h₀ : 2 * x = 4) : x = 2 := by\n  exact aux x h₀" + clause
+    assert build(completion(block)).body == STATEMENT + "\n  exact aux x h₀" + clause
+
+
+def test_a_where_clause_of_a_helper_does_not_end_the_helper():
+    block = ("theorem helper (y : ℝ) (hy : 2 * y = 4) : y = 2 := by\n  exact aux y hy\nwhere\n"
+             "  aux (z : ℝ) (h : 2 * z = 4) : z = 2 := by linarith\n\n" + STATEMENT + "\n  exact helper x h₀")
+    assert build(completion(block)).body.endswith(STATEMENT + "\n  exact helper x h₀")
+
+
+def test_text_policy_reads_the_typed_config_without_fallbacks():
+    from types import SimpleNamespace
+
+    from prover_cli.config import VerifyConfig
+    from prover_cli.verify.statement import TextPolicy
+
+    config = VerifyConfig()
+    config.allow_commands, config.max_proof_chars = ["open"], 1000
+    assert TextPolicy.from_config(config) == TextPolicy(False, ("open",), 1000)
+    with pytest.raises(AttributeError):   # a key missing is a bug, not the default policy
+        TextPolicy.from_config(SimpleNamespace(allow_native_decide=False, allow_commands=[]))
+    for key, value in [("allow_native_decide", "false"), ("allow_commands", "open"), ("max_proof_chars", "9"),
+                       ("max_proof_chars", True), ("allow_commands", [None])]:
+        config = VerifyConfig()
+        setattr(config, key, value)
+        with pytest.raises(TypeError):    # `bool("false")` would turn native_decide on
+            TextPolicy.from_config(config)

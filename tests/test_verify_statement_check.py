@@ -72,8 +72,8 @@ def test_cheats_the_text_checks_let_through_are_rejected_by_lean(name, verify_co
 def test_honest_proofs_pass_the_statement_check_and_the_statement_runs_once_per_problem(verify_config, tmp_path):
     log = tmp_path / "repl.log"
     records = [{"id": f"p{k}", "formal_statement": STATEMENT, "proof": "  linarith"} for k in range(4)]
-    records.append(dict(completion("theorem helper : True := trivial\n\nset_option maxHeartbeats 400000 in\n"
-                                   + STATEMENT + "\n  linarith"), id="c"))
+    records.append(dict(completion("theorem helper : True := trivial\n\n"
+                                   + STATEMENT + "\n  set_option maxHeartbeats 400000 in\n  linarith"), id="c"))
     verdicts = verify_records(records, verify_config(workers=1, repl_args=["--log", str(log)]))
     assert [v["verdict"] for v in verdicts] == ["verified"] * 5, [v["reason"] for v in verdicts]
     entries = [json.loads(line) for line in log.read_text().splitlines()]

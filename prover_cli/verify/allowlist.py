@@ -10,7 +10,8 @@ block; in both, a token that is a command keyword may only be one of:
   declaration to that declaration (before the target, statement.py allows only namespaces the
   trusted header opens: anything else could change what the statement means);
 - `set_option <option> <value> in` where <option> only bounds resources (`RESOURCE_OPTIONS`):
-  a resource limit cannot change what a statement means, and `in` keeps it local;
+  `in` keeps it local to one tactic or helper declaration; directly before the target it would
+  reach the statement, which statement.py refuses;
 - in a completion's header lines (dropped and replaced by the trusted header), only lines that
   are identical to lines of the trusted header, or `open` lines of namespaces it opens (checked in
   `statement.py`).
@@ -27,7 +28,10 @@ layout rules: a keyword anywhere is scanned; a line at column 0, or left of the 
 declaration's tactic block (Lean ends the block there: `tacticSeq` checks `colGe`), starts a
 command and must start an allowed one; inside brackets columns do not count; a column-0 line may
 continue a declaration's signature when its first token cannot start a command (a symbol, a
-numeral, a dotted or non-ASCII name, or a name the signature bound).
+numeral, a dotted or non-ASCII name, or a name the signature bound). A `where` in a declaration's
+body opens its `where` clause (local definitions, part of the proof, held to every rule here), at
+any column, as Lean reads it (`_Layout.opens_where`); the clause's column then decides where a
+command starts.
 
 Code in the text: tactic configurations are *evaluated* (`Lean.Elab.Tactic.Config`), and some
 hold functions that run later (`solve_by_elim`'s `suspend`, Mathlib `linarith`'s `discharger`),
@@ -156,13 +160,30 @@ class _Layout:
 
     depth: int = 0                      # open brackets
     in_signature: bool = False          # between `theorem NAME` and its `:=`
+    in_body: bool = False               # after the declaration's `:=` (its proof)
     names: set = field(default_factory=set)   # identifiers seen in the signature
-    block_column: int | None = None     # column of the declaration's outermost tactic block
-    block_next: bool = False            # the next token opens that block (it follows `by`)
+    block_column: int | None = None     # column of the declaration's outermost tactic block, or of
+    #                                     its `where` clause's declarations once one opened
+    block_next: bool = False            # the next token opens that block (it follows `by`/`where`)
+    in_where: bool = False              # the declaration's `where` clause has opened
+    where_block: bool = False           # a tactic block has opened inside that clause
 
     def new_declaration(self) -> None:
-        self.depth, self.in_signature, self.names = 0, True, set()
-        self.block_column, self.block_next = None, False
+        self.depth, self.in_signature, self.in_body, self.names = 0, True, False, set()
+        self.block_column, self.block_next, self.in_where, self.where_block = None, False, False, False
+
+    def opens_where(self, token: Token) -> bool:
+        """`token` is the `where` that opens the declaration's `where` clause, as Lean reads it:
+        in the body at bracket depth 0, the first one. Lean's `declValSimple` is `" :=" >> declBody
+        >> Termination.suffix >> optional Term.whereDecls` (src/Lean/Parser/Command.lean, lean4
+        00298d032ca2), and `whereDecls` is `ppDedent ppLine >> "where" >> sepBy1Indent letRecDecl
+        "; "` (src/Lean/Parser/Term.lean, lean4 0dbbe18d70d1): no column check on `where` itself
+        (`ppDedent`/`ppLine` only format), so any `where` ends the tactic block wherever it stands,
+        and `sepBy1Indent` (`withPosition` + `checkColGe`, src/Lean/Parser/Extra.lean, lean4
+        6cd7da88d627) makes the clause's declarations start at or right of the first one's column;
+        a line left of it ends the declaration and starts a command."""
+        return (token.text == "where" and token.kind == "ident" and self.in_body and not self.in_where
+                and self.depth == 0)
 
 
 OPENERS = {"(": ")", "[": "]", "{": "}", "⟨": "⟩", "⦃": "⦄"}
@@ -189,7 +210,9 @@ def check_commands(lexed: Lexed, *, allow_commands: Iterable[str] = (), skip: It
         return k >= 0 and skip_spans[k][0] <= offset < skip_spans[k][1]
 
     tokens = lexed.code_tokens()
-    layout = _Layout(block_next=in_tactic_block)
+    # `proof` input (the only caller with `declaration_opens` false) continues the statement's
+    # `:=`: the text is the target's body from its first token
+    layout = _Layout(block_next=in_tactic_block, in_body=not declaration_opens)
     newlines = [m.start() for m in re.finditer("\n", code)]
     line_firsts, previous_line = set(), -1      # starts of the first token (strings included) of each line
     for t in lexed.tokens:
@@ -206,14 +229,21 @@ def check_commands(lexed: Lexed, *, allow_commands: Iterable[str] = (), skip: It
         if starts_declaration:
             layout.new_declaration()
         elif layout.block_next:
-            layout.block_column, layout.block_next = column, False
+            # in a `where` clause, the first tactic block of its declarations may sit left of the
+            # clause's column: Lean ends the declaration only at a line left of both
+            layout.block_column = column if layout.block_column is None else min(column, layout.block_column)
+            layout.block_next = False
+        opens_where = layout.opens_where(token)
         if not skipped(token.start):
             problem = (_check_token(tokens, k, token, following, code, line_of, allowed_extra,
                                     declaration_opens or column > 0)
-                       or _check_layout(token, first_on_line, column, layout, tokens, k, code, line_of,
-                                        allowed_extra))
+                       or (None if opens_where else _check_layout(token, first_on_line, column, layout, tokens, k,
+                                                                  code, line_of, allowed_extra)))
             if problem is not None:
                 return problem
+        if opens_where:   # the clause's declarations belong to this declaration: their column rules
+            layout.in_where, layout.block_column, layout.block_next = True, None, True
+            continue
         _advance(layout, tokens, k, token, following)
     return None
 
@@ -226,11 +256,12 @@ def _advance(layout: _Layout, tokens: list[Token], k: int, token: Token, followi
         layout.depth = max(0, layout.depth - 1)
     elif layout.depth == 0 and token.text == ":" and following is not None and following.text == "=" \
             and following.start == token.end and layout.in_signature:
-        layout.in_signature = False
+        layout.in_signature, layout.in_body = False, True
     elif token.kind == "ident" and layout.in_signature:
         layout.names.add(token.text)
-    elif token.text == "by" and layout.depth == 0 and not layout.in_signature and layout.block_column is None:
-        layout.block_next = True
+    elif token.text == "by" and layout.depth == 0 and not layout.in_signature and (
+            layout.block_column is None if not layout.in_where else not layout.where_block):
+        layout.block_next, layout.where_block = True, layout.in_where
 
 
 def _check_token(tokens: list[Token], k: int, token: Token, following: Token | None, code: str, line_of,
@@ -292,10 +323,12 @@ def _check_layout(token: Token, first_on_line: bool, column: int, layout: _Layou
         return None
     if column == 0 and layout.in_signature and _continues_signature(token, layout):
         return None
-    where = "at the start of a line" if column == 0 else f"left of the tactic block's column ({layout.block_column})"
-    return Problem(f"`{token.text}` {where}", "Lean ends a tactic block (and a declaration) at a line left of "
+    block, indent = ("the `where` clause", "its declarations") if layout.in_where else ("the tactic block",
+                                                                                      "tactic lines")
+    where = "at the start of a line" if column == 0 else f"left of {block}'s column ({layout.block_column})"
+    return Problem(f"`{token.text}` {where}", f"Lean ends {block} (and the declaration) at a line left of "
                    "its column and reads a new command there; only `theorem`/`lemma`, `set_option … in` and "
-                   "`open … in` commands are allowed (indent tactic lines)", line_of(token.start))
+                   f"`open … in` commands are allowed (indent {indent})", line_of(token.start))
 
 
 def _continues_signature(token: Token, layout: _Layout) -> bool:

@@ -7,10 +7,13 @@ verdict, and anything we cannot read is a failure (fail closed).
 
 0. Before Lean: the untrusted text passes the denylist (`denylist.py`: `sorry`, `admit`, `axiom`,
    `#exit`, `set_option debug.*`, `implemented_by`, `native_decide`, notation, instances, macros,
-   …), the allowlist (`allowlist.py`: only `theorem`/`lemma` and `set_option <resource limit> …
-   in` commands, no attributes, no control/zero-width/bidi characters) and, for `completion`
-   input, the text statement check (`statement.py`). Failing any is `rejected`, and the text
-   never reaches Lean.
+   …), the allowlist (`allowlist.py`: only `theorem`/`lemma`, `open … in` and `set_option
+   <resource limit> … in` commands, no attributes, literal tactic configurations, no
+   control/zero-width/bidi characters; a `where` clause is read as part of its declaration, as
+   Lean reads it) and, for `completion` input, the text statement check (`statement.py`: nothing
+   before the target but helper lemmas, no `set_option … in` that reaches the target, no `open …
+   in` that does unless the trusted header opens the same namespaces). Failing any is
+   `rejected`, and the text never reaches Lean.
 1. Lean's answer to the proof command is a command response with an integer `env`. A protocol
    error (`{"message": …}`), a missing `env`, a crash, EOF or unparseable output is `error`; no
    answer within `verify.timeout_s` is `timeout`.
@@ -36,11 +39,13 @@ verdict, and anything we cannot read is a failure (fail closed).
    `NATIVE_AUX_AXIOM`, when `verify.allow_native_decide`). A missing, duplicated or unparseable
    answer is `rejected`.
 6. With `verify.kernel_check` (the default), the kernel stage (`kernel.py`) passes too: the same
-   code elaborated afresh with `lean -o` in a process of its own, and SafeVerify, pinned per
-   toolchain, in another given only the two .olean files (the proof's and the trusted target's),
-   replays every constant through the kernel, finds the target with the trusted statement's type
-   as an `Expr`, and collects its axioms from the replayed environment, which must be allowed.
-   The checker saying no is `rejected`; a crash, a timeout or output we cannot read is `error`.
+   code elaborated afresh with `lean -o` in a process of its own, the trusted target compiled
+   from trusted text alone in another, and the checker pinned for the toolchain (`kernel.PINS`;
+   kernel.py's docstring says what each pin checks) given only the .olean files: it replays the
+   constants through the kernel, finds the target with the trusted statement's type as an
+   `Expr`, and collects its axioms, which must be allowed. Nothing from rules 1-5's answers is
+   used. The checker saying no is `rejected`; a crash, a timeout or output we cannot read is
+   `error`.
 
 What this does not protect against
 ----------------------------------
@@ -52,24 +57,29 @@ What this does not protect against
   the axiom check (rule 5) is the backstop for sorry/axioms/native code and Lean's statement check
   (rule 4) for the statement, neither for `debug.skipKernelTC`-like switches, which is why those
   are denied by name and code in tactic configurations is refused (allowlist.py).
-- What rule 6 still rests on: Lean's kernel, the project's Mathlib .olean files, SafeVerify's
-  reading of the proof's .olean (written by the untrusted process), and on the 2024 pins the
-  proof module's imports, which those pins do not compare (docs/verify.md, *The kernel stage*).
+- What rule 6 still rests on: Lean's kernel, the Mathlib .olean files the checker reads, the
+  checker's reading of the proof's .olean (written by the untrusted process), and what the pin
+  for the toolchain does or does not compare, on Lean code of its own that may never have run
+  where this was tested (kernel.py; docs/verify.md, *The kernel stage*, per toolchain).
 - An unknown command keyword placed where Lean would not start a command by our reading of its
-  layout rules (allowlist.py); anything `verify.allow_commands` admits.
-- Resource abuse beyond the address-space limit and the wall-clock deadline: the REPL process and
-  the kernel stage's processes are not sandboxed locally (file system, network). Run untrusted
-  proofs in a container (the Modal image: each kernel-stage step a fresh Sandbox).
-- Results of the test stand-ins (`tests/fake_repl.py`, `tests/fake_lean.py`,
-  `tests/fake_safe_verify.py`): they speak the real protocols but are not Lean or SafeVerify, so
-  their verdicts say nothing about proofs.
+  layout rules (allowlist.py: columns, tactic blocks, `where` clauses); anything
+  `verify.allow_commands` admits.
+- Resource abuse beyond the address-space limit and the wall-clock deadline; and locally, what
+  the box leaves a process (`verify.box`: box.py lists what it covers, `"none"` covers nothing).
+  The Modal backend runs each step in a fresh Sandbox instead.
+- Results of the test stand-ins (`tests/fake_repl.py`, `tests/fake_lean.py`, the checker
+  stand-ins): they speak the real protocols but are not Lean or a checker, so their verdicts say
+  nothing about proofs.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 VERDICTS = ("verified", "rejected", "timeout", "error")
 
@@ -124,8 +134,14 @@ class AllowedAxioms(frozenset):
         return self.native and isinstance(name, str) and NATIVE_AUX_AXIOM.match(name) is not None
 
 
-def allowed_axioms(verify_config: Any) -> AllowedAxioms:
-    return AllowedAxioms(verify_config.allowed_axioms, native=bool(verify_config.allow_native_decide))
+def allowed_axioms(verify_config: "VerifyConfig") -> AllowedAxioms:
+    # Typed access, no coercion: `bool("false")` would allow native axioms nobody chose.
+    native, names = verify_config.allow_native_decide, verify_config.allowed_axioms
+    if not isinstance(native, bool) or not isinstance(names, (list, tuple, set, frozenset)) \
+            or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"verify config has ill-typed axiom keys: allowed_axioms={names!r}, "
+                        f"allow_native_decide={native!r}")
+    return AllowedAxioms(names, native=native)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,10 +17,12 @@ and one untrusted part:
   file (Kimina). The target theorem must
   appear once, as `theorem NAME` (or `lemma NAME`) followed by exactly the trusted statement
   (token by token, whitespace presence compared, amount ignored), and the file we send contains
-  the *trusted* statement text there, followed by the candidate's proof. Only helper
+  the *trusted* statement text there, followed by the candidate's proof (a `where` clause after
+  it included: Lean reads it as the target's own, allowlist.py). Only helper
   `theorem`/`lemma` declarations may precede it (nothing that can change what the statement means:
   no `def`, `open` (but `open … in` for one helper, or for the target when the trusted header
-  opens those namespaces), `namespace`, `variable`, `set_option`, …), their names must not occur
+  opens those namespaces), `namespace`, `variable`, `set_option` (a `… in` one before a helper,
+  never one that reaches the target), …), their names must not occur
   in the statement, and no other declaration anywhere may be named like the target. A header
   `open` line of namespaces the trusted header opens is a header line too.
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli.verify.allowlist import (
     RESOURCE_OPTIONS,
@@ -46,6 +48,9 @@ from prover_cli.verify.allowlist import (
 )
 from prover_cli.verify.denylist import scan_tokens
 from prover_cli.verify.lexer import LexError, Lexed, Token, lex, line_col
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
 class Rejected(Exception):
@@ -78,10 +83,17 @@ class TextPolicy:
     max_proof_chars: int = 200_000
 
     @classmethod
-    def from_config(cls, verify_config: Any) -> "TextPolicy":
-        return cls(bool(getattr(verify_config, "allow_native_decide", False)),
-                   tuple(getattr(verify_config, "allow_commands", ()) or ()),
-                   int(getattr(verify_config, "max_proof_chars", 200_000)))
+    def from_config(cls, verify_config: "VerifyConfig") -> "TextPolicy":
+        # Typed access, no fallbacks: an object that lacks a key, or holds a value of another
+        # type (`"false"` is truthy), is a bug to raise, not a policy to guess.
+        native, commands, limit = (verify_config.allow_native_decide, verify_config.allow_commands,
+                                   verify_config.max_proof_chars)
+        if not isinstance(native, bool) or not isinstance(commands, (list, tuple)) \
+                or not all(isinstance(c, str) for c in commands) \
+                or not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise TypeError(f"verify config has ill-typed text-policy keys: allow_native_decide={native!r}, "
+                            f"allow_commands={commands!r}, max_proof_chars={limit!r}")
+        return cls(native, tuple(commands), limit)
 
 
 DECL_KEYWORDS = frozenset({
@@ -442,18 +454,26 @@ def _check_before_target(before: list[Token], block: str, statement_tokens: list
                          header_opens: frozenset[str] = frozenset()) -> None:
     from prover_cli.verify.allowlist import _is_local_open, open_names
 
+    # `… in` commands directly before the target (a chain: `open A in` + `set_option … in` +
+    # `theorem NAME`) each apply to the rest, so to the target's statement, which must elaborate
+    # with nothing but the trusted header in front of it.
+    for start, end in _target_prefixes(before, code):
+        line = line_col(block, before[start].start)[0]
+        if before[start].text == "set_option" and "set_option" not in allowed:
+            raise Rejected(f"`set_option {before[start + 1].text} … in` at line {line} applies to the target "
+                           "theorem, whose statement elaborates under the trusted header's options only (put it "
+                           f"inside the proof, before the tactic that needs it: `  set_option {before[start + 1].text} "
+                           f"{before[start + 2].text} in`)")
+        names = open_names(before, start) if before[start].text == "open" else []
+        if names and "open" not in allowed and not set(names) <= header_opens:
+            raise Rejected(f"`open {' '.join(names)} in` at line {line} applies to the target theorem, and "
+                           "the trusted header does not open all of these namespaces (that could change "
+                           "what the statement means)")
     for k, token in enumerate(before):
         if token.text in allowed:
             continue
         if token.text == "open" and code and _is_local_open(before, k, code):
-            names = open_names(before, k)
-            if k + len(names) + 2 == len(before) and not set(names) <= header_opens:
-                # `open X in` right before the target applies to the target's statement
-                line = line_col(block, token.start)[0]
-                raise Rejected(f"`open {' '.join(names)} in` at line {line} applies to the target theorem, and "
-                               "the trusted header does not open all of these namespaces (that could change "
-                               "what the statement means)")
-            continue   # `open … in`: one tactic, or one helper declaration
+            continue   # `open … in`: one tactic, or one helper declaration (before the target: above)
         if (token.kind == "ident" and token.text.rstrip("?!") in BEFORE_TARGET_FORBIDDEN) or token.kind == "hash":
             line = line_col(block, token.start)[0]
             raise Rejected(f"`{token.text}` at line {line} precedes the target theorem: only helper "
@@ -464,6 +484,25 @@ def _check_before_target(before: list[Token], block: str, statement_tokens: list
         if _last_part(name) in statement_words:
             raise Rejected(f"helper `{keyword.text} {name.text}` reuses a name that occurs in the "
                            "trusted statement")
+
+
+def _target_prefixes(before: list[Token], code: str) -> list[tuple[int, int]]:
+    """(start, end) token ranges of the `set_option <opt> <value> in` and one-line `open … in`
+    commands that end right where the target starts, last first."""
+    from prover_cli.verify.allowlist import _is_local_open, open_names
+
+    found, end = [], len(before)
+    while end > 0 and before[end - 1].text == "in":
+        if end >= 4 and before[end - 4].text == "set_option":
+            start = end - 4
+        else:
+            start = next((k for k in range(end - 2, -1, -1) if before[k].text == "open"), -1)
+            if start < 0 or not code or not _is_local_open(before, start, code) \
+                    or start + len(open_names(before, start)) + 2 != end:
+                break
+        found.append((start, end))
+        end = start
+    return found
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ With --json every failure also prints one JSON object on stdout, {"ok": false, "
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -68,6 +69,9 @@ app = typer.Typer(
 train_app = typer.Typer(help="Train a prover: `es` (Evolution Strategies) or `grpo` (TRL GRPO).",
                         no_args_is_help=True)
 app.add_typer(train_app, name="train")
+study_app = typer.Typer(help="A pre-registered ES-vs-GRPO study: arms x training-set sizes x seeds "
+                             "(`plan`, `run`, `report`; docs/study.md).", no_args_is_help=True)
+app.add_typer(study_app, name="study")
 
 # -- shared options -------------------------------------------------------------------------
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (see docs/config.md).")
@@ -570,6 +574,78 @@ def report(
     result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out,
                                         allow_unequal_budgets=allow_unequal_budgets)
     _render(out, result, "report")
+
+
+StudyArg = typer.Argument(..., help="Study TOML file, or a shipped study by name (`demo`); docs/study.md.")
+
+
+@contextlib.contextmanager
+def _study_locked(study, out):
+    """One writer per study directory (its runs, problems file and report), like a run directory."""
+    from prover_cli.lock import hold_outputs
+
+    with hold_outputs([study.dir]) as previous:
+        for target, holder in previous:
+            out.info(f"{target}: taking over from pid {holder.get('pid')} (`{holder.get('command')}`), which "
+                     "stopped without finishing; the rerun resumes its work")
+        yield
+
+
+@study_app.command("plan")
+@_command
+def study_plan(
+    study_file: Path = StudyArg,
+    pilot: Optional[List[Path]] = typer.Option(None, "--pilot", help="A finished study directory, or run directories "
+                                               "of ES and GRPO (paired by seed): the power and seeds needed from it."),
+    json_mode: bool = JsonOpt, backend: str = BackendOpt,
+):
+    """Every run (arm x size x seed -> run dir), its state and cost on the backend, and the power.
+
+    Examples:
+      prover study plan demo
+      prover study plan demo --backend modal --json
+    """
+    from prover_cli.out import Out
+    from prover_cli.study import load_study, plan_study
+
+    out = Out(json_mode=json_mode)
+    _render(out, plan_study(load_study(study_file), backend=backend, pilot=pilot or [], reporter=out), "study plan")
+
+
+@study_app.command("run")
+@_command
+def study_run(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: str = BackendOpt):
+    """Train every run not finished with this code and config (reusing the rest); resumes when rerun.
+
+    Examples:
+      prover study run demo
+    """
+    from prover_cli.out import Out
+    from prover_cli.study import load_study, run_study
+
+    out, study = Out(json_mode=json_mode), load_study(study_file)
+    with _study_locked(study, out):
+        result = run_study(study, backend=backend, reporter=out)
+    _render(out, result, "study run")
+
+
+@study_app.command("report")
+@_command
+def study_report(study_file: Path = StudyArg, json_mode: bool = JsonOpt):
+    """The pre-registered comparison first (Holm), power, then exploratory; tables, plots, per-seed CSV/JSONL.
+
+    Examples:
+      prover study report demo
+      prover study report demo --json
+    """
+    from prover_cli.out import Out
+    from prover_cli.study import load_study, report_study
+
+    out, study = Out(json_mode=json_mode), load_study(study_file)
+    with _study_locked(study, out):
+        result = report_study(study, reporter=out)
+    out.info(result["headline"])
+    _render(out, result, "study report")
 
 
 @app.command()

@@ -43,6 +43,7 @@ with `iteration` as the step.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -147,7 +148,36 @@ def write_resolved_config(config: Any) -> Path:
 
     path = Path(config.run.dir) / "config.toml"
     write_text_atomic(path, config.to_toml())
+    # Which code made the run, beside its config: `prover study run` reuses a run only when both match.
+    write_text_atomic(path.with_name(CODE_FILE), json.dumps(code_version(), sort_keys=True) + "\n")
     from prover_cli.lock import claim_identity
 
     claim_identity(path.parent)  # the run dir exists now: lock its identity too (prover_cli/lock.py)
     return path
+
+
+CODE_FILE = "code.json"  # {"prover": version, "git_commit": sha or null, "source_sha256": of prover_cli/**/*.py}
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, Any]:
+    """The code this process runs: the package version, the git commit of the checkout it runs
+    from (None outside a git checkout), and a hash of the package's own .py files, which also
+    tells apart two dirty trees at one commit. Taken once per process, so every run it starts
+    records the same code."""
+    import hashlib
+    import subprocess
+
+    from prover_cli import __version__
+
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        digest.update(source.relative_to(package).as_posix().encode() + b"\0" + source.read_bytes() + b"\0")
+    try:
+        done = subprocess.run(["git", "-C", str(package.parent), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        commit = done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"prover": __version__, "git_commit": commit, "source_sha256": digest.hexdigest()}

@@ -120,3 +120,172 @@ def paired_difference(a: dict[str, float], b: dict[str, float]) -> list[float]:
         only = sorted(set(a) ^ set(b))[:3]
         raise ValueError(f"not the same held-out problems (e.g. {', '.join(only)} in only one)")
     return [a[key] - b[key] for key in sorted(a)]
+
+
+# --------------------------------------------------------------------------------------------
+# Tests and multiplicity: paired t p-values, Holm's correction (`prover study report`)
+# --------------------------------------------------------------------------------------------
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz, as in
+    Numerical Recipes' `betacf`); converges fast for x < (a + 1) / (a + b + 2)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p quantile of Student's t (bisection on `t_sf`; |error| < 1e-10)."""
+    if not 0 < p < 1:
+        raise ValueError(f"a quantile needs 0 < p < 1, got {p}")
+    low, high = -1e3, 1e3
+    for _ in range(200):
+        mid = (low + high) / 2
+        if 1.0 - t_sf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def paired_t_test(differences: Sequence[float], margin: float = 0.0,
+                  alternative: str = "two-sided") -> dict[str, float | int | None]:
+    """Student's t test of per-seed paired differences (a - b), one per seed.
+
+    `alternative = "two-sided"`: H0 mean = 0. `"greater"`: the non-inferiority test, H0 mean <= -margin
+    (a is worse than b by the margin or more), H1 mean > -margin. Returns mean, sd, n, t, df and p;
+    t and p are None for fewer than 2 differences, or when they are all equal (no spread: no test)."""
+    if alternative not in ("two-sided", "greater"):
+        raise ValueError(f"alternative must be 'two-sided' or 'greater', got {alternative!r}")
+    k = len(differences)
+    if k == 0:
+        raise ValueError("no differences")
+    mean = sum(differences) / k
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (k - 1)) if k > 1 else None
+    out: dict[str, float | int | None] = {"mean": mean, "sd": sd, "n": k, "df": k - 1 if k > 1 else None,
+                                           "t": None, "p": None}
+    if not sd:
+        return out
+    t = (mean + (margin if alternative == "greater" else 0.0)) / (sd / math.sqrt(k))
+    out["t"] = t
+    out["p"] = t_sf(t, k - 1) if alternative == "greater" else min(1.0, 2 * t_sf(abs(t), k - 1))
+    return out
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values, in the input order (None stays None and is not counted).
+
+    Sorted ascending, p_(j) becomes max over i <= j of min(1, (m - i + 1) p_(i)); rejecting where the
+    adjusted p < alpha controls the family-wise error rate at alpha for any dependence (Holm 1979)."""
+    indexed = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    m = len(indexed)
+    adjusted: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+# --------------------------------------------------------------------------------------------
+# Power from a pilot: how many seeds, how many test problems (docs/study.md gives the formula)
+# --------------------------------------------------------------------------------------------
+
+def variance_components(per_seed_problem_differences: Sequence[Sequence[float]]) -> dict[str, float]:
+    """From a pilot: each seed's per-problem paired differences (a - b, the same N problems).
+
+    A seed's difference d_k is the mean of its N per-problem differences, so
+    Var(d_k) = s_train^2 + s_eval^2 / N: training luck (between seeds) plus evaluation noise (the
+    per-problem variance s_eval^2 over N problems). s_eval^2 is the mean within-seed variance of
+    the per-problem differences; s_train^2 = max(0, the between-seed variance of d_k - s_eval^2 / N)."""
+    seeds = [list(x) for x in per_seed_problem_differences]
+    if len(seeds) < 2:
+        raise ValueError("a pilot needs at least 2 seeds to separate training luck from evaluation noise")
+    problems = len(seeds[0])
+    if problems < 2 or any(len(x) != problems for x in seeds):
+        raise ValueError("every seed of the pilot needs the same number (>= 2) of per-problem differences")
+    means = [sum(x) / problems for x in seeds]
+    grand = sum(means) / len(means)
+    between = sum((d - grand) ** 2 for d in means) / (len(means) - 1)
+    within = sum(sum((v - m) ** 2 for v in x) / (problems - 1) for x, m in zip(seeds, means)) / len(seeds)
+    return {"var_seed_difference": between, "var_eval_per_problem": within,
+            "var_train": max(0.0, between - within / problems), "problems": problems, "seeds": len(seeds),
+            "mean_difference": grand}
+
+
+def _quantiles(alpha: float, power: float, df: float | None, sided: int) -> float:
+    """z_{1-alpha/sided} + z_{power}, or the t quantiles with `df` degrees of freedom."""
+    if df is None:
+        from statistics import NormalDist
+
+        normal = NormalDist()
+        return normal.inv_cdf(1 - alpha / sided) + normal.inv_cdf(power)
+    return t_quantile(1 - alpha / sided, df) + t_quantile(power, df)
+
+
+def seeds_needed(var_train: float, var_eval: float, problems: int, margin: float, *, alpha: float = 0.05,
+                 power: float = 0.8, sided: int = 2, max_seeds: int = 10_000) -> int | None:
+    """Smallest k >= 2 with (t_{1-alpha/sided,k-1} + t_{power,k-1})^2 (var_train + var_eval/problems) / margin^2 <= k;
+    None when no k up to `max_seeds` suffices."""
+    if margin <= 0 or problems < 1:
+        raise ValueError("seeds_needed needs margin > 0 and problems >= 1")
+    var = var_train + var_eval / problems
+    for k in range(2, max_seeds + 1):
+        if _quantiles(alpha, power, k - 1, sided) ** 2 * var / margin ** 2 <= k:
+            return k
+    return None
+
+
+def problems_needed(var_train: float, var_eval: float, seeds: int, margin: float, *, alpha: float = 0.05,
+                    power: float = 0.8, sided: int = 2) -> int | None:
+    """Test problems N for which `seeds` seeds reach `power`: N = var_eval / (k margin^2 / q^2 - var_train),
+    q the t quantile sum at k - 1 df; None when training luck alone needs more seeds (no N suffices)."""
+    if seeds < 2 or margin <= 0:
+        raise ValueError("problems_needed needs seeds >= 2 and margin > 0")
+    room = seeds * margin ** 2 / _quantiles(alpha, power, seeds - 1, sided) ** 2 - var_train
+    if room <= 0:
+        return None
+    return max(1, math.ceil(var_eval / room)) if var_eval > 0 else 1
+
+
+def power_at(var_train: float, var_eval: float, problems: int, seeds: int, margin: float, *,
+             alpha: float = 0.05, sided: int = 2) -> float:
+    """Approximate power of the paired t test of `seeds` seeds for a true distance `margin` from H0
+    (the noncentral t approximated by a shifted central t)."""
+    se = math.sqrt((var_train + var_eval / problems) / seeds)
+    if se == 0:
+        return 1.0
+    critical = t_quantile(1 - alpha / sided, seeds - 1)
+    return t_sf(critical - margin / se, seeds - 1)

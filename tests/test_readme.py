@@ -40,6 +40,7 @@ PLAN: dict[str, tuple[str, list[str], str]] = {
     "prover train grpo --config configs/kimina-grpo.toml": ("dry-run", ["--dry-run"], "a GPU and the 1.5B model"),
     "prover report runs/kimina-es runs/kimina-grpo": ("parse", [], "needs the two finished GPU runs"),
     "prover train es --config configs/kimina-es.toml --backend modal --dry-run": ("run", [], ""),
+    "prover study plan demo": ("run", [], ""),
 }
 
 

@@ -83,3 +83,104 @@ def test_paired_difference_pairs_by_problem_id():
     assert paired_difference(a, b) == [0.5, 0.0, -0.25]
     with pytest.raises(ValueError, match="not the same held-out problems .*p4"):
         paired_difference(a, {"p1": 0.0, "p2": 0.0, "p4": 0.0})
+
+
+# -- tests and multiplicity (prover study report) ----------------------------------------------
+
+from prover_cli.stats import (betainc, holm, paired_t_test, power_at, problems_needed, seeds_needed,  # noqa: E402
+                              t_quantile, t_sf, variance_components)
+
+
+@pytest.mark.parametrize("df", [1, 2, 5, 9, 30, 120])
+def test_t_sf_agrees_with_the_quantile_table(df):
+    assert t_sf(t975(df), df) == pytest.approx(0.025, abs=2e-6)
+    assert t_quantile(0.975, df) == pytest.approx(t975(df), abs=1e-6)
+    assert t_sf(0.0, df) == 0.5 and t_sf(-t975(df), df) == pytest.approx(0.975, abs=2e-6)
+
+
+def test_t_sf_matches_closed_forms():
+    # df = 1 is the Cauchy: P(T > t) = 1/2 - atan(t)/pi; df = 2: P(T > t) = (1 - t / sqrt(2 + t^2)) / 2.
+    for t in (0.3, 1.0, 4.0):
+        assert t_sf(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, abs=1e-12)
+        assert t_sf(t, 2) == pytest.approx((1 - t / math.sqrt(2 + t * t)) / 2, abs=1e-12)
+    assert betainc(2, 3, 0.4) == pytest.approx(0.5248, abs=1e-12)  # I_0.4(2,3) = 1 - 0.6^4 - 4*0.4*0.6^3
+
+
+def test_paired_t_test_by_hand():
+    d = [0.1, 0.3, -0.1, 0.2]  # mean 0.125, sd 0.170782...
+    sd = math.sqrt(sum((x - 0.125) ** 2 for x in d) / 3)
+    two = paired_t_test(d)
+    assert two["t"] == pytest.approx(0.125 / (sd / 2)) and two["p"] == pytest.approx(2 * t_sf(0.125 / (sd / 2), 3))
+    ni = paired_t_test(d, margin=0.05, alternative="greater")  # H0: mean <= -0.05
+    assert ni["t"] == pytest.approx(0.175 / (sd / 2)) and ni["p"] == pytest.approx(t_sf(0.175 / (sd / 2), 3))
+    assert ni["p"] < two["p"] / 2  # the margin moves H0 away from the data
+    assert paired_t_test([0.2])["p"] is None and paired_t_test([0.1, 0.1])["p"] is None  # no spread: no test
+    with pytest.raises(ValueError):
+        paired_t_test(d, alternative="less")
+
+
+def test_holm_matches_a_hand_computed_case():
+    # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> max so far 0.06.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([0.02, None]) == [0.02, None]  # a comparison without a test is not counted
+    assert holm([0.03]) == [0.03] and holm([]) == []
+
+
+# -- power from a pilot: the formula against simulation -------------------------------------------
+
+def _pilot(rng, seeds, problems, sd_train, sd_problem, shift=0.0):
+    """Per-seed per-problem differences: a seed effect (training luck) plus per-problem noise."""
+    out = []
+    for _ in range(seeds):
+        seed_effect = shift + rng.gauss(0.0, sd_train)
+        out.append([seed_effect + rng.gauss(0.0, sd_problem) for _ in range(problems)])
+    return out
+
+
+def test_variance_components_recover_the_simulated_ones():
+    import random
+
+    rng = random.Random(31)
+    estimates = [variance_components(_pilot(rng, 10, 50, 0.04, 0.4)) for _ in range(300)]
+    mean_train = sum(e["var_train"] for e in estimates) / len(estimates)
+    mean_eval = sum(e["var_eval_per_problem"] for e in estimates) / len(estimates)
+    assert 0.0016 * 0.8 < mean_train < 0.0016 * 1.25  # clipping at 0 biases it up a little; far from flipping
+    assert mean_eval == pytest.approx(0.16, rel=0.03)
+    with pytest.raises(ValueError):
+        variance_components([[0.1, 0.2]])
+
+
+@pytest.mark.parametrize("sided", [1, 2])
+def test_seeds_needed_give_the_power_asked_in_simulation(sided):
+    import random
+
+    var_train, var_eval, problems, margin, alpha = 0.03 ** 2, 0.4 ** 2, 100, 0.05, 0.05
+    k = seeds_needed(var_train, var_eval, problems, margin, alpha=alpha, power=0.8, sided=sided)
+    assert k == seeds_needed(var_train, var_eval, problems, margin, alpha=alpha, power=0.8, sided=sided)
+    assert 4 <= k <= 20
+    assert power_at(var_train, var_eval, problems, k, margin, alpha=alpha, sided=sided) >= 0.8
+    assert power_at(var_train, var_eval, problems, k - 1, margin, alpha=alpha, sided=sided) < 0.8
+    rng = random.Random(2026 + sided)
+    trials, rejected = 1000, 0
+    sd = math.sqrt(var_train + var_eval / problems)
+    for _ in range(trials):  # per-seed differences: true distance `margin` from H0
+        d = [rng.gauss(margin if sided == 2 else 0.0, sd) for _ in range(k)]
+        result = (paired_t_test(d) if sided == 2 else paired_t_test(d, margin=margin, alternative="greater"))
+        rejected += result["p"] < alpha and (sided == 1 or result["mean"] > 0)
+    assert 0.72 < rejected / trials < 0.92  # 0.8 asked; binomial sd 0.013: bounds 6 sd away
+    # Under H0 (distance 0) the same test rejects about alpha (non-inferiority: at the margin exactly).
+    null = sum((paired_t_test([rng.gauss(0.0 if sided == 2 else -margin, sd) for _ in range(k)],
+                              margin=margin if sided == 1 else 0.0,
+                              alternative="greater" if sided == 1 else "two-sided")["p"] < alpha)
+               for _ in range(trials)) / trials
+    assert 0.02 < null < 0.085
+
+
+def test_problems_needed_inverts_the_formula():
+    var_train, var_eval, margin = 0.02 ** 2, 0.4 ** 2, 0.05
+    n = problems_needed(var_train, var_eval, 12, margin)
+    assert seeds_needed(var_train, var_eval, n, margin) <= 12 < seeds_needed(var_train, var_eval, max(1, n // 2), margin)
+    # Training luck alone too large for 3 seeds: no test set is big enough.
+    assert problems_needed(0.1 ** 2, var_eval, 3, margin) is None
+    assert problems_needed(var_train, 0.0, 12, margin) == 1

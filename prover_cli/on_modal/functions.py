@@ -492,6 +492,20 @@ def doctor_volume_read(nonce: str) -> dict[str, Any]:
     return {"read_back": seen, "ok": all(seen.values())}
 
 
+# ## A study's runs: whole runs fanned out, one container each
+#
+# `prover study run --backend modal` (prover_cli/study.py): every missing run of the study is one
+# call of `train_es` or `train_grpo` above, as `--backend modal` makes it for one run, all of one
+# method mapped at once. Each writes its own run directory on the runs Volume and commits it, so
+# runs never share a file. A failed run comes back as its exception; the others still finish.
+
+def study_runs(name: str, calls: list[tuple[dict[str, Any], dict[str, Any]]], config: Any) -> list[Any]:
+    """`.starmap` (a `.map` over argument tuples) of `train_es` / `train_grpo` over whole runs,
+    with the study's [modal] resources (`config`, one run's config; the study's runs share them)."""
+    function = REMOTE_FUNCTIONS[name].with_options(**options(name, config))
+    return fan_out(function, calls, return_exceptions=True)
+
+
 REMOTE_FUNCTIONS: dict[str, Any] = {
     "prepare_data": prepare_data,
     "verify": verify,

@@ -70,6 +70,7 @@ from typing import Any, Callable, Iterator
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import BadLine, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.problems import DECL_NAME, content_key
 
 PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems", "countdown")
 PRESET_ALIASES = {"minif2f": "deepseek"}
@@ -334,7 +335,7 @@ class Report:
 
 # `:= by sorry`, `:= by\n  sorry`, `:=\nsorry` (term mode) at the very end -> `:= by` / `:=`.
 _SORRY_TAIL = re.compile(r":=(\s*by)?\s+sorry\s*$")
-_DECL_NAME = re.compile(r"\b(theorem|lemma)\s+([^\s(:{\[]+)")
+_DECL_NAME = DECL_NAME  # one definition of a declaration's name (prover_cli/problems.py)
 _FORBIDDEN_IN_TRUSTED = ("sorry", "admit")
 
 
@@ -441,9 +442,9 @@ def _imports_after_code(header: str) -> bool:
 
 
 def _dedupe_key(problem: dict[str, Any]) -> str:
-    """Equal up to whitespace and the theorem's name (the header counts: it may hold an answer)."""
-    statement = _DECL_NAME.sub(r"\1 _", problem["formal_statement"], count=1)
-    return " ".join((problem.get("header", "") + "\n" + statement).split())
+    """Equal up to whitespace and the theorem's name (the header counts: it may hold an answer): the
+    content key the held-out set is deduplicated by too (prover_cli/problems.py)."""
+    return content_key(problem)
 
 
 def _theorem_name(statement: Any) -> str | None:

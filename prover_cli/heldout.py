@@ -10,9 +10,11 @@
 
 What is evaluated, and why it is the same for both methods:
 - problems: the `data.valid_split` rows of the run's problems (the file, or for countdown and toy
-  the problems generated from `run.seed`, exactly as training generates them); with
-  `run.eval_problems = K > 0`, a fixed subset of K drawn once from `run.seed` (file order kept).
-  Training never draws from that split (`data.train_split`).
+  the problems generated from `run.seed`, exactly as training generates them), each problem once
+  by content and none that is also a training problem (prover_cli/problems.py, `select_heldout`);
+  with `run.eval_problems = K > 0`, a fixed subset of K drawn from `run.eval_problems_seed`, not
+  from `run.seed`, so every seed, arm and training-set size is scored on one test set (file order
+  kept). Training never draws from that split (`data.train_split`).
 - weights: whatever the sampler holds now. ES calls it after the iteration's update, when the
   live model holds the unperturbed center theta; GRPO calls it from a TrainerCallback after the
   optimizer step, on the policy (the fp32 master under the training compute dtype).
@@ -40,9 +42,12 @@ The keys it returns (merged into that iteration's metrics.jsonl line, `EVAL_KEYS
 `_hi`; `eval/greedy_verified_rate` with `_lo` and `_hi`; `eval/solved_rate` (problems with at
 least one verified sample / problems), `eval/reward_mean`, `eval/verified`,
 `eval/greedy_verified`, `eval/samples`, `eval/problems`, `eval/wall_s` (not counted in
-`time/wall_s`, so evaluation does not tax the per-hour axis of `prover report`), and
+`time/wall_s`, so evaluation does not tax the per-hour axis of `prover report`),
 `eval/by_problem`: {problem id: [verified samples of the sampled metric, greedy verified 0/1]},
-which lets `prover report` pair two runs problem by problem.
+which lets `prover report` pair two runs problem by problem, and the test set's record:
+`eval/problems_sha256` (its content fingerprint, 16 hex digits: `prover report` pairs two runs
+only when theirs agree), `eval/duplicates_dropped` (`valid` rows of a problem already held out,
+counted once) and `eval/train_overlap_dropped` (rows whose problem is also a training problem).
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ from prover_cli.seeds import derive_seed
 
 EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_hi", "eval/greedy_verified_rate",
              "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate", "eval/reward_mean",
-             "eval/verified", "eval/greedy_verified", "eval/samples", "eval/problems", "eval/wall_s", "eval/by_problem")
+             "eval/verified", "eval/greedy_verified", "eval/samples", "eval/problems", "eval/wall_s", "eval/by_problem",
+             "eval/problems_sha256", "eval/duplicates_dropped", "eval/train_overlap_dropped")
 
 
 def eval_due(config: Any, iteration: int, last_iteration: int) -> bool:
@@ -131,8 +137,13 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
     from prover_cli.stats import rate_interval
     from prover_cli.tasks import get_task
 
+    from prover_cli.problems import heldout_sha256
+
     task = task if task is not None else get_task(config.data.task)
-    problems = list(problems) if problems is not None else heldout_problems(config)
+    problems = problems if problems is not None else heldout_problems(config)
+    # What choosing the test set dropped travels with it (a HeldOutSet); a plain list dropped nothing.
+    dropped = (getattr(problems, "duplicates_dropped", 0), getattr(problems, "train_overlap_dropped", 0))
+    problems = list(problems)
     params = heldout_params(config)
     greedy = greedy_params(config)
     started = time.monotonic()
@@ -158,6 +169,9 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
         "eval/problems": len(problems),
         "eval/wall_s": time.monotonic() - started,
         "eval/by_problem": {key: [c, g] for key, c, g in zip(problem_keys(problems), counts, greedy_counts)},
+        "eval/problems_sha256": heldout_sha256(problems),
+        "eval/duplicates_dropped": dropped[0],
+        "eval/train_overlap_dropped": dropped[1],
     }
 
 
@@ -174,7 +188,7 @@ def greedy_params(config: Any):
 # --------------------------------------------------------------------------------------------
 
 BASE_CACHE_DIR = "heldout-base"
-BASE_CACHE_VERSION = 1  # bump when evaluate_heldout changes what it computes
+BASE_CACHE_VERSION = 2  # bump when evaluate_heldout changes what it computes (2: the test set's record)
 
 
 def base_cache_key(config: Any, problems: Sequence[dict[str, Any]], weights_sha256: str) -> str:
@@ -211,7 +225,9 @@ def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]],
             cached = json.loads(path.read_text(encoding="utf-8"))
             if isinstance(cached, dict) and "eval/verified_rate" in cached:
                 reporter.log(f"held-out evaluation of the base: reused {path}")
-                return cached
+                # The same problems may have come from rows with other duplicates: this run's counts.
+                return {**cached, "eval/duplicates_dropped": getattr(problems, "duplicates_dropped", 0),
+                        "eval/train_overlap_dropped": getattr(problems, "train_overlap_dropped", 0)}
         except (OSError, ValueError):
             pass  # absent or torn: evaluate again
         record = evaluate_heldout(sampler, config, problems, task=task, reporter=reporter)

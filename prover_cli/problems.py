@@ -2,8 +2,8 @@
 
     from prover_cli import problems
 
-    problems.train_problems(config)      # data.train_split of the run's problems (ES, GRPO, the probe)
-    problems.heldout_problems(config)    # data.valid_split, a fixed run.eval_problems subset (both trainers)
+    problems.train_problems(config)      # data.train_split of the run's problems (a data.train_size subset)
+    problems.heldout_problems(config)    # data.valid_split, deduplicated by content, a fixed run.eval_problems subset
     problems.read_problems(path, split=..., malformed=[...], task_name=...)   # generate and eval
     problems.eval_problems(config, malformed=[...])                           # eval.split of eval.problems
 
@@ -15,11 +15,27 @@ silent switch to generated problems. Lean problems always come from a file.
 
 A split no problem has is one error, whoever asks (`no_problems_in_split`): it names the file (or
 the generator), the split, the config key that chose it and the splits the problems do have.
+
+**The test set is one for every seed, arm and training-set size** (`select_heldout`): the
+`data.valid_split` rows, deduplicated by content (`content_key`: a Lean statement up to whitespace
+and the theorem's name, a countdown puzzle's number multiset and target, a toy prompt up to
+whitespace), so a problem stated twice is counted once; a row whose content is also in the
+training split is dropped too (a held-out problem never equals a training one); then, with
+`run.eval_problems = K`, a fixed subset of K drawn from `run.eval_problems_seed`, never from
+`run.seed`. How many rows each rule dropped travels with the list (`HeldOutSet`) into every
+held-out record (`eval/duplicates_dropped`, `eval/train_overlap_dropped`, prover_cli/heldout.py).
+
+**The training-set size** (`data.train_size = N`, the limited-data axis): N problems of the
+training split drawn from `run.seed` (`select_train`), nested: a seed's 16 are among its 64. It
+never changes the test set, which is chosen from the whole training split.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -101,23 +117,96 @@ def train_problems(config: Any, reporter: Any = NULL_REPORTER, *, save_generated
         write_jsonl_atomic(path, problems)
         reporter.log(f"{path}: generated {len(problems)} {config.data.task} problems (seed {config.run.seed})")
         source = path
-    return in_split(problems, config.data.train_split, source, "data.train_split")
+    train = in_split(problems, config.data.train_split, source, "data.train_split")
+    return select_train(train, config.data.train_size, config.run.seed, source)
 
 
-def heldout_problems(config: Any) -> list[dict[str, Any]]:
-    """The `data.valid_split` problems (a fixed `run.eval_problems` subset when > 0), in file order.
+def select_train(train: list[dict[str, Any]], size: int, seed: int, source: Any = "problems") -> list[dict[str, Any]]:
+    """`size` problems of the training split (0: all), in file order: the first `size` of one seeded
+    permutation, so the sizes of one seed are nested (its 16 are among its 64)."""
+    if size == 0 or size == len(train):
+        return train
+    if size > len(train):
+        raise InputError(f"{source}: data.train_size = {size} but the training split has {len(train)} problems",
+                         hint=f"set data.train_size <= {len(train)} (0 = all of them)")
+    order = random.Random(derive_seed("train-problems", seed)).sample(range(len(train)), len(train))
+    return [train[i] for i in sorted(order[:size])]
 
-    The subset is drawn once from `run.seed`, so ES and GRPO runs of one seed evaluate the same problems."""
+
+# --------------------------------------------------------------------------------------------
+# The held-out set: deduplicated by content, disjoint from training, one subset for every seed
+# --------------------------------------------------------------------------------------------
+
+DECL_NAME = re.compile(r"\b(theorem|lemma)\s+([^\s(:{\[]+)")  # a Lean declaration's keyword and name
+
+
+def content_key(problem: dict[str, Any]) -> str:
+    """What makes two rows the same problem, whatever their ids: a Lean statement (with its header,
+    which may hold an answer) up to whitespace and the theorem's name; a countdown puzzle's numbers
+    as a multiset and its target (the order they are listed in changes nothing to solve); a toy
+    prompt up to whitespace. A row with none of these is only itself (its id)."""
+    if isinstance(problem.get("formal_statement"), str):
+        statement = DECL_NAME.sub(r"\1 _", problem["formal_statement"], count=1)
+        return "lean|" + " ".join((str(problem.get("header") or "") + "\n" + statement).split())
+    if isinstance(problem.get("numbers"), list) and "target" in problem:
+        return "countdown|" + json.dumps([sorted(map(str, problem["numbers"])), str(problem["target"])])
+    if isinstance(problem.get("prompt"), str):
+        return "toy|" + " ".join(problem["prompt"].split())
+    return "id|" + str(problem.get("id", problem.get("name")))
+
+
+class HeldOutSet(list):
+    """The held-out problems (a list), with what choosing them dropped: `duplicates_dropped` (rows of
+    a problem already held out), `train_overlap_dropped` (rows whose problem is also in the training
+    split) and `sha256`, the set's content fingerprint (ids and content keys, order-free), which
+    `prover report` compares before pairing two runs."""
+
+    def __init__(self, problems: list[dict[str, Any]], duplicates_dropped: int = 0, train_overlap_dropped: int = 0):
+        super().__init__(problems)
+        self.duplicates_dropped = duplicates_dropped
+        self.train_overlap_dropped = train_overlap_dropped
+        self.sha256 = heldout_sha256(problems)
+
+
+def heldout_sha256(problems: list[dict[str, Any]]) -> str:
+    """Content fingerprint of a held-out set: sha256 of its sorted (id, content key) pairs, 16 hex digits."""
+    pairs = sorted([str(p.get("id", p.get("name", i))), content_key(p)] for i, p in enumerate(problems))
+    return hashlib.sha256(json.dumps(pairs).encode("utf-8")).hexdigest()[:16]
+
+
+def select_heldout(problems: list[dict[str, Any]], *, train_split: str, valid_split: str, count: int, seed: int,
+                   source: Any = "problems", key: str = "data.valid_split", hint: str = "") -> HeldOutSet:
+    """The test set from all of a run's problems: `valid_split` rows in file order, each problem once
+    (its first row) and none that is also a `train_split` problem, then a fixed subset of `count`
+    (0: all) drawn from `seed` (`run.eval_problems_seed`)."""
+    rows = in_split(problems, valid_split, source, key, hint)
+    trained = {content_key(p) for p in problems if p.get("split") == train_split}
+    kept, seen, duplicates, overlap = [], set(), 0, 0
+    for problem in rows:
+        content = content_key(problem)
+        if content in trained:
+            overlap += 1
+        elif content in seen:
+            duplicates += 1
+        else:
+            seen.add(content)
+            kept.append(problem)
+    if not kept:
+        raise InputError(f"{source}: every {valid_split!r} problem is also a {train_split!r} problem by content "
+                         f"({overlap} rows): no held-out problem is left", hint="hold out problems the run does not train on")
+    if 0 < count < len(kept):
+        rng = random.Random(derive_seed("heldout-problems", seed))
+        kept = [kept[i] for i in sorted(rng.sample(range(len(kept)), count))]
+    return HeldOutSet(kept, duplicates, overlap)
+
+
+def heldout_problems(config: Any) -> HeldOutSet:
+    """The run's test set (`select_heldout`): the same for ES and GRPO, every seed and every training-set size."""
     problems, source, _ = run_problems(config)
-    heldout = in_split(problems, config.data.valid_split, source,
-                       f"data.valid_split, for the held-out evaluation every run.eval_every = {config.run.eval_every}",
-                       hint="set data.valid_split to a split the problems have, or run.eval_every = 0")
-    count = config.run.eval_problems
-    if 0 < count < len(heldout):
-        rng = random.Random(derive_seed("heldout-problems", config.run.seed))
-        keep = sorted(rng.sample(range(len(heldout)), count))
-        heldout = [heldout[i] for i in keep]
-    return heldout
+    return select_heldout(problems, train_split=config.data.train_split, valid_split=config.data.valid_split,
+                          count=config.run.eval_problems, seed=config.run.eval_problems_seed, source=source,
+                          key=f"data.valid_split, for the held-out evaluation every run.eval_every = {config.run.eval_every}",
+                          hint="set data.valid_split to a split the problems have, or run.eval_every = 0")
 
 
 # --------------------------------------------------------------------------------------------

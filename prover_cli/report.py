@@ -10,11 +10,13 @@ resolved config written when the run started), and writes into a NEW output dire
 default `reports/<run names>-<timestamp>/`): never an input run directory itself (a
 subdirectory such as `runs/es/report/` is fine), and never over an existing report.
 
-**Arms.** Runs are grouped into arms: the same method with the same method section (`[es]` or
-`[grpo]`, save for how often it snapshots) and model; the runs of an arm are its seeds
-(`run.seed`). A null control (`es.shuffle_rewards`, `grpo.shuffle_rewards`) is an arm of its own,
-`es null` / `grpo null`; two arms of one method that differ otherwise are named by what differs
-(`es (sigma=0.003)`).
+**Arms.** Runs are grouped into arms: the same method and the same resolved config (`arm_identity`:
+every key but the few that tell one run of an arm from another, `_WITHIN_ARM_KEYS`: the seed,
+paths, how often a run saves, workers, Modal resources; and not the other method's section);
+the runs of an arm are its seeds (`run.seed`). The training-set size (`data.train_size`) is part
+of the arm, so runs of different sizes are never merged. A null control (`es.shuffle_rewards`,
+`grpo.shuffle_rewards`) is an arm of its own, `es null` / `grpo null`; two arms of one method that
+differ otherwise are named by what differs (`es (sigma=0.003)`, `es (data.train_size=16)`).
 
 **Held-out, both metrics** (sampled `eval/verified_rate`, greedy `eval/greedy_verified_rate`;
 prover_cli/heldout.py), per arm:
@@ -24,15 +26,20 @@ prover_cli/heldout.py), per arm:
 - base -> final (each run's last evaluation), and the gain final - base (per seed, then t over
   seeds; for one run, paired problem by problem).
 
-**Paired differences** at the largest common budget: ES - GRPO (every ES arm against every GRPO
-arm, null controls aside), and every method against its null control (of the same method if
-there is one). For each pair of runs, each run's last evaluation at or below the smaller run's
-`samples/total` (the table's "compared at" column and `at` in report.json name the iteration or
-step and its samples). When those two evaluations are more than 5 % apart in training samples
+**Paired differences** at the largest common budget, each labelled with its `contrast`
+(`contrasts`): `method`, ES - GRPO (every ES arm against every GRPO arm of the same training-set
+size, null controls aside); `null control`, every method against its null control at that size
+(of the same method if there is one); `training-set size`, the limited-data contrast, an arm
+against the arm that differs from it only in `data.train_size` (less data first: what limiting
+the data costs). For each pair of runs, each run's last evaluation at or below the smaller
+run's `samples/total` (the table's "compared at" column and `at` in report.json name the
+iteration or step and its samples). When those two evaluations are more than 5 % apart in training samples
 (different evaluation points, or no evaluation below the common budget), the report refuses
 (exit 2, a usage error naming both runs, their budgets and the flag) unless
 `--allow-unequal-budgets`; then its first line, the first table's title and `headline` in the
-result and report.json say `UNEQUAL BUDGETS: es N samples vs grpo M samples`. Runs with the same `run.seed` are scored on the same held-out problems and are paired;
+result and report.json say `UNEQUAL BUDGETS: es N samples vs grpo M samples`. Runs with the same
+`run.seed` are scored on the same held-out problems and are paired; two evaluations whose test
+sets' fingerprints (`eval/problems_sha256`) differ are refused;
 each pair's difference is taken problem by problem (`eval/by_problem`), and the interval is t
 over the pairs, or over the problems for a single pair (prover_cli/stats.py says why).
 
@@ -49,20 +56,24 @@ Outputs:
   longest run), and the title names the task, the model(s) and the arms; for ES runs a fourth
   row, the signal share of the update (`es/signal_share`, pooled over the last 5 iterations;
   es/signal.py) on the same axes, with the 0.5 line below which the update is mostly noise.
-- tables: per run (one run per arm) or per arm (training numbers), then held-out base -> final
-  with gains, then the paired differences.
+- tables: the comparison first, held-out base -> final with gains, then the paired differences;
+  last, the **training diagnostic, not the comparison**, per run (one run per arm) or per arm:
+  verified training samples per iteration and per 1,000 samples, with each method's decoding
+  (ES members greedy or sampled at `es.member_temperature`; GRPO sampled at `grpo.temperature`,
+  `grpo.num_generations` per prompt), which make those numbers count unlike work.
 
-"Verified" in the per-run table is `verify/verified`: samples with reward 1.0 (Lean: proofs Lean
-accepted); "held-out" is the last `eval/verified_rate`, "best held-out" the highest.
+"Verified" in the diagnostic is `verify/verified`: samples with reward 1.0 (Lean: proofs Lean
+accepted) of the training problems; report.json keeps each run's last and best held-out rate.
 
 Comparisons are refused, with the runs and the values named, when
 - the tasks differ (`data.task`), or
 - the problem sets differ: for each run, the ids of its training split (`data.train_split`), of
   its eval split (`eval.split`, from `eval.problems` or else the training problems) and, for runs
-  with held-out evaluations, of its held-out set (`data.valid_split`, with `run.eval_problems` and
-  the seed choosing its subset) are fingerprinted. Runs of one seed must agree; across seeds the
-  sets may differ (a seed may draw its own problems), but two arms must have at least one set in
-  common (their paired seeds).
+  with held-out evaluations, of its held-out set (chosen as the trainers choose it: deduplicated
+  by content, `run.eval_problems` drawn from `run.eval_problems_seed`; prover_cli/problems.py) are
+  fingerprinted. Runs of one seed must agree (the training sets only at one `data.train_size`);
+  across seeds the sets may differ (a seed may draw its own problems), but two arms must have at
+  least one set in common (their paired seeds).
 
 Where a run's problems are: `data.problems` / `eval.problems` as its `config.toml` recorded them;
 a relative path is relative to the directory the run was started from, which its recorded
@@ -151,11 +162,12 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
                                             indent=2, sort_keys=True) + "\n")
     plot_runs(runs, png_path)
     single = all(len(arm["runs"]) == 1 for arm in arms)
-    tables = [summary_table(summaries) if single else arm_training_table(arm_summaries)]
+    tables = []  # the held-out comparison first: the headline; training numbers after it, as a diagnostic
     if any(a["heldout"] for a in arm_summaries):
         tables.append(heldout_table(arm_summaries))
     if diffs:
         tables.append(difference_table(diffs))
+    tables.append(summary_table(summaries) if single else arm_training_table(arm_summaries))
     if headlines:  # the headline: the first table's title too, so no reader of the tables misses it
         tables[0] = {**tables[0], "title": "; ".join(headlines) + " -- " + tables[0]["title"]}
     if unchecked and len(runs) > 1:
@@ -242,6 +254,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     method = methods.pop()
     section = config.get(method, {})
     sets, why = problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept))
+    identity = arm_identity(config, method)
     return {
         "dir": run_dir,
         "name": run_dir.resolve().name or str(run_dir),
@@ -251,6 +264,9 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "seed": config.get("run", {}).get("seed", 0),
         "null": bool(section.get("shuffle_rewards", False)),
         "settings": {k: v for k, v in section.items() if k not in _ARM_IGNORED_KEYS},
+        "identity": identity,  # every config key that defines the arm (`arm_identity`)
+        "train_size": identity["data.train_size"],  # the limited-data axis: 0 = the whole training split
+        "decoding": decoding(config, method),
         "records": kept,
         "base": kept[0] if kept[0]["iteration"] == 0 else None,
         "problem_sets": sets,
@@ -403,21 +419,40 @@ def _generated(run_dir: Path, config: dict[str, Any]) -> tuple[list[dict[str, An
 
 
 def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -> tuple[dict[str, str] | None, str]:
-    """Fingerprints of the train, eval (and held-out) problem ids, or None and why they cannot be taken."""
+    """Fingerprints of the train, eval (and held-out) problem sets, or None and why they cannot be taken.
+
+    The training set is the one the run trained on (`data.train_size` of its split, prover_cli/problems.py);
+    the held-out set is the test set the run evaluated, chosen by the same function the trainers call
+    (deduplicated by content, its subset drawn from `run.eval_problems_seed`), fingerprinted by content."""
+    from prover_cli.problems import select_heldout, select_train
+
     data, evaluation, run = config.get("data", {}), config.get("eval", {}), config.get("run", {})
     train, evaluated, why = run_problem_files(run_dir, config)
     if train is None:
         return None, why
+    rows = load_jsonl_strict(train) if isinstance(train, Path) else train
     train_split = data.get("train_split", "train")
     eval_split = evaluation.get("split", "test")
+    size = data.get("train_size", 0)
+    try:
+        trained = select_train([p for p in rows if p.get("split") == train_split], size, run.get("seed", 0), train)
+    except InputError as exc:
+        return None, f"data.train_size: {exc}"
     sets = {
-        "train": f"{train_split}:{_fingerprint(train, train_split)}",
+        "train": f"{train_split}:{_fingerprint(trained, train_split)}" + (f", data.train_size = {size}" if size else ""),
         "eval": f"{eval_split}:{_fingerprint(evaluated, eval_split)}",
     }
-    if heldout:  # the subset heldout.py draws depends on run.eval_problems and, when it is > 0, run.seed
+    if heldout:
         valid_split, count = data.get("valid_split", "valid"), run.get("eval_problems", 0)
-        subset = f", subset of {count} drawn with run.seed = {run.get('seed', 0)}" if count else ""
-        sets["heldout"] = f"{valid_split}:{_fingerprint(train, valid_split)}{subset}"
+        # A run written before run.eval_problems_seed existed drew its subset from run.seed.
+        seed = run.get("eval_problems_seed", run.get("seed", 0))
+        try:
+            chosen = select_heldout(rows, train_split=train_split, valid_split=valid_split, count=count, seed=seed,
+                                    source=train)
+            sets["heldout"] = f"{valid_split}:{len(chosen)} problems, sha256 {chosen.sha256}" + (
+                f", subset of {count} drawn with run.eval_problems_seed = {seed}" if count else "")
+        except InputError as exc:
+            sets["heldout"] = f"{valid_split}: none ({exc})"
     return sets, ""
 
 
@@ -431,8 +466,10 @@ def _fingerprint(problems: Path | list[dict[str, Any]], split: str) -> str:
 def check_comparable(runs: list[dict[str, Any]], arms: list[dict[str, Any]] | None = None) -> None:
     """Refuse to compare different tasks or different problem sets, naming the runs and values.
 
-    Runs of one seed must have the same sets; runs of different seeds may not (a seed may draw its
-    problems), but two arms with no set in common share no seed to pair."""
+    Runs of one seed must have the same held-out (and eval) set, and, at one training-set size
+    (`data.train_size`), the same training set: a run on 16 problems and one on all of them, of one
+    seed, differ only in what they trained on, the limited-data contrast. Runs of different seeds
+    may differ (a seed may draw its problems), but two arms with no set in common share no seed to pair."""
     first = runs[0]
     for run in runs[1:]:
         if run["task"] != first["task"]:
@@ -441,6 +478,12 @@ def check_comparable(runs: list[dict[str, Any]], arms: list[dict[str, Any]] | No
                 f"{run['dir']} is {run['task']!r}",
                 hint="report runs of one task together")
     arms = arms if arms is not None else group_arms(runs)
+    hints = {"train": "train the runs of one seed and one data.train_size on the same problems file (data.problems) "
+                      "and splits; to ask what less data does, give the runs one problems file and set "
+                      "data.train_size (each size is an arm, paired by seed on one test set)",
+             "eval": "give the runs of one seed the same eval.problems and eval.split",
+             "heldout": "evaluate every run on one test set: the same problems file, data.valid_split, "
+                        "run.eval_problems and run.eval_problems_seed"}
     for which in ("train", "eval", "heldout"):
         def fingerprint(run: dict[str, Any]) -> str | None:
             return (run["problem_sets"] or {}).get(which)
@@ -448,21 +491,25 @@ def check_comparable(runs: list[dict[str, Any]], arms: list[dict[str, Any]] | No
         def refuse(a: dict[str, Any], b: dict[str, Any]) -> None:
             raise InputError(
                 f"cannot compare runs with different {which} problem sets: {a['dir']} has {fingerprint(a)}, "
-                f"{b['dir']} has {fingerprint(b)}",
-                hint="train the runs of one seed on the same problems file (data.problems) and splits")
+                f"{b['dir']} has {fingerprint(b)}", hint=hints[which])
+
+        def group(run: dict[str, Any]) -> Any:  # a training set is compared only at one size
+            return _identity(run).get("data.train_size", 0) if which == "train" else None
 
         by_seed: dict[Any, dict[str, Any]] = {}
         for run in runs:
             if fingerprint(run) is None:
                 continue
-            seen = by_seed.setdefault(run["seed"], run)
+            seen = by_seed.setdefault((run["seed"], group(run)), run)
             if fingerprint(seen) != fingerprint(run):
                 refuse(seen, run)
         covered = [(arm, {fingerprint(r): r for r in arm["runs"] if fingerprint(r) is not None}) for arm in arms]
         covered = [(arm, sets) for arm, sets in covered if sets]
-        for arm, sets in covered[1:]:  # arms with no set in common have nothing to pair
-            if not set(sets) & set(covered[0][1]):
-                refuse(next(iter(covered[0][1].values())), next(iter(sets.values())))
+        for index, (arm, sets) in enumerate(covered):  # arms with no set in common have nothing to pair
+            other = next(((o, o_sets) for o, o_sets in covered[:index]
+                          if group(o["runs"][0]) == group(arm["runs"][0])), None)
+            if other is not None and not set(sets) & set(other[1]):
+                refuse(next(iter(other[1].values())), next(iter(sets.values())))
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,6 +534,8 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "null_control": run["null"],
         "seed": run["seed"],
         "model": run["model"],
+        "train_size": _identity(run).get("data.train_size", 0),
+        "decoding": run.get("decoding", "?"),
         "iterations": iterations,
         "samples": samples,
         "hours": hours,
@@ -519,20 +568,23 @@ def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+# The training numbers are a diagnostic, never the comparison: they count verified samples of the
+# training problems, drawn with each method's own decoding (ES: every member, greedy by default;
+# GRPO: G sampled completions per prompt), so per iteration they compare unlike work, and a method
+# that memorises a few training problems scores high on them with no held-out gain.
+TRAINING_DIAGNOSTIC = ("training diagnostic, not the comparison: verified samples of the training problems, "
+                       "each method's own decoding")
+
+
 def summary_table(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The human table, one row per run (samples, hours and held-out details stay in report.json)."""
+    """The training diagnostic, one row per run (samples, hours and held-out details stay in report.json)."""
 
-    def at(value: float | None, iteration: int | None) -> str:
-        return "-" if value is None else f"{value:.3f} @{iteration}"
-
-    rows = [[s["run"], s["method"], s["iterations"], s["verified"], _num(s["verified_per_iteration"], 2),
-             _num(s["verified_per_1k_samples"], 1), _num(s["verified_per_hour"], 1), _num(s["final_reward"], 3),
-             at(s["heldout_verified_rate"], s["heldout_iteration"]),
-             at(s["heldout_best_verified_rate"], s["heldout_best_iteration"])]
-            for s in summaries]
-    return {"title": "verified proofs: ES vs GRPO",
-            "columns": ["run", "method", "iters", "verified", "per iter", "per 1k samples", "per hour",
-                        "final reward", "held-out", "best held-out"],
+    rows = [[s["run"], s["method"], s["decoding"], s["iterations"], s["verified"],
+             _num(s["verified_per_iteration"], 2), _num(s["verified_per_1k_samples"], 1), _num(s["verified_per_hour"], 1),
+             _num(s["final_reward"], 3)] for s in summaries]
+    return {"title": TRAINING_DIAGNOSTIC + ", per run",
+            "columns": ["run", "method", "decoding", "iters", "verified", "per iter", "per 1k samples", "per hour",
+                        "final reward"],
             "rows": rows}
 
 
@@ -540,14 +592,77 @@ def summary_table(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 # Arms: the seeds of one method and setting
 # --------------------------------------------------------------------------------------------
 
+# The keys the runs of one arm may differ in: its seeds, where files are and how a run is executed.
+# Every other resolved config key defines the arm (an allowlist: a key nobody thought of splits the
+# arm rather than merging two settings into one mean); the other method's section plays no part.
+_WITHIN_ARM_KEYS = ("run.seed", "run.dir", "run.report_to", "es.snapshot_every", "grpo.save_every", "data.problems",
+                    "model.cache_dir", "generate.batch_size", "generate.gpu_memory_utilization", "verify.workers",
+                    "verify.kernel_check_workers", "verify.kimina_url", "verify.kimina_api_key_env",
+                    "verify.kimina_batch_size", "verify.kimina_max_repls", "verify.kernel_batch_size")
+_WITHIN_ARM_SECTIONS = ("eval", "modal", "io")  # `prover eval` afterwards, Modal resources, input limits
+
+
+def _recorded(config: dict[str, Any], dotted: str) -> Any:
+    """The value a run's config.toml recorded for `section.key`, or the key's default where it has none
+    (a run written before the key existed ran with what is now its default)."""
+    from dataclasses import MISSING, fields
+
+    from prover_cli.config import SECTIONS
+
+    section, key = dotted.split(".")
+    recorded = config.get(section, {})
+    if key in recorded:
+        return recorded[key]
+    field = next(f for f in fields(SECTIONS[section]) if f.name == key)
+    return field.default if field.default is not MISSING else field.default_factory()
+
+
+def arm_identity(config: dict[str, Any], method: str) -> dict[str, Any]:
+    """Every `section.key` of the resolved config that defines a run's arm: the method's section, the
+    model, the data (`data.train_size`, the limited-data axis, among them), sampling, verification and
+    the held-out settings; all but `_WITHIN_ARM_KEYS` and `_WITHIN_ARM_SECTIONS`."""
+    from dataclasses import fields
+
+    from prover_cli.config import SECTIONS
+
+    identity = {}
+    for section, cls in SECTIONS.items():
+        if section in _WITHIN_ARM_SECTIONS or (section in ("es", "grpo") and section != method):
+            continue
+        for field in fields(cls):
+            dotted = f"{section}.{field.name}"
+            if dotted not in _WITHIN_ARM_KEYS:
+                identity[dotted] = _recorded(config, dotted)
+    return identity
+
+
+def decoding(config: dict[str, Any], method: str) -> str:
+    """How the method sampled its training completions, which its training numbers depend on."""
+    if method == "es":
+        temperature = _recorded(config, "es.member_temperature")
+        how = "greedy (temperature 0)" if temperature == 0 else f"sampled at temperature {temperature:g}"
+        return (f"{_recorded(config, 'es.population')} members, each {how}, "
+                f"{_recorded(config, 'es.problems_per_iteration')} problems x "
+                f"{_recorded(config, 'es.samples_per_problem')} sample(s)")
+    if method == "grpo":
+        return (f"sampled at temperature {_recorded(config, 'grpo.temperature'):g}, "
+                f"{_recorded(config, 'grpo.num_generations')} per prompt")
+    return "?"
+
+
 def group_arms(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Runs grouped by (method, null control, method section, model), in first-seen order, labelled."""
+    """Runs grouped by method and `arm_identity` (null control and training-set size included), in
+    first-seen order, labelled: `es`, `es null`, and arms of one method that differ by what differs
+    (`es (sigma=0.003)`, `es (data.train_size=16)`). Never two settings merged into one arm."""
     arms: list[dict[str, Any]] = []
     for run in runs:
-        key = json.dumps([run["method"], run["null"], run["settings"], run["model"]], sort_keys=True)
+        identity = _identity(run)
+        key = json.dumps([run["method"], identity], sort_keys=True)
         arm = next((a for a in arms if a["key"] == key), None)
         if arm is None:
-            arm = {"key": key, "method": run["method"], "null": run["null"], "runs": []}
+            arm = {"key": key, "method": run["method"], "null": run["null"],
+                   "train_size": identity.get("data.train_size", 0), "identity": identity,
+                   "decoding": run.get("decoding", "?"), "runs": []}
             arms.append(arm)
         arm["runs"].append(run)
     for arm in arms:
@@ -555,13 +670,31 @@ def group_arms(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for label in {a["label"] for a in arms}:
         same = [a for a in arms if a["label"] == label]
         if len(same) > 1:  # name them by what differs
-            settings = [a["runs"][0]["settings"] | {"model": a["runs"][0]["model"]} for a in same]
-            keys = sorted(k for k in set().union(*settings) if len({json.dumps(s.get(k)) for s in settings}) > 1)
-            for arm, setting in zip(same, settings):
-                arm["label"] = f"{label} ({', '.join(f'{k}={_toml(setting.get(k))}' for k in keys)})"
+            every = set().union(*(a["identity"] for a in same))
+            keys = sorted(k for k in every if len({json.dumps(a["identity"].get(k)) for a in same}) > 1)
+            for arm in same:
+                arm["label"] = f"{label} ({', '.join(_setting(arm, k) for k in keys)})"
     for arm in arms:  # what the plot's legend calls it: the arm, then its run directory or its seeds
         arm["display"] = _display(arm)
     return arms
+
+
+def _identity(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's `arm_identity`; for a run dict built by hand rather than by `load_run`, its method section,
+    null control and model, as arms were told apart before identities existed."""
+    if "identity" in run:
+        return run["identity"]
+    method = run["method"]
+    return {**{f"{method}.{k}": v for k, v in run.get("settings", {}).items()},
+            f"{method}.shuffle_rewards": run.get("null", False), "model.name": run.get("model")}
+
+
+def _setting(arm: dict[str, Any], dotted: str) -> str:
+    """`sigma=0.003` (the method's own section), `data.train_size=16` (`all` for 0), `model.name="x"`."""
+    section, key = dotted.split(".")
+    value = arm["identity"].get(dotted)
+    shown = "all" if dotted == "data.train_size" and value == 0 else _toml(value)
+    return f"{key if section == arm['method'] else dotted}={shown}"
 
 
 def _display(arm: dict[str, Any]) -> str:
@@ -668,10 +801,14 @@ def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
     """Held-out curves per budget, base -> final and the gain, for both metrics."""
     runs = arm["runs"]
     summary = {"arm": arm["label"], "method": arm["method"], "null_control": arm["null"],
+               "train_size": arm["train_size"], "decoding": arm["decoding"],
                "runs": [run["name"] for run in runs], "seeds": [run["seed"] for run in runs],
                "iterations": sum(len(training_records(r["records"])) for r in runs) / len(runs),
                "samples": sum(training_records(r["records"])[-1]["samples/total"] for r in runs) / len(runs),
                "final_reward": _spread([training_records(r["records"])[-1]["reward/mean"] for r in runs]),
+               "verified_per_iteration": _spread(
+                   [sum(x["verify/verified"] for x in training_records(r["records"])) / len(training_records(r["records"]))
+                    for r in runs], floor=0.0),
                "verified_per_1k_samples": _spread(
                    [sum(x["verify/verified"] for x in training_records(r["records"])) * 1000
                     / max(training_records(r["records"])[-1]["samples/total"], 1) for r in runs], floor=0.0),
@@ -724,7 +861,7 @@ def _samples_text(values: list[Any]) -> str:
 
 
 def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False) -> list[dict[str, Any]]:
-    """ES - GRPO for every pair of non-null arms, and every non-null arm - its null control.
+    """Every paired difference of `contrasts(arms)` (ES - GRPO, arm - null control, less data - more data).
 
     Each pair of runs (one seed) is compared at the largest budget both reached: each run's last
     evaluation at or below the smaller run's `samples/total` (entry `at`: which iteration or step,
@@ -732,20 +869,13 @@ def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False)
     UsageError, exit 2) unless `allow_unequal_budgets`; then the entry carries `unequal_budgets`."""
     from prover_cli.errors import UsageError
 
-    plain = [a for a in arms if not a["null"]]
-    nulls = [a for a in arms if a["null"]]
-    comparisons = [(a, b) for a in plain if a["method"] == "es" for b in plain if b["method"] == "grpo"]
-    for arm in plain:
-        null = next((n for n in nulls if n["method"] == arm["method"]), nulls[0] if nulls else None)
-        if null is not None:
-            comparisons.append((arm, null))
     out = []
-    for a, b in comparisons:
+    for a, b, contrast in contrasts(arms):
         by_seed_b = _by_seed(b)
         pairs = [(run, by_seed_b[seed]) for seed, run in _by_seed(a).items() if seed in by_seed_b]
         if not pairs:
             continue
-        entry = {"a": a["label"], "b": b["label"], "name": f"{a['label']} - {b['label']}",
+        entry = {"a": a["label"], "b": b["label"], "name": f"{a['label']} - {b['label']}", "contrast": contrast,
                  "seeds": sorted(seed for seed in _by_seed(a) if seed in by_seed_b), "at": []}
         finals_a: list[Any] = []
         finals_b: list[Any] = []
@@ -755,6 +885,7 @@ def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False)
             if any(fa is None or fb is None for fa, fb in finals):
                 continue
             for (x, y), budget, (fa, fb) in zip(pairs, budgets, finals):
+                _same_test_set(x, fa, y, fb)
                 if unequal(fa["samples/total"], fb["samples/total"]) and not allow_unequal_budgets:
                     raise UsageError(
                         f"{a['label']} - {b['label']}: unequal budgets: {x['dir']} ({a['label']}) is evaluated at "
@@ -782,6 +913,50 @@ def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False)
                                             f"{b['label']} {_samples_text(finals_b)}")
             out.append(entry)
     return out
+
+
+def _size_order(arm: dict[str, Any]) -> float:
+    return math.inf if arm["train_size"] == 0 else arm["train_size"]  # 0: the whole split, the most data
+
+
+def contrasts(arms: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], str]]:
+    """(a, b, contrast) for every paired difference a - b the report takes, each of one kind:
+    - `method`: every ES arm - every GRPO arm trained on the same number of problems (null controls aside);
+    - `null control`: every arm - its null control at that size (of the same method if there is one);
+    - `training-set size`: the limited-data contrast, an arm - the arm that differs from it only in
+      `data.train_size`, less data first: what limiting the data costs (same method, same settings;
+      paired by seed on one test set), as `prover study` reports it.
+    Arms of different sizes are never compared across methods: that would mix data with method."""
+    plain = [a for a in arms if not a["null"]]
+    nulls = [a for a in arms if a["null"]]
+    out = [(a, b, "method") for a in plain if a["method"] == "es" for b in plain
+           if b["method"] == "grpo" and b["train_size"] == a["train_size"]]
+    for arm in plain:
+        sized = [n for n in nulls if n["train_size"] == arm["train_size"]]
+        null = next((n for n in sized if n["method"] == arm["method"]), sized[0] if sized else None)
+        if null is not None:
+            out.append((arm, null, "null control"))
+
+    def rest(arm: dict[str, Any]) -> str:
+        return json.dumps({k: v for k, v in arm["identity"].items() if k != "data.train_size"}, sort_keys=True)
+
+    for index, a in enumerate(plain):
+        for b in plain[index + 1:]:
+            if a["method"] == b["method"] and a["train_size"] != b["train_size"] and rest(a) == rest(b):
+                less, more = (a, b) if _size_order(a) < _size_order(b) else (b, a)
+                out.append((less, more, "training-set size"))
+    return out
+
+
+def _same_test_set(x: dict[str, Any], fa: dict[str, Any], y: dict[str, Any], fb: dict[str, Any]) -> None:
+    """Refuse to pair two evaluations whose test sets' content fingerprints (`eval/problems_sha256`) differ."""
+    key = "eval/problems_sha256"
+    if key in fa and key in fb and fa[key] != fb[key]:
+        raise InputError(
+            f"cannot pair {x['dir']} (iteration {fa['iteration']}) with {y['dir']} (iteration {fb['iteration']}): "
+            f"their held-out sets differ ({key} {fa[key]} vs {fb[key]}), so a difference would mix problems with "
+            "method", hint="evaluate every run on one test set: the same problems file, data.valid_split, "
+                           "run.eval_problems and run.eval_problems_seed")
 
 
 def _by_seed(arm: dict[str, Any]) -> dict[Any, dict[str, Any]]:
@@ -817,11 +992,13 @@ def _base_to_final(entry: dict[str, Any] | None) -> str:
 
 
 def arm_training_table(arms: list[dict[str, Any]]) -> dict[str, Any]:
-    """Training numbers per arm, mean over seeds (per run: report.json)."""
-    rows = [[a["arm"], len(a["runs"]), _num(a["iterations"], 0), _num(a["samples"], 0),
-             _rate(a["verified_per_1k_samples"], 1), _rate(a["final_reward"])] for a in arms]
-    return {"title": "training, mean over seeds (95% interval)",
-            "columns": ["arm", "seeds", "iters", "samples", "verified per 1k samples", "final reward"],
+    """The training diagnostic per arm, mean over seeds (per run: report.json)."""
+    rows = [[a["arm"], len(a["runs"]), a["decoding"], _num(a["iterations"], 0), _num(a["samples"], 0),
+             _rate(a["verified_per_iteration"], 2), _rate(a["verified_per_1k_samples"], 1), _rate(a["final_reward"])]
+            for a in arms]
+    return {"title": TRAINING_DIAGNOSTIC + ", mean over seeds (95% interval)",
+            "columns": ["arm", "seeds", "decoding", "iters", "samples", "verified per iter", "verified per 1k samples",
+                        "final reward"],
             "rows": rows}
 
 
@@ -853,9 +1030,9 @@ def _compared_at(d: dict[str, Any]) -> str:
 
 def difference_table(diffs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [[d["name"], len(d["seeds"]), _signed(d.get("sampled")), _signed(d.get("greedy")),
-             (d.get("sampled") or d.get("greedy"))["basis"], _compared_at(d)] for d in diffs]
+             (d.get("sampled") or d.get("greedy"))["basis"], _compared_at(d), d["contrast"]] for d in diffs]
     return {"title": "paired difference at the final evaluation, same held-out problems (95% interval), each run's last at or below the largest common budget",
-            "columns": ["difference", "seeds", "sampled", "greedy", "interval", "compared at"],
+            "columns": ["difference", "seeds", "sampled", "greedy", "interval", "compared at", "contrast"],
             "rows": rows}
 
 

@@ -119,7 +119,7 @@ def test_report_tables_at_80_columns_keep_every_word(tables_at_80, tmp_path, mon
     assert result.exit_code == 0, result.stderr
     assert_every_word_whole(result.stderr, tables_at_80)
     header = "".join(rendered_columns(result.stderr)[0])
-    for word in ("method", "verified", "held-out", "reward"):   # were `meth…`, `veri…`
+    for word in ("method", "decoding", "verified", "reward"):   # were `meth…`, `veri…`
         assert word in header
 
 

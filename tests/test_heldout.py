@@ -30,8 +30,9 @@ def test_heldout_problems_are_the_valid_split_or_a_fixed_seeded_subset(tmp_path)
     subset = heldout_problems(config_for(tmp_path, "run.eval_problems=4"))
     assert len(subset) == 4 and subset == heldout_problems(config_for(tmp_path, "run.eval_problems=4"))
     assert [every.index(p) for p in subset] == sorted(every.index(p) for p in subset)  # file order kept
-    other_seed = heldout_problems(config_for(tmp_path, "run.eval_problems=4", "run.seed=7"))
-    assert other_seed != subset
+    # One test set for every run seed (issue #31); its own seed, run.eval_problems_seed, draws another.
+    assert heldout_problems(config_for(tmp_path, "run.eval_problems=4", "run.seed=7")) == subset
+    assert heldout_problems(config_for(tmp_path, "run.eval_problems=4", "run.eval_problems_seed=7")) != subset
     assert heldout_problems(config_for(tmp_path, "run.eval_problems=50")) == every  # more than there are: all
     assert [p["id"] for p in heldout_problems(config_for(tmp_path, "data.valid_split=test"))] == ["p20"]
 
@@ -46,8 +47,12 @@ def test_generated_tasks_hold_out_the_problems_training_generates(tmp_path):
     from prover_cli.tasks import toy
 
     config = load_config(None, ["data.task=toy", f"run.dir={tmp_path}", "run.seed=3"])
-    expected = [p for p in toy.generate_problems(toy.DEFAULT_COUNT, seed=3) if p["split"] == "valid"]
-    assert heldout_problems(config) == expected and expected
+    generated = toy.generate_problems(toy.DEFAULT_COUNT, seed=3)
+    trained = {p["prompt"] for p in generated if p["split"] == "train"}
+    # toy splits rows by a coin, not by content: a prompt also drawn for training is not held out
+    expected = [p for p in generated if p["split"] == "valid" and p["prompt"] not in trained]
+    held_out = heldout_problems(config)
+    assert held_out == expected and expected and held_out.train_overlap_dropped == 3
 
 
 def test_eval_due_every_k_and_at_the_end_never_at_zero(tmp_path):

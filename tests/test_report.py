@@ -127,9 +127,12 @@ def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
     assert by_run["es"]["heldout_verified_rate"] == 0.3 and by_run["es"]["heldout_iteration"] == 3
     assert by_run["es"]["heldout_best_verified_rate"] == 0.4 and by_run["es"]["heldout_best_iteration"] == 2
     assert by_run["es"]["heldout_evaluations"] == 2 and by_run["grpo"]["heldout_problems"] == 10
-    rows = {row[0]: dict(zip(result["tables"][0]["columns"], row)) for row in result["tables"][0]["rows"]}
-    assert rows["es"]["held-out"] == "0.300 @3" and rows["es"]["best held-out"] == "0.400 @2"
-    assert rows["grpo"]["held-out"] == "0.100 @2"
+    # The held-out comparison is the first table (the headline); the training numbers come last, as a diagnostic.
+    first, last = result["tables"][0], result["tables"][-1]
+    rows = {row[0]: dict(zip(first["columns"], row)) for row in first["rows"]}
+    assert first["title"].startswith("UNEQUAL BUDGETS: es 16 samples vs grpo 8 samples -- held-out verified rate")
+    assert rows["es"]["sampled"] == "0.300" and rows["grpo"]["sampled"] == "0.100"  # the finals
+    assert last["title"].startswith("training diagnostic, not the comparison") and "held-out" not in last["columns"]
 
     fig = build_figure([load_run(es), load_run(grpo)])
     # Columns: samples first (the same work for both methods), then ES iteration / GRPO step, then time.
@@ -156,7 +159,8 @@ def test_runs_without_heldout_evaluations_say_so(tmp_path, two_runs):
     assert not fig.axes[3].get_lines() and "no held-out evaluation" in fig.axes[3].texts[0].get_text()
     result = report_runs(run_dirs=list(two_runs), out_dir=tmp_path / "out")
     assert all(s["heldout_verified_rate"] is None for s in result["runs"])
-    assert result["tables"][0]["rows"][0][-2:] == ["-", "-"]
+    (table,) = result["tables"]  # the training diagnostic alone: nothing to compare on held-out problems
+    assert table["title"].startswith("training diagnostic")
 
 
 @pytest.mark.parametrize("seconds, unit", [(30, "s"), (119, "s"), (600, "min"), (7199, "min"), (7200, "h")])
@@ -172,9 +176,15 @@ def test_refuses_runs_with_different_heldout_subsets(tmp_path):
                                 for i, s in enumerate(["train", "valid"] * 5)))
     shared = (f"data.problems={problems}", "run.eval_problems=2")
     es = make_run(tmp_path / "es", "es", ES_ITERATIONS, *shared, "run.seed=1", heldout={3: 0.5})
-    grpo = make_run(tmp_path / "grpo", "grpo", GRPO_ITERATIONS, *shared, "run.seed=2", heldout={2: 0.5})
-    with pytest.raises(InputError, match="different heldout problem sets"):
-        report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    # Another run seed draws the same subset (run.eval_problems_seed): one test set for every seed.
+    other_seed = make_run(tmp_path / "grpo", "grpo", GRPO_ITERATIONS, *shared, "run.seed=2", heldout={2: 0.5})
+    report_runs(run_dirs=[es, other_seed], out_dir=tmp_path / "out0")
+    # The test set's own seed draws another subset: runs of one seed on two test sets are refused.
+    other_set = make_run(tmp_path / "grpo3", "grpo", GRPO_ITERATIONS, *shared, "run.seed=1",
+                         "run.eval_problems_seed=5", heldout={2: 0.5})
+    with pytest.raises(InputError, match="different heldout problem sets") as error:
+        report_runs(run_dirs=[es, other_set], out_dir=tmp_path / "out")
+    assert "run.eval_problems_seed = 5" in str(error.value) and "run.eval_problems_seed" in error.value.hint
     same = make_run(tmp_path / "grpo2", "grpo", GRPO_ITERATIONS, *shared, "run.seed=1", heldout={2: 0.5})
     assert report_runs(run_dirs=[es, same], out_dir=tmp_path / "out",
                        allow_unequal_budgets=True)["problem_sets_unchecked"] == 0  # not about budgets
@@ -262,7 +272,8 @@ def test_cli_report_table_for_humans(two_runs):
     es, grpo = two_runs
     result = runner.invoke(app, ["report", str(es), str(grpo)])
     assert result.exit_code == 0 and result.stdout == ""
-    assert "verified proofs: ES vs GRPO" in result.stderr and "500.0" in result.stderr and "40.0" in result.stderr
+    err = " ".join(result.stderr.split())
+    assert "training diagnostic, not the comparison" in err and "500.0" in err and "40.0" in err
 
 
 def test_cli_report_refusal_is_one_error_line(tmp_path):
@@ -407,7 +418,9 @@ def test_one_seed_per_arm_pairs_problem_by_problem_and_says_it_cannot_decide(tmp
     assert (final["lo"], final["hi"]) == (json.loads((es / "metrics.jsonl").read_text().splitlines()[-1])[
         "eval/verified_rate_lo"], json.loads((es / "metrics.jsonl").read_text().splitlines()[-1])["eval/verified_rate_hi"])
     assert "cannot say which method is better" in result["note"] and "bench_demo" in result["note"]
-    assert result["tables"][0]["title"] == "verified proofs: ES vs GRPO"  # the per-run table, as before
+    assert result["tables"][0]["title"].startswith("held-out verified rate")  # the headline: held-out
+    assert result["tables"][-1]["title"].startswith("training diagnostic") and result["tables"][-1]["title"].endswith(
+        "per run")  # one run per arm: the per-run diagnostic
 
 
 def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
@@ -440,3 +453,130 @@ def test_arms_of_one_method_are_named_by_what_differs_and_duplicate_seeds_are_re
     assert [d["name"] for d in result["differences"]] == ["es (sigma=0.01) - grpo", "es (sigma=0.003) - grpo"]
     with pytest.raises(InputError, match="two runs of arm 'es' with run.seed = 0"):
         report_runs(run_dirs=[b, c, g], out_dir=tmp_path / "out2")  # snapshot cadence: the same arm
+
+
+# --------------------------------------------------------------------------------------------
+# The limited-data question (issue #31): arms per training-set size, paired on one test set
+# --------------------------------------------------------------------------------------------
+
+# Per seed: (base, final) sampled rates of ES on all training problems, ES on 4, GRPO on all, GRPO on 4.
+SIZES = {0: (0.2, 0.5, 0.4, 0.3, 0.2), 1: (0.2, 0.4, 0.3, 0.4, 0.3), 2: (0.2, 0.6, 0.3, 0.3, 0.3)}
+
+
+@pytest.fixture
+def sized_runs(tmp_path):
+    dirs = []
+    for seed, (base, es_all, es_4, grpo_all, grpo_4) in SIZES.items():
+        for name, method, final, size in (("es", "es", es_all, 0), ("es-4", "es", es_4, 4),
+                                          ("grpo", "grpo", grpo_all, 0), ("grpo-4", "grpo", grpo_4, 4)):
+            evals = {0: (base, base), 4: (final, final)}
+            dirs.append(make_eval_run(tmp_path / f"seed{seed}" / name, method, seed, evals, f"data.train_size={size}"))
+    return dirs
+
+
+def test_runs_of_different_training_set_sizes_are_arms_of_their_own_paired_by_seed(tmp_path, sized_runs):
+    result = report_runs(run_dirs=sized_runs, out_dir=tmp_path / "out")
+    arms = {a["arm"]: a for a in result["arms"]}
+    assert list(arms) == ["es (data.train_size=all)", "es (data.train_size=4)", "grpo (data.train_size=all)",
+                          "grpo (data.train_size=4)"]
+    assert [arms[name]["train_size"] for name in arms] == [0, 4, 0, 4]
+    assert all(a["seeds"] == [0, 1, 2] for a in arms.values())  # never one arm of mixed sizes
+    diffs = {d["name"]: d for d in result["differences"]}
+    # ES - GRPO at each size, never across sizes; each method's limited-data contrast, less data first.
+    assert {name: d["contrast"] for name, d in diffs.items()} == {
+        "es (data.train_size=all) - grpo (data.train_size=all)": "method",
+        "es (data.train_size=4) - grpo (data.train_size=4)": "method",
+        "es (data.train_size=4) - es (data.train_size=all)": "training-set size",
+        "grpo (data.train_size=4) - grpo (data.train_size=all)": "training-set size"}
+    limited = diffs["es (data.train_size=4) - es (data.train_size=all)"]["sampled"]
+    expected = band([v[2] - v[1] for v in SIZES.values()])  # what limiting ES to 4 problems cost
+    assert (limited["mean"], limited["lo"], limited["hi"]) == pytest.approx(expected, abs=1e-12)
+    assert limited["pairs"] == 3 and limited["basis"] == "t over 3 seeds"
+    table = next(t for t in result["tables"] if t["title"].startswith("paired difference"))
+    contrast = {row[0]: row[table["columns"].index("contrast")] for row in table["rows"]}
+    assert contrast["grpo (data.train_size=4) - grpo (data.train_size=all)"] == "training-set size"
+
+
+def test_a_differing_arm_key_never_merges_two_settings_into_one_arm(tmp_path):
+    """Any resolved config key outside the allowlist of per-run keys (seed, paths, resources) splits the arm."""
+    evals = {0: (0.2, 0.2), 4: (0.3, 0.3)}
+    runs = [make_eval_run(tmp_path / "a0", "es", 0, evals, "data.train_size=8"),
+            make_eval_run(tmp_path / "a1", "es", 1, evals, "data.train_size=8", "es.snapshot_every=3",
+                          "verify.workers=2"),  # how a run saves and runs: the same arm
+            make_eval_run(tmp_path / "b0", "es", 0, evals, "data.train_size=16"),
+            make_eval_run(tmp_path / "c0", "es", 0, evals, "data.train_size=8", "generate.max_tokens=33")]
+    result = report_runs(run_dirs=runs, out_dir=tmp_path / "out")
+    assert [(a["arm"], a["seeds"]) for a in result["arms"]] == [
+        ("es (data.train_size=8, generate.max_tokens=8192)", [0, 1]),
+        ("es (data.train_size=16, generate.max_tokens=8192)", [0]),
+        ("es (data.train_size=8, generate.max_tokens=33)", [0])]
+    assert [d["contrast"] for d in result["differences"]] == ["training-set size"]  # max_tokens differs: not a contrast
+
+
+def test_pairing_runs_whose_held_out_sets_differ_is_refused(tmp_path):
+    """The test set's content fingerprint travels in every evaluation (eval/problems_sha256): two runs of one
+    seed whose fingerprints differ are never paired, even where their problems files cannot be found."""
+    evals = {0: (0.2, 0.2), 4: (0.3, 0.3)}
+    es = make_eval_run(tmp_path / "es", "es", 0, evals, "data.problems=gone.jsonl")
+    grpo = make_eval_run(tmp_path / "grpo", "grpo", 0, evals, "data.problems=gone.jsonl")
+    for run_dir, sha in ((es, "aaaaaaaaaaaaaaaa"), (grpo, "bbbbbbbbbbbbbbbb")):
+        lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        for line in lines:
+            if "eval/verified_rate" in line:
+                line["eval/problems_sha256"] = sha
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(InputError, match=r"held-out sets differ \(eval/problems_sha256 aaaaaaaaaaaaaaaa vs "
+                                         r"bbbbbbbbbbbbbbbb\)") as error:
+        report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
+    assert str(es) in str(error.value) and "run.eval_problems_seed" in error.value.hint
+
+
+def test_the_training_numbers_are_a_diagnostic_labelled_with_each_methods_decoding(tmp_path):
+    evals = {0: (0.2, 0.2), 4: (0.3, 0.3)}
+    runs = [make_eval_run(tmp_path / "es", "es", 0, evals, "es.population=16", "es.problems_per_iteration=8"),
+            make_eval_run(tmp_path / "es-t", "es", 0, evals, "es.member_temperature=0.7", "es.samples_per_problem=2"),
+            make_eval_run(tmp_path / "grpo", "grpo", 0, evals, "grpo.temperature=0.7", "grpo.num_generations=4")]
+    result = report_runs(run_dirs=runs, out_dir=tmp_path / "out")
+    titles = [t["title"] for t in result["tables"]]
+    assert titles[0].startswith("held-out verified rate")  # the headline: the held-out comparison
+    assert not any(t.startswith("training diagnostic") for t in titles[:-1])
+    diagnostic = result["tables"][-1]
+    assert diagnostic["title"] == ("training diagnostic, not the comparison: verified samples of the training "
+                                   "problems, each method's own decoding, per run")
+    assert {"per iter", "per 1k samples", "decoding"} <= set(diagnostic["columns"])
+    decoding = {row[0]: row[diagnostic["columns"].index("decoding")] for row in diagnostic["rows"]}
+    assert decoding == {"es": "16 members, each greedy (temperature 0), 8 problems x 1 sample(s)",
+                        "es-t": f"{load_config(None).es.population} members, each sampled at temperature 0.7, "
+                                f"{load_config(None).es.problems_per_iteration} problems x 2 sample(s)",
+                        "grpo": "sampled at temperature 0.7, 4 per prompt"}
+    # make_eval_run: iteration i verifies i samples of 8: 10 in 4 iterations, 10 / 32 samples.
+    row = dict(zip(diagnostic["columns"], diagnostic["rows"][0]))
+    assert (row["per iter"], row["per 1k samples"]) == ("2.50", "312.5")
+    by_run = {s["run"]: s for s in result["runs"]}
+    assert by_run["grpo"]["decoding"] == "sampled at temperature 0.7, 4 per prompt"
+
+
+def test_real_es_runs_of_two_training_set_sizes_share_one_test_set_and_pair(tmp_path):
+    """The trainer's path, not made-up metrics: two tiny ES runs of one seed, on all training problems
+    and on 4 of them, record one test-set fingerprint and the report pairs them as a size contrast."""
+    from prover_cli.data import prepare_data
+    from prover_cli.es.train import train_es
+    from prover_cli.metrics import read_metrics
+
+    tiny = Path(__file__).parent / "configs" / "tiny.toml"
+    dirs = []
+    for size in (0, 4):
+        config = load_config(tiny, [f"run.dir={tmp_path / f'es-{size}'}", f"model.cache_dir={tmp_path / 'cache'}",
+                                    f"data.problems={tmp_path / 'problems.jsonl'}", "data.countdown_problems=200",
+                                    "es.iterations=1", "es.population=2", "es.problems_per_iteration=3",
+                                    "run.eval_every=1", "run.eval_problems=5", f"data.train_size={size}"])
+        if size == 0:
+            prepare_data(config)
+        train_es(config)
+        dirs.append(config.run_dir)
+    fingerprints = {r["eval/problems_sha256"] for d in dirs for r in read_metrics(d) if "eval/problems" in r}
+    assert len(fingerprints) == 1
+    result = report_runs(run_dirs=dirs, out_dir=tmp_path / "out")
+    assert result["problem_sets_unchecked"] == 0
+    (diff,) = result["differences"]
+    assert (diff["name"], diff["contrast"]) == ("es (data.train_size=4) - es (data.train_size=all)", "training-set size")

@@ -66,7 +66,9 @@ cat <<'EOF'
 
 One seed per method cannot say whether ES or GRPO learns more here: the intervals above cover the
 held-out problems and samples, not the luck of training, and over 10 seeds the sign of ES - GRPO
-changes from seed to seed on both metrics. What answers it, 10 seeds x (ES, GRPO and each with
-shuffled rewards, the null control), its table in the README:
-    .venv/bin/python benchmarks/bench_demo.py
+changes from seed to seed on both metrics. What answers it is a study, designed before it runs
+(docs/study.md): ES and GRPO at two training-set sizes on one test set, over several seeds,
+the pre-registered comparison first; `demo-10seeds` is the README's 10 fresh seeds with null controls:
+    prover study run demo && prover study report demo
+    .venv/bin/python benchmarks/bench_demo.py --study demo-10seeds
 EOF

@@ -614,18 +614,27 @@ def study_plan(
 
 @study_app.command("run")
 @_command
-def study_run(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: str = BackendOpt):
-    """Train every run not finished with this code and config (reusing the rest); resumes when rerun.
+def study_run(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: str = BackendOpt,
+              then_report: bool = typer.Option(True, "--report/--no-report",
+                                               help="End with `prover study report` (the default): one command, end to end.")):
+    """Train every run not finished with this code and config (reusing the rest), then report.
 
     Examples:
       prover study run demo
+      prover study run demo --no-report --json
     """
     from prover_cli.out import Out
-    from prover_cli.study import load_study, run_study
+    from prover_cli.study import load_study, report_study, run_study
 
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):
         result = run_study(study, backend=backend, reporter=out)
+        if then_report:
+            report = report_study(study, reporter=out)
+            result = {**report, "run": {k: v for k, v in result.items() if k != "tables"},
+                      "tables": result["tables"] + report["tables"]}
+    if then_report:
+        out.info(result["headline"])
     _render(out, result, "study run")
 
 

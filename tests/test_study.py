@@ -144,6 +144,18 @@ def test_a_study_runs_end_to_end_and_reruns_nothing(finished_study):
     assert plan_study(study)["runs_to_run"] == 0
 
 
+def test_one_command_runs_what_is_missing_then_reports(finished_study):
+    study, _ = finished_study
+    result = runner.invoke(app, ["study", "run", str(study.path), "--json"])
+    assert result.exit_code == 0, result.output
+    done = json.loads(result.stdout)
+    assert (done["run"]["trained"], done["run"]["reused"]) == (0, 8)   # nothing reruns
+    assert done["headline"] == done["primary"][0]["verdict"] and done["power"]
+    assert done["headline"] in result.stderr
+    quiet = runner.invoke(app, ["study", "run", str(study.path), "--no-report", "--json"])
+    assert quiet.exit_code == 0 and "primary" not in json.loads(quiet.stdout)
+
+
 def test_report_puts_the_primary_first_and_pairs_across_sizes(finished_study):
     study, _ = finished_study
     report = report_study(study)

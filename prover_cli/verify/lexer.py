@@ -19,6 +19,17 @@ where code is. Two rules make disagreement harmless:
   (`2'"'`, `x"…"`, `'a'b`: where Lean's token boundaries depend on its token table); and
   unterminated strings, comments and `«…»` identifiers.
 
+Quotes are read by Lean's token rule (`tokenFnAux`, below): a quote inside a notation token
+(`f ⁻¹' s`, `f '' s`, `∑' n, f n`, `Σ' x, p x`) is no literal, and only the token table of the
+environment says which tokens exist. The lexer reads a checked-in table (`tokens/`: Lean core's
+quote tokens, and per pinned Mathlib commit every quote token its notation declares, extracted by
+scripts/extract_mathlib_tokens.py with file and line) and applies the longest match; the verifier
+picks the table of the configured Mathlib (`table_for_config`), and with none recorded only Lean
+core's. Two refusals make a table that is incomplete, or larger than what is in scope (scoped
+notation, a header importing less), harmless: a quote directly after a symbol that no recorded
+token covers is refused (Lean's reading there depends on tokens we may not know), and so is a
+recorded token whose `'` would start a char literal were the token not in scope (`⁻¹'a'`).
+
 Identifier characters follow Lean's `isLetterLike` / `isSubScriptAlnum` exactly (ASCII letters,
 `_`, most Greek except `λ Π Σ`, the letter-like block that holds `ℕ ℝ`, subscripts, and `'`, `!`,
 `?` after the first character), so `λsorry` lexes as `λ` + `sorry`, as in Lean. Numerals include
@@ -29,9 +40,13 @@ denylist stricter, never looser.
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from prover_cli.errors import BackendError
 
 
 class LexError(ValueError):
@@ -61,6 +76,134 @@ class Lexed:
     def code_tokens(self) -> list[Token]:
         """Tokens that are code: strings and char literals excluded."""
         return [t for t in self.tokens if t.kind not in ("string", "char")]
+
+
+# -- the token table ---------------------------------------------------------------------------
+# Lean reads a token at each token start (leanprover/lean4 src/Lean/Parser/Basic.lean @00c1b82,
+# `tokenFnAux`): `"` opens a string; `'` opens a char literal unless the next character is `'`;
+# a digit a numeral; otherwise the longest match in the token table (`matchPrefix`) wins, over an
+# identifier too when it is at least as long (`isToken`). So a quote inside a notation token
+# (`f ⁻¹' s`, `∑' n, f n`, `Σ' x, p x`) is no literal, and only the table says which are tokens.
+
+TOKENS_DIR = Path(__file__).parent / "tokens"
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """The tokens with a quote inside that Lean reads whole; every other quote after a symbol is
+    refused. `name` says where the tokens were recorded (it appears in every refusal)."""
+
+    name: str
+    tokens: frozenset[str]
+    by_first: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)  # longest first
+
+    def __post_init__(self) -> None:
+        by_first: dict[str, list[str]] = {}
+        for token in self.tokens:
+            if token and not any(c.isspace() for c in token):   # a token never spans whitespace
+                by_first.setdefault(token[0], []).append(token)
+        object.__setattr__(self, "by_first", {c: tuple(sorted(ts, key=len, reverse=True)) for c, ts in by_first.items()})
+
+    def longest(self, text: str, i: int) -> int | None:
+        """End of the longest recorded token at `i` (Lean's longest match), or None."""
+        for token in self.by_first.get(text[i], ()):
+            if text.startswith(token, i):
+                return i + len(token)
+        return None
+
+
+def _read_table(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:   # the install, not a proof, is at fault: stop the batch
+        raise BackendError(f"{path}: unreadable token table of verify's lexer: {exc}",
+                           hint="the package data prover_cli/verify/tokens/*.json must ship with prover_cli") from None
+
+
+def core_table() -> TokenTable:
+    """Lean core's tokens with a quote (tokens/lean-core.json): in every environment."""
+    data = _read_table(TOKENS_DIR / "lean-core.json")
+    return TokenTable("the Lean core table", frozenset(t["token"] for t in data["tokens"]))
+
+
+def mathlib_table(rev: str) -> TokenTable | None:
+    """Core plus the recorded table of the Mathlib at `rev` (a commit, or a name the table lists
+    as resolving to it), `local` notation left out (it never reaches an importer); None when no
+    recorded table matches."""
+    core = core_table()
+    for path in sorted(TOKENS_DIR.glob("mathlib-*.json")):
+        data = _read_table(path)
+        if rev and (rev == data["mathlib_commit"] or rev in data.get("mathlib_revs", ())):
+            tokens = frozenset(t["token"] for t in data["tokens"] if t["scope"] != "local")
+            return TokenTable(f"the table of Mathlib {data['mathlib_commit'][:12]}", core.tokens | tokens)
+    return None
+
+
+def configured_mathlib(verify_config: Any) -> str:
+    """The Mathlib the REPL reads: the `mathlib` package's commit in `<verify.project_dir>/
+    lake-manifest.json` when there is one (what `lake env repl` loads), else `verify.mathlib_rev`
+    (what the Modal image is built from)."""
+    manifest = Path(verify_config.project_dir or ".") / "lake-manifest.json"
+    try:
+        packages = json.loads(manifest.read_text(encoding="utf-8")).get("packages", [])
+    except (OSError, ValueError, AttributeError):
+        packages = []
+    for package in packages if isinstance(packages, list) else []:
+        if isinstance(package, dict) and package.get("name") == "mathlib" and isinstance(package.get("rev"), str):
+            return package["rev"]
+    return verify_config.mathlib_rev
+
+
+def table_for_config(verify_config: Any) -> TokenTable:
+    """The table for the configured Mathlib; Lean core's alone (every quote a Mathlib token would
+    cover is then refused: fail closed) when none is recorded for it."""
+    rev = configured_mathlib(verify_config)
+    table = mathlib_table(rev)
+    if table is None:
+        core = core_table()
+        return TokenTable(f"the Lean core table only (none recorded for Mathlib {rev or '(unset)'})", core.tokens)
+    return table
+
+
+_ACTIVE: list[TokenTable] = []   # at most one element: the table `lex` reads when given none
+
+
+# `verify.mathlib_rev`'s default (config.py; a test keeps the two equal): the table `lex` reads
+# before a verifier has said which Mathlib it is configured with
+DEFAULT_MATHLIB_REV = "v4.15.0"
+
+
+def active_token_table() -> TokenTable:
+    """The table `lex` reads when given none: the one a verifier set from its config, else the
+    default config's."""
+    if not _ACTIVE:
+        _ACTIVE.append(mathlib_table(DEFAULT_MATHLIB_REV) or core_table())
+    return _ACTIVE[0]
+
+
+def set_token_table(table: TokenTable) -> None:
+    """Make `table` the one `lex` reads by default (the verifier sets it from its config)."""
+    _ACTIVE[:] = [table]
+
+
+# Words whose presence anywhere in a text (strings and comments included) means it could run code
+# of its own in the REPL, had a lexer gap let it through: the pool then recycles the process.
+_CODE_WORDS = re.compile(r"(?<![\w.'])(run_tac|run_cmd|run_elab|run_meta|by_elab|elab|elab_rules|macro|macro_rules|"
+                         r"syntax|notation|native_decide|implemented_by|extern|unsafe|initialize|builtin_initialize|"
+                         r"IO|Lean|evalExpr|eval%)(?![\w'])|#eval|#exit|#print|%\[")
+
+
+def text_may_run_code(text: str, table: TokenTable | None = None) -> bool:
+    """Whether the process that ran `text` should be recycled, judged by the text alone: it does
+    not lex; it has a string or char literal, or a quote read by the token table (what we did not
+    read as code); or a word that runs code appears anywhere in it."""
+    if _CODE_WORDS.search(text):
+        return True
+    try:
+        lexed = lex(text, table)
+    except LexError:
+        return True
+    return any(t.kind in ("string", "char") or t.text == "'" for t in lexed.tokens)
 
 
 # -- character classes, after Lean 4's `Lean.isLetterLike`, `isSubScriptAlnum`, `isIdFirst/Rest` --
@@ -104,12 +247,27 @@ _STRING_STOP = re.compile(r'[\\"{]')
 _NOT_NEWLINE_RUN = re.compile(r"[^\n]+")
 
 
-def lex(text: str) -> Lexed:
-    """Split Lean source into tokens and blank its comments. Raises LexError (see module doc)."""
+def lex(text: str, table: "TokenTable | None" = None) -> Lexed:
+    """Split Lean source into tokens and blank its comments, reading quotes by `table` (default:
+    the active table, `set_token_table`). Raises LexError (see module doc)."""
+    table = table or active_token_table()
     comments: list[tuple[int, int]] = []   # spans to blank, in order
     tokens: list[Token] = []
     i, n = 0, len(text)
     blank = lambda a, b: comments.append((a, b))  # noqa: E731
+
+    def after_symbol(at: int) -> Token | None:
+        """The symbol (or `#cmd`) token ending right at `at`, if any: where a quote's meaning
+        depends on the token table (whitespace, comments and literals end every Lean token)."""
+        last = tokens[-1] if tokens else None
+        return last if last is not None and last.end == at and last.kind in ("symbol", "hash") else None
+
+    def table_token(start: int, end: int) -> int:
+        # one symbol per character, as for any symbol (the rules read symbols that way); the
+        # quotes inside are not literals
+        _check_table_token(text, start, end)
+        tokens.extend(Token("symbol", text[k], k, k + 1) for k in range(start, end))
+        return end
 
     while i < n:
         ch = text[i]
@@ -125,31 +283,69 @@ def lex(text: str) -> Lexed:
             blank(i, end)
             i = end
         elif ch == '"':
+            if (before := after_symbol(i)) is not None:
+                raise LexError(f"a string literal directly after `{before.text}` is not allowed: whether Lean "
+                               "opens a string there depends on its token table (separate them with a space)", i)
             end = _string_end(text, i + 1, i)
             tokens.append(Token("string", text[i:end], i, end))
             i = end
         elif ch == "r" and _raw_string_start(text, i):
             raise LexError("raw string literals (`r\"…\"`, `r#\"…\"#`) are not allowed", i)
-        elif ch == "'" and (end := _char_literal_end(text, i)) is not None:
-            tokens.append(Token("char", text[i:end], i, end))
-            i = end
+        elif ch == "'":
+            if (before := after_symbol(i)) is not None:
+                raise LexError(f"a `'` directly after `{before.text}` that no recorded token covers "
+                               f"({table.name}): Lean reads it by a token table we cannot classify", i)
+            if text.startswith("''", i):   # Lean: `'` then `'` is never a char literal; the table decides
+                end = table.longest(text, i)
+                if end is None:
+                    raise LexError(f"`''` is not a token of {table.name}: we cannot tell how Lean reads it", i)
+                i = table_token(i, end)
+            elif (end := _char_literal_end(text, i)) is not None:
+                tokens.append(Token("char", text[i:end], i, end))
+                i = end
+            else:   # not a char literal: Lean stops with a parse error here; we keep scanning
+                tokens.append(Token("symbol", ch, i, i + 1))
+                i += 1
         elif ch.isascii() and ch.isdigit():
             end = _number_end(text, i)
             tokens.append(Token("number", text[i:end], i, end))
             i = end
         elif is_id_first(ch) or ch == "«":
             end, components = _ident_end(text, i)
-            tokens.append(Token("ident", text[i:end], i, end, components))
-            i = end
+            longer = table.longest(text, i) if ch in table.by_first else None
+            if longer is not None and longer > end:   # Lean: a token at least as long as the identifier wins
+                i = table_token(i, longer)
+            else:
+                tokens.append(Token("ident", text[i:end], i, end, components))
+                i = end
         elif ch == "#" and i + 1 < n and (is_id_first(text[i + 1]) or text[i + 1] == "«"):
             end, components = _ident_end(text, i + 1)
             tokens.append(Token("hash", text[i:end], i, end, components))
             i = end
+        elif ch in table.by_first and (end := table.longest(text, i)) is not None:
+            i = table_token(i, end)
         else:
             tokens.append(Token("symbol", ch, i, i + 1))
             i += 1
     _check_literal_neighbours(tokens)
     return Lexed(text=text, code=_blanked(text, comments), tokens=tokens)
+
+
+def _check_table_token(text: str, start: int, end: int) -> None:
+    """A recorded token with a quote inside, read whole as Lean reads it. Refused where Lean would
+    read a char literal instead if the token were not in scope (`⁻¹'a'` without Set notation is
+    `⁻¹` then `'a'`): scoped notation, a header that imports less, or a table that records more
+    than Lean has must never change where a literal starts."""
+    for k in range(start, end):
+        if text[k] == "'" and not text.startswith("''", k) and not (k > 0 and text[k - 1] == "'"):
+            try:
+                literal = _char_literal_end(text, k)
+            except LexError:
+                literal = k
+            if literal is not None:
+                raise LexError(f"`{text[start:end]}` followed by `{text[end:literal]}`: Lean reads "
+                               f"`{text[k:literal]}` as a char literal unless the token `{text[start:end]}` "
+                               "is in scope (separate them with a space)", k)
 
 
 def _check_literal_neighbours(tokens: list[Token]) -> None:

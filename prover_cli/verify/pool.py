@@ -7,8 +7,10 @@ check (`rules.alias_command`) in the env the proof produced. A proof gets `verif
 wall-clock time for its commands together. At each REPL start the toolchain's version is read and
 checked against what we send (`toolchain.py`). Before the first proof on a toolchain the canary
 runs (`canary.py`). After a record whose text could run code under the policy in force
-(`Candidate.may_run_code`: `native_decide` when allowed, a widened command) the process is
-recycled, as it is after `verify.max_proofs_per_process` proofs. A REPL killed by a signal from
+(`Candidate.may_run_code`: `native_decide` when allowed, a widened command), or that the text
+alone says could have (`lexer.text_may_run_code`: a string or char literal, a quote read by the
+token table, a code-running word anywhere, text that does not lex), the process is recycled, as
+it is after `verify.max_proofs_per_process` proofs. A REPL killed by a signal from
 outside (the OOM killer) while checking a proof, or while running the header before it, is not
 the proof's fault: the proof is retried once in a fresh process; a second death is `error` naming
 the signal (during the header again: a BackendError, since the machine, not a proof, is at
@@ -32,6 +34,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from prover_cli.errors import BackendError
+from prover_cli.verify.lexer import text_may_run_code
 from prover_cli.verify.repl import ReplDied, ReplFault, ReplProcess, ReplTimeout
 from prover_cli.verify.rules import (
     Verdict,
@@ -177,9 +180,13 @@ class ReplPool:
                                   f"{second.reason}")
         verdict.time_s = round(time.monotonic() - start, 4)
         proc.proofs_done += 1
-        if proc.alive and (candidate.may_run_code or proc.proofs_done >= self.config.max_proofs_per_process):
+        if proc.alive and (candidate.may_run_code or text_may_run_code(candidate.body)
+                           or proc.proofs_done >= self.config.max_proofs_per_process):
             # recycle: Lean's memory only grows; and code a proof ran (native_decide, a widened
-            # command) may have changed the process (output, linters): the next proof gets a fresh one
+            # command) may have changed the process (output, linters). Judged by the text too, not
+            # only by the policy: a text the lexer could not fully classify (a literal, a quote read
+            # by the token table) or that names code anywhere, had a lexer gap let code through,
+            # may have run it. The next proof gets a fresh process either way.
             proc.kill()
         return verdict
 

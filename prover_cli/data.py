@@ -22,7 +22,8 @@ names them. Layouts (docs/formats.md has the columns):
 - `putnambench`: one `.lean` file per problem (imports, a docstring, `theorem … :=\nsorry`; some
   declare `abbrev putnam_…_solution : T := sorry` with the intended answer in a comment under it).
 - `problems`: our own schema (e.g. a file written by this command), lean, countdown or toy rows.
-- `countdown`: generated from `run.seed` (no source); likewise `toy` with `data.task = "toy"`.
+- `countdown`: generated from `run.seed` (no source); likewise, with no source and `auto`, the
+  problems of any task that generates its own (`toy`, a registered one: prover_cli/tasks).
 
 The contract with verify: a Lean row is kept only if verify's own statement check
 (`prover_cli.verify.statement.check_statement`) accepts its statement and header, so every kept
@@ -71,8 +72,10 @@ from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import BadLine, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.problems import DECL_NAME, content_key
+from prover_cli.tasks import generates_problems
 
 PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems", "countdown")
+GENERATED_PRESETS = {"countdown": "countdown"}  # preset -> the task whose generator it runs (no source)
 PRESET_ALIASES = {"minif2f": "deepseek"}
 EXAMPLES = "examples"
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -103,13 +106,15 @@ def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path
         raise ConfigError(f"--limit {limit}: must be >= 0 (0 keeps all)")
     out = Path(out_path) if out_path else config.problems_path
 
-    generated_task = "countdown" if preset == "countdown" else None
-    if not source and preset == "auto" and config.data.task in ("countdown", "toy"):
+    # The `countdown` preset forces countdown's generator whatever data.task is; with no source, a
+    # task that generates its problems (prover_cli/tasks, `problems_from_seed`) generates them.
+    generated_task = GENERATED_PRESETS.get(preset)
+    if not source and preset == "auto" and generates_problems(config.data.task):
         generated_task = config.data.task
     files = 1
     if generated_task:
         if source:
-            raise ConfigError(f"--preset countdown generates its problems from run.seed; it takes no source (got {source!r})")
+            raise ConfigError(f"--preset {preset} generates its problems from run.seed; it takes no source (got {source!r})")
         label, preset = f"{generated_task}(seed={config.run.seed})", generated_task
         report = _generated(config, generated_task, limit)
     else:
@@ -720,7 +725,7 @@ def _ordered(problem: dict[str, Any]) -> dict[str, Any]:
 
 
 def _generated(config: Any, task: str, limit: int) -> Report:
-    """Countdown (data.countdown_*) or toy problems, generated from run.seed: solvable by construction."""
+    """The problems task `task` generates from run.seed (countdown's: data.countdown_*, solvable by construction)."""
     from prover_cli.problems import generated_problems
 
     problems = generated_problems(config, task, count=limit)

@@ -384,7 +384,8 @@ def _eval_label(config: Any, model_label: str) -> str:
 
 
 def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
-    """Countdown/toy: reward 1.0 = solved, written as verdict records so one pass@k path scores all tasks."""
+    """Every task but Lean (countdown, toy, a registered one): reward 1.0 = solved, written as verdict
+    records so one pass@k path scores all tasks."""
     from prover_cli import rollout
     from prover_cli.generate import SAMPLE_FIELDS
     from prover_cli.tasks import get_task

@@ -8,10 +8,11 @@
     problems.eval_problems(config, malformed=[...])                           # eval.split of eval.problems
 
 Where a run's problems come from (`run_problems`): the problems file (`data.problems`, by default
-`<run.dir>/problems.jsonl`) when it exists. Without one, countdown and toy generate theirs from
-`run.seed` (`generated_problems`, as `prepare-data` writes them), but only when `data.problems`
-is left empty: a path the user named that does not exist is an error for every task, never a
-silent switch to generated problems. Lean problems always come from a file.
+`<run.dir>/problems.jsonl`) when it exists. Without one, a task that generates its problems
+(countdown, toy: the task's `problems_from_seed`) generates them from `run.seed`
+(`generated_problems`, as `prepare-data` writes them), but only when `data.problems` is left
+empty: a path the user named that does not exist is an error for every task, never a silent
+switch to generated problems. Lean problems always come from a file.
 
 A split no problem has is one error, whoever asks (`no_problems_in_split`): it names the file (or
 the generator), the split, the config key that chose it and the splits the problems do have.
@@ -43,15 +44,6 @@ from prover_cli.errors import InputError
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.seeds import derive_seed
 
-# What each task reads from a problem to prompt and to score it: field -> (type, required).
-# "ints" is a non-empty list of integers. Optional fields may also be missing or null.
-PROBLEM_FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
-    "lean": {"formal_statement": (str, True), "header": (str, False), "informal_statement": (str, False),
-             "informal_prefix": (str, False)},
-    "countdown": {"numbers": ("ints", True), "target": (int, True), "prompt_style": (str, False)},
-    "toy": {"prompt": (str, True)},
-}
-
 
 # --------------------------------------------------------------------------------------------
 # The run's problems: the file, or generated from run.seed
@@ -59,18 +51,11 @@ PROBLEM_FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
 
 def generated_problems(config: Any, task: str | None = None, count: int = 0) -> list[dict[str, Any]] | None:
     """Seeded problems of a task that needs no dataset (`task`, default `data.task`): `count` of them
-    (0: `data.countdown_problems`, or toy's default), from `run.seed`; None for Lean."""
-    d, task = config.data, task or config.data.task
-    if task == "countdown":
-        from prover_cli.tasks import countdown
+    (0: the task's default, e.g. `data.countdown_problems`), from `run.seed`; None for a task whose
+    problems come from a file (Lean). The task says which (prover_cli/tasks, `problems_from_seed`)."""
+    from prover_cli.tasks import problems_from_seed
 
-        return countdown.generate_problems(count or d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
-                                           seed=config.run.seed, prompt=d.countdown_prompt)
-    if task == "toy":
-        from prover_cli.tasks import toy
-
-        return toy.generate_problems(count or toy.DEFAULT_COUNT, seed=config.run.seed)
-    return None
+    return problems_from_seed(config, task or config.data.task, count)
 
 
 def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
@@ -82,8 +67,8 @@ def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
         return load_jsonl_strict(path), str(path), False
     if config.data.problems:
         raise InputError(f"{path}: problems file not found (data.problems = {config.data.problems!r})",
-                         hint="fix the path, or write it with `prover prepare-data`; countdown and toy generate "
-                              "their problems when data.problems is left empty")
+                         hint="fix the path, or write it with `prover prepare-data`; a task that generates its "
+                              "problems (countdown, toy) does so when data.problems is left empty")
     generated = generated_problems(config)
     if generated is None:
         raise InputError(f"{path}: problems file not found (data.problems, task {config.data.task}); "
@@ -272,27 +257,11 @@ def eval_problems(config: Any, malformed: list[dict[str, Any]]) -> list[dict[str
 
 
 def problem_defect(problem: dict[str, Any], task_name: str) -> str | None:
-    """Why `problem` cannot be prompted or scored by task `task_name` (a missing or wrong-typed field), or None."""
-    for key, (kind, required) in PROBLEM_FIELDS.get(task_name, {}).items():
-        value = problem.get(key)
-        if value is None:
-            if required:
-                return f"lacks `{key}`, needed by data.task = {task_name!r}"
-            continue
-        if kind == "ints":
-            ok = isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
-            expected = "a non-empty list of integers"
-        else:
-            ok = isinstance(value, kind) and not isinstance(value, bool)
-            expected = {str: "a string", int: "an integer"}[kind]
-        if not ok:
-            return f"`{key}` is {type(value).__name__}, expected {expected} (data.task = {task_name!r})"
-    if task_name == "countdown" and problem.get("prompt_style") is not None:
-        from prover_cli.tasks.countdown import PROMPTS
+    """Why `problem` cannot be prompted or scored by task `task_name` (a missing or wrong-typed field,
+    or the task's own check: prover_cli/tasks, `problem_fields`), or None."""
+    from prover_cli.tasks import problem_defect as task_defect
 
-        if problem["prompt_style"] not in PROMPTS:
-            return f"`prompt_style` {problem['prompt_style']!r} is not one of {', '.join(PROMPTS)}"
-    return None
+    return task_defect(problem, task_name)
 
 
 def check_fields(problems: list[dict[str, Any]], task_name: str, label: str) -> None:

@@ -39,6 +39,7 @@ from prover_cli import __version__
 from prover_cli.config import check_key
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.noise import NOISE_NAME, NOISE_VERSION
+from prover_cli.tasks import reward_range
 
 FORMAT = "prover-es-ledger"
 VERSION = 2
@@ -49,7 +50,6 @@ REWARD_DENOMINATOR = 10 ** REWARD_DECIMALS  # rewards are stored as numerator / 
 REWARD_DENOMINATOR_MAX = 10 ** 18  # what a reader accepts (prover writes 1000)
 FINGERPRINT_CHARS = 16  # 64 bits: a wrong replay passes a check with probability 2^-64
 MASTER_DTYPE = "float32"  # es/weights.py keeps the master in fp32 whatever the model's dtype
-UNIT_REWARD_TASKS = ("lean", "countdown", "toy")  # built-in tasks: every reward lies in [0, 1]
 # Header keys that may change when a run is resumed (everything else must match the config).
 RESUMABLE_CHANGES = ("es.iterations", "created_by")
 # Header keys added after version 2 was first written, and their value in ledgers that lack them.
@@ -255,7 +255,8 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     if not isinstance(rows, list):
         raise InputError(f"{path}: `iterations` must be a list")
     chars = data.get("fingerprint_chars", FINGERPRINT_CHARS)
-    bounded = data.get("task") in UNIT_REWARD_TASKS
+    # The task's own reward range (prover_cli/tasks); a task this process does not know is held to finite rewards only.
+    bounds = reward_range(data["task"]) if isinstance(data.get("task"), str) else None
     denominator = data.get("reward_denominator", REWARD_DENOMINATOR)
     longest = population * reward_chars_max(denominator)  # before any record is decoded: no huge number is built
     for index, row in enumerate(rows, 1):
@@ -271,12 +272,13 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     else:
         records = [_read_v2(row, index, population, denominator, chars, f"{path}: iteration {index}")
                    for index, row in enumerate(rows, 1)]
-    if bounded:  # a member's reward is a mean of rewards in [0, 1] for the built-in tasks
+    if bounds is not None:  # a member's reward is a mean of the task's rewards, so it lies in their range
+        low, high = bounds
         for record in records:
-            outside = [r for r in record["rewards"] if not 0 <= r <= 1]
+            outside = [r for r in record["rewards"] if not low <= r <= high]
             if outside:
-                raise InputError(f"{path}: iteration {record['i']}: reward {outside[0]:g} outside [0, 1], the reward "
-                                 f"range of task {data['task']!r}; edited by hand?")
+                raise InputError(f"{path}: iteration {record['i']}: reward {outside[0]:g} outside [{low:g}, {high:g}], "
+                                 f"the reward range of task {data['task']!r}; edited by hand?")
     return data, records
 
 

@@ -168,6 +168,20 @@ def score(completion: str, problem: dict[str, Any]) -> float:
 @register_task("countdown")
 class CountdownTask:
     name = "countdown"
+    problem_fields = {"numbers": ("ints", True), "target": (int, True), "prompt_style": (str, False)}
+    reward_range = (0.0, 1.0)
+
+    def problems_from_seed(self, config: Any, count: int) -> list[dict[str, Any]]:
+        """`count` problems (0: data.countdown_problems) shaped by data.countdown_*, from run.seed."""
+        d = config.data
+        return generate_problems(count or d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
+                                 seed=config.run.seed, prompt=d.countdown_prompt)
+
+    def problem_defect(self, problem: dict[str, Any]) -> str | None:
+        style = problem.get("prompt_style")
+        if style is not None and style not in PROMPTS:
+            return f"`prompt_style` {style!r} is not one of {', '.join(PROMPTS)}"
+        return None
 
     def build_prompt(self, problem: dict[str, Any], tokenizer: Any, family: str) -> str:
         style = problem.get("prompt_style", "tinyzero")

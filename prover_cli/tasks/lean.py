@@ -14,6 +14,9 @@ from prover_cli.tasks import register_task
 @register_task("lean")
 class LeanTask:
     name = "lean"
+    problem_fields = {"formal_statement": (str, True), "header": (str, False), "informal_statement": (str, False),
+                      "informal_prefix": (str, False)}
+    reward_range = (0.0, 1.0)  # problems come from a file (`prepare-data`): no problems_from_seed
 
     def build_prompt(self, problem: dict[str, Any], tokenizer: Any, family: str) -> str:
         from prover_cli.prompts import build_prompt

@@ -41,6 +41,11 @@ def score(completion: str) -> float:
 @register_task("toy")
 class ToyTask:
     name = "toy"
+    problem_fields = {"prompt": (str, True)}
+    reward_range = (0.0, 1.0)  # a fraction of characters
+
+    def problems_from_seed(self, config: Any, count: int) -> list[dict[str, Any]]:
+        return generate_problems(count or DEFAULT_COUNT, seed=config.run.seed)
 
     def build_prompt(self, problem: dict[str, Any], tokenizer: Any, family: str) -> str:
         return problem["prompt"]

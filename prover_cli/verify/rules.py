@@ -76,10 +76,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from prover_cli.config import VerifyConfig
 
 VERDICTS = ("verified", "rejected", "timeout", "error")
 
@@ -134,7 +132,7 @@ class AllowedAxioms(frozenset):
         return self.native and isinstance(name, str) and NATIVE_AUX_AXIOM.match(name) is not None
 
 
-def allowed_axioms(verify_config: "VerifyConfig") -> AllowedAxioms:
+def allowed_axioms(verify_config: Any) -> AllowedAxioms:   # a config.VerifyConfig
     # Typed access, no coercion: `bool("false")` would allow native axioms nobody chose.
     native, names = verify_config.allow_native_decide, verify_config.allowed_axioms
     if not isinstance(native, bool) or not isinstance(names, (list, tuple, set, frozenset)) \

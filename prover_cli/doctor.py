@@ -81,16 +81,40 @@ def check_package(name: str, fix: str) -> Check:
         return Check(name, True, "installed")
 
 
-def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.0) -> Check:
-    """Start the REPL and send one trivial command; it must answer with an environment."""
+def check_box(verify_config: Any) -> Check:
+    """Whether the box (verify/box.py) is in force: `bwrap` exists and runs `true` in the box."""
+    from prover_cli.verify.box import INSTALL_HINT, probe
+
+    name = "box"
+    if verify_config.box == "none":
+        return Check(name, False, "not in force (verify.box = \"none\", your opt-out): the REPLs and the kernel "
+                                  "stage's processes run unboxed, with your network and write access to your files",
+                     "install bubblewrap and set verify.box = \"bubblewrap\" (docs/verify.md, *The box*)")
+    ok, detail = probe()
+    if ok:
+        return Check(name, True, f"in force: {detail} (REPLs, `lean -o`, the checker)")
+    return Check(name, False, f"cannot be made, so verification refuses to run: {detail}", INSTALL_HINT)
+
+
+def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.0, box: str = "none") -> Check:
+    """Start the REPL (in the box when `box` is "bubblewrap") and send one trivial command; it must
+    answer with an environment."""
+    from prover_cli.errors import ProverError
+    from prover_cli.verify.box import boxed
+
     program = repl_command[0] if repl_command else ""
     fix = ("install elan and build leanprover-community/repl in a Lake project with Mathlib, then set "
            "verify.repl_command and verify.project_dir (see docs/verify.md), or use --backend modal")
     if not program or shutil.which(program) is None:
         return Check("lean repl", False, f"`{program}` not found on PATH", fix)
     try:
+        argv = boxed(list(repl_command), box, project_dir or None)
+    except ProverError as exc:
+        return Check("lean repl", False, f"cannot box `{' '.join(repl_command)}`: {exc}", getattr(exc, "hint", "") or fix)
+    where = " (in the box)" if box == "bubblewrap" else ""
+    try:
         completed = subprocess.run(
-            repl_command,
+            argv,
             input='{"cmd": "def prover_doctor_probe : Nat := 1"}\n\n',
             capture_output=True, text=True, timeout=timeout_s,
             cwd=project_dir or None,
@@ -98,9 +122,9 @@ def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("lean repl", False, f"`{' '.join(repl_command)}` did not answer: {exc}", fix)
     if '"env"' in completed.stdout:
-        return Check("lean repl", True, f"`{' '.join(repl_command)}` answers in {project_dir or Path.cwd()}")
+        return Check("lean repl", True, f"`{' '.join(repl_command)}` answers in {project_dir or Path.cwd()}{where}")
     tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no output"]
-    return Check("lean repl", False, f"`{' '.join(repl_command)}` gave no environment: {tail[0]}", fix)
+    return Check("lean repl", False, f"`{' '.join(repl_command)}` gave no environment{where}: {tail[0]}", fix)
 
 
 def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
@@ -128,7 +152,8 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
 
 def check_kernel_checker(verify_config: Any) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
-    from prover_cli.verify.kernel import CHECKER, describe_installed_checker, pin_for, pin_warning, toolchain_version
+    from prover_cli.verify.kernel import (CHECKER, checker_command, describe_installed_checker, pin_for, pin_warning,
+                                          toolchain_version)
 
     name = "kernel checker"
     if not verify_config.kernel_check:
@@ -136,12 +161,13 @@ def check_kernel_checker(verify_config: Any) -> Check:
                                  "answers alone, recorded in every verdict")
     want = toolchain_version(verify_config.lean_toolchain)
     pin = pin_for(verify_config.lean_toolchain)
-    build = ("build SafeVerify at the pinned commit next to the REPL (docs/verify.md, *The kernel stage*) and "
-             "put `safe_verify` on PATH, or set verify.kernel_checker_command")
+    build = ("build the pinned checker next to the REPL (docs/verify.md, *The kernel stage*: prover_check from "
+             "prover_cli/verify/checker, or SafeVerify at the pinned commit) and put it on PATH, or set "
+             "verify.kernel_checker_command")
     if pin is None:
         return Check(name, False, f"no {CHECKER} build is pinned for Lean {want}",
                      "use a pinned toolchain (docs/verify.md) or set verify.kernel_check = false")
-    info = describe_installed_checker(list(verify_config.kernel_checker_command), verify_config.project_dir or None)
+    info = describe_installed_checker(checker_command(verify_config, pin), verify_config.project_dir or None)
     if not info["found"]:
         return Check(name, False, f"`{info['program']}` not found on PATH (want {pin.describe})", build)
     where = f"{info['path']}"
@@ -174,7 +200,7 @@ def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any =
         return Check("kernel canary", False, f"could not run: {exc}", getattr(exc, "hint", "") or fix)
     if all(r["ok"] for r in results):
         honest = results[0]["time_s"]
-        return Check("kernel canary", True, f"{len(KERNEL_CANARIES)} canaries as expected; the honest proof took "
+        return Check("kernel canary", True, f"{len(results)} canaries as expected; the honest proof took "
                                             f"{honest:.1f} s through the stage (`lean -o` + checker)")
     return Check("kernel canary", False, kernel_canary_failures(results), fix)
 
@@ -196,7 +222,12 @@ def run_doctor(config: Any) -> list[Check]:
     checks.append(check_package("trl", "pip install 'trl==1.16.*' (needed by `train grpo`)"))
     checks.append(check_package("vllm", "optional, GPU only: pip install 'prover-cli[gpu]'"))
     checks.append(check_package("modal", "pip install 'modal==1.6.*' (needed by --backend modal)"))
-    lean = check_lean(config.verify.repl_command, config.verify.project_dir)
+    box = check_box(config.verify)
+    checks.append(box)
+    # The REPL answers in the box verification will use; unboxed only when there is none (the box
+    # check above already says verification then refuses, unless verify.box = "none").
+    lean = check_lean(config.verify.repl_command, config.verify.project_dir,
+                      box=config.verify.box if box.ok else "none")
     checks.append(lean)
     if lean.ok:
         checks.append(check_canary(config.verify))

@@ -12,9 +12,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FAKE_REPL = REPO / "tests" / "fake_repl.py"
-# The kernel stage's stand-ins (tests/fake_lean.py, tests/fake_safe_verify.py) at the default
-# toolchain's pin (SafeVerify minif2f-kimina-check, Lean 4.15): every verify test runs the stage.
-KERNEL_PIN_COMMIT = "577e95319a2bb1bb8df541f0c645811f6577a0ae"
+# The kernel stage's stand-ins (tests/fake_lean.py, and tests/fake_checker.py for the default
+# toolchain's checker, our prover_check at Lean 4.15): every verify test runs the stage.
 # The one hang guard for waits on something healthy (a child starting, taking a lock, printing a
 # line, exiting; a stand-in REPL answering): a slow or loaded machine only makes such a wait longer,
 # it never fails it; only a real hang does, after this long. Under pytest-timeout's 600 s per test
@@ -44,8 +43,9 @@ def wait_until(predicate: Callable[[], Any], process: Any = None, what: str = "t
 
 
 KERNEL_STAND_INS = {
-    "lean_command": [sys.executable, str(REPO / "tests" / "fake_lean.py")],
-    "kernel_checker_command": [sys.executable, str(REPO / "tests" / "fake_safe_verify.py"), "--pin", KERNEL_PIN_COMMIT],
+    # tests/fake_lean.py, except for the kernel canaries' public attacks (tests/fake_checker.py)
+    "lean_command": [sys.executable, str(REPO / "tests" / "fake_checker.py"), "--as-lean"],
+    "kernel_checker_command": [sys.executable, str(REPO / "tests" / "fake_checker.py")],
 }
 
 
@@ -85,6 +85,29 @@ def verify_config():
         return config
 
     return make
+
+
+FAKE_BWRAP = REPO / "tests" / "fake_bwrap.py"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bwrap_stand_in(tmp_path_factory):
+    """`bwrap` on PATH is the stand-in (tests/fake_bwrap.py: checks the box's argv as bwrap 0.8.0
+    does, then runs the command unisolated), so every test that spawns a REPL or a kernel step
+    goes through the box's argv the same way on every machine, bwrap installed or not. The real
+    box is tested by tests/test_verify_box.py against the real bwrap, found past this directory."""
+    import os
+
+    directory = tmp_path_factory.mktemp("bwrap-stand-in")
+    script = directory / "bwrap"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{FAKE_BWRAP}" "$@"\n')
+    script.chmod(0o755)
+    real_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{directory}{os.pathsep}{real_path}"
+    os.environ["PROVER_TEST_REAL_PATH"] = real_path   # where test_verify_box.py looks for the real bwrap
+    yield script
+    os.environ["PATH"] = real_path
+    os.environ.pop("PROVER_TEST_REAL_PATH", None)
 
 
 @pytest.fixture

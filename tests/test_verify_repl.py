@@ -254,3 +254,18 @@ def test_missing_program_is_a_backend_error():
     with pytest.raises(BackendError) as info:
         ReplProcess(["/nonexistent/lake", "env", "repl"]).start()
     assert "verify.repl_command" in str(info.value)
+
+
+def test_the_local_shorthand_boxes_the_repl_unless_told_none():
+    for box, boxed in (("bubblewrap", True), ("none", False)):
+        proc = ReplProcess(fake_repl_command(), box=box)
+        proc.start()
+        try:
+            assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + PATIENCE_S) == {"env": 0}
+            command = proc.transport.command
+        finally:
+            proc.kill()
+        if boxed:   # conftest's stand-in bwrap, which checked the argv as bwrap would
+            assert Path(command[0]).name == "bwrap" and command[command.index("--") + 1:] == fake_repl_command()
+        else:
+            assert command == fake_repl_command()

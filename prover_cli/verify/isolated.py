@@ -13,8 +13,11 @@ process, pipe or environment object crosses from one step to the next.
 `{dir}` in an argument is the step's own directory. `LocalRunner` makes a new temporary
 directory per call (removed afterwards) and runs the command in `project_dir` (where `lake env`
 finds the Lean project) under the same wrapper as the REPL (`LocalTransport`: its own process
-group, an address-space limit, killed with `prover` however `prover` dies). A Modal runner gives
-each call a fresh Sandbox from the Lean image instead (`on_modal/sandbox.py`).
+group, an address-space limit, killed with `prover` however `prover` dies), in the box
+(`box.py`, `verify.box`): no network, the toolchain and the project (Mathlib) read-only, the
+step's directory its only writable one; so the checker's step reads a library no `lean -o` of
+untrusted text could write. A Modal runner gives each call a fresh Sandbox from the Lean image
+instead (`on_modal/sandbox.py`).
 """
 
 from __future__ import annotations
@@ -74,10 +77,11 @@ class LocalRunner:
     directory removed."""
 
     def __init__(self, project_dir: str | None = None, memory_limit_gb: float = 0.0,
-                 tmp_root: str | None = None):
+                 tmp_root: str | None = None, box: str = "bubblewrap"):
         self.project_dir = project_dir or None
         self.memory_limit_gb = memory_limit_gb
         self.tmp_root = tmp_root
+        self.box = box   # verify.box: "bubblewrap", or "none" (the explicit opt-out)
         self._active: set = set()          # transports running now (kill_all)
         self._lock = threading.Lock()
 
@@ -91,13 +95,15 @@ class LocalRunner:
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...],
             timeout_s: float, what: str = "command") -> RunResult:
         """`what` names the config key the command comes from, for the error when it cannot start."""
+        from prover_cli.verify.box import boxed
         from prover_cli.verify.transport import LocalTransport
 
         workdir = tempfile.mkdtemp(prefix="prover-kernel-", dir=self.tmp_root)
         try:
             for name, data in inputs.items():
                 Path(workdir, _checked_name(name)).write_bytes(data)
-            command = [arg.replace("{dir}", workdir) for arg in argv]
+            command = boxed([arg.replace("{dir}", workdir) for arg in argv], self.box, self.project_dir,
+                            writable=[workdir], what=what)
             transport = LocalTransport(command, self.project_dir, self.memory_limit_gb, what=what)
             start = time.monotonic()
             try:
@@ -127,6 +133,14 @@ class LocalRunner:
                              stdout=stdout, stderr=stderr, files=files, wall_s=wall_s)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def local_runner(verify_config) -> LocalRunner:
+    """The kernel stage's local runner for a `[verify]` config: in `verify.project_dir`, under
+    `verify.memory_limit_gb`, in the box `verify.box` asks for, directories under
+    `default_tmp_root()`."""
+    return LocalRunner(verify_config.project_dir or None, float(verify_config.memory_limit_gb),
+                       default_tmp_root(), box=verify_config.box)
 
 
 def _read_until_eof(transport, deadline: float) -> tuple[str, bool]:

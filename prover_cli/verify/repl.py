@@ -12,12 +12,14 @@ Protocol facts (from the real transcripts in `../shared/lean-repl-transcripts`):
 Every read has a deadline, and so does every write (a REPL that stops reading cannot block us on
 a full pipe). Where the process runs and how it is killed is the transport's business
 (`transport.py`: `LocalTransport` runs it in its own session under an address-space limit, and
-makes it die with us).
+makes it die with us); a local REPL runs in the box (`box.py`: no network, the library
+read-only): `BoxedLocalTransport` below, which `local_transport_factory` makes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 # The REPL's faults live in the transport layer below (its write and read_some raise them too);
@@ -105,18 +107,38 @@ def parse_responses(data: bytes) -> list[Any]:
 # One process
 # --------------------------------------------------------------------------------------------
 
+class BoxedLocalTransport(LocalTransport):
+    """A LocalTransport whose command is put in the box (`box.py`) at each start, so a box that
+    cannot be made is a BackendError where a program that cannot start is one: at start, after
+    the verdicts that need no REPL are written. `command` is the box's argv once started."""
+
+    def __init__(self, command: list[str], cwd: str | None = None, memory_limit_gb: float = 0.0,
+                 box: str = "bubblewrap", what: str = "verify.repl_command"):
+        super().__init__(command, cwd, memory_limit_gb, what=what)
+        self.box = box
+        self.unboxed_command = list(command)
+
+    def start(self) -> None:
+        from prover_cli.verify.box import boxed
+
+        if self.cwd is None or os.path.isdir(self.cwd):   # else LocalTransport names the missing directory
+            self.command = boxed(self.unboxed_command, self.box, self.cwd, what=self.what)
+        super().start()
+
+
 class ReplProcess:
     """One REPL process over a `Transport`. Not thread-safe: one thread drives it (the pool gives
     each worker its own); only `signal_kill()` may be called from another thread.
 
-    `ReplProcess(transport)`; `ReplProcess(command, project_dir, memory_limit_gb)` is the local
-    shorthand for `ReplProcess(LocalTransport(command, project_dir, memory_limit_gb))`.
+    `ReplProcess(transport)`; `ReplProcess(command, project_dir, memory_limit_gb, box)` is the
+    local shorthand for `ReplProcess(BoxedLocalTransport(command, project_dir, memory_limit_gb,
+    box))`: the REPL in the box (`box.py`) unless `box="none"`.
     """
 
     def __init__(self, transport: "Transport | list[str]", project_dir: str = "",
-                 memory_limit_gb: float = 0.0):
+                 memory_limit_gb: float = 0.0, box: str = "bubblewrap"):
         if isinstance(transport, (list, tuple)):
-            transport = LocalTransport(list(transport), project_dir or None, memory_limit_gb)
+            transport = BoxedLocalTransport(list(transport), project_dir or None, memory_limit_gb, box)
         self.transport = transport
         self.header_envs: dict[str, int] = {}   # header text -> env where it ran
         self.trusted_envs: dict[tuple[str, str], tuple[int, str]] = {}   # (header, statement) -> (env, namespace)

@@ -19,6 +19,10 @@ REPL starts, so it can reap all of it. Then:
   outside, or `prover`'s own kill), so the pool can tell a killed REPL from one that failed by
   itself. When this wrapper has exited, no process of the REPL's is left.
 
+The command is normally the box around the REPL (`bwrap … -- lake env repl`, box.py): the REPL
+group's kill reaches bwrap, whose `--die-with-parent` kills the box's init and with it the box's
+pid namespace, so the reaping below still ends with nothing of the REPL left.
+
 Its own stderr lines start with `repl_watchdog: ` (the transport leaves them out of what it shows
 as the REPL's stderr): `repl_watchdog: started PID` (PID is also the REPL's process group) once the
 command runs, `repl_watchdog: cannot start: …` (exit 127) when it cannot be started.

@@ -83,11 +83,15 @@ TransportFactory = Callable[[], Transport]   # returns a new, not yet started tr
 
 
 def local_transport_factory(verify_config) -> TransportFactory:
-    """LocalTransports from `verify.repl_command`, `verify.project_dir`, `verify.memory_limit_gb`."""
+    """LocalTransports from `verify.repl_command`, `verify.project_dir`, `verify.memory_limit_gb`,
+    each REPL in the box `verify.box` asks for (box.py; a BackendError at start when it cannot be made)."""
+    from prover_cli.verify.repl import BoxedLocalTransport
+
     command = list(verify_config.repl_command)
     cwd = verify_config.project_dir or None
     limit_gb = float(verify_config.memory_limit_gb)
-    return lambda: LocalTransport(command, cwd, limit_gb)
+    box = verify_config.box
+    return lambda: BoxedLocalTransport(command, cwd, limit_gb, box)
 
 
 class LocalTransport:

@@ -10,7 +10,6 @@ held-out problems, exactly as both trainers write it as their iteration 0 (heldo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +60,12 @@ def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
 def last_heldout(run_dir: str | Path) -> dict[str, Any]:
     """The last metrics.jsonl line of a run that carries `eval/verified_rate`."""
     from prover_cli.errors import InputError
-    from prover_cli.metrics import METRICS_FILE
+    from prover_cli.metrics import METRICS_FILE, read_metrics
 
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         raise InputError(f"{path}: no metrics (was the run trained?)")
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    evaluated = [line for line in lines if "eval/verified_rate" in line]
+    evaluated = [line for line in read_metrics(run_dir) if "eval/verified_rate" in line]
     if not evaluated:
         raise InputError(f"{path}: no held-out evaluation in the metrics", hint="set run.eval_every > 0")
     return evaluated[-1]

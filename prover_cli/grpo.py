@@ -80,24 +80,24 @@ def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORT
 
 
 def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
-    from prover_cli.metrics import METRICS_FILE, read_metrics, write_resolved_config
     from prover_cli.problems import heldout_problems, train_problems
     from prover_cli.tasks import get_task
     from prover_cli.tracking import open_tracker
 
     check_batch_shape(config)
     run_dir = config.run_dir
-    final_dir = run_dir / "final"
-    checkpoint = start_or_resume(config, resume, reporter)  # refuses to overwrite a run; truncates metrics
-    if checkpoint is not None and checkpoint_step(checkpoint) == config.grpo.steps:
-        return finished_run(config, checkpoint, reporter)  # nothing to train: say so, change nothing
+    run = open_run(config, resume, reporter)
+    point = run.resume(lambda: checkpoint_point(config, reporter))  # metrics cut to the checkpoint
+    checkpoint = point.source if point is not None else None
+    if run.complete:
+        return finished_run(run, checkpoint)  # nothing to train: change nothing but a stale final/
     task = get_task(config.data.task)
     problems = train_problems(config, reporter, save_generated=True)  # before the model: a missing file fails fast
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
-    write_resolved_config(config)
-    kept = read_metrics(run_dir)  # lines up to the checkpoint (none when starting from scratch)
-    resumed_from = checkpoint_step(checkpoint) if checkpoint else 0
+    counters = run.begin()
+    kept = run.records()  # lines up to the checkpoint (none when starting from scratch)
+    resumed_from = run.done
 
     model, tokenizer, device, compute_dtype = load_policy(config)
     cuda = device.startswith("cuda")
@@ -121,14 +121,12 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
         # TRL 1.16 still calls the old name inside the trainer; nothing for the user to change.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
         progress.advance(resumed_from)
-        last = kept[-1] if kept else {}
         evaluation = HeldOutEvaluation(config, task, heldout, tokenizer, compute_dtype, reporter)
-        base_due = bool(heldout) and checkpoint is None and not any(r["iteration"] == 0 for r in kept)
-        callback = make_metrics_callback(config, stats, progress, samples_total=last.get("samples/total", 0),
-                                         tokens_total=last.get("tokens/total", 0),
-                                         checks_total=last.get("checks/total", 0),
-                                         elapsed_s=last.get("time/elapsed_s", 0.0), tracker=tracker,
-                                         evaluation=evaluation, base_line=base_due)
+        callback = make_metrics_callback(config, stats, progress, samples_total=counters["samples/total"],
+                                         tokens_total=counters["tokens/total"],
+                                         checks_total=counters["checks/total"],
+                                         elapsed_s=counters["time/elapsed_s"], tracker=tracker,
+                                         evaluation=evaluation, base_line=run.base_line_due(heldout), run=run)
         trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                             processing_class=tokenizer, callbacks=[callback])
         evaluation.trainer = trainer
@@ -139,75 +137,56 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
         # batches the checkpointed steps consumed.
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
 
-    save_final(trainer.model, tokenizer, final_dir)  # the fp32 master: nothing trained is lost
-    return summarize(kept + callback.records, final_dir, run_dir / METRICS_FILE, resumed_from)
+    save_final(trainer.model, tokenizer, run.final_dir)  # the fp32 master: nothing trained is lost
+    return summarize(kept + callback.records, run.final_dir, run.metrics_path, resumed_from)
 
 
 def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
-    """final/ appears whole or not at all (written aside, then renamed), as `train es` does.
+    """final/ := the model and tokenizer, whole or not at all (model_dir.save_atomically), as `train es` does.
 
     The model is saved in its parameters' dtype: with fp32 master weights `config.json` says
     `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve.
     Weights holding NaN or inf (a diverged run) are refused before anything is written; the old
     final/ is kept."""
-    import shutil
+    from prover_cli.model_dir import refuse_non_finite, save_atomically, save_tokenizer
 
-    from prover_cli.model_dir import refuse_non_finite, save_tokenizer
+    def write(out: Path) -> None:
+        refuse_non_finite(model.state_dict().items(), out)
+        model.save_pretrained(out)  # safetensors (the transformers >= 4.x default)
+        save_tokenizer(tokenizer, out)  # as loaded: no padding state from sampling
 
-    refuse_non_finite(model.state_dict().items(), final_dir, kept=final_dir)
-    tmp = final_dir.with_name(final_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)  # safetensors (the transformers >= 4.x default)
-    save_tokenizer(tokenizer, tmp)  # as loaded: no padding state from sampling
-    shutil.rmtree(final_dir, ignore_errors=True)
-    tmp.rename(final_dir)
+    save_atomically(final_dir, write)
 
 
 # Trainer checkpoint files that are training state, not the model (final/ gets everything else).
 _TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 
 
-def finished_run(config: Any, checkpoint: Path, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
-    """--resume on a run whose newest checkpoint is at `grpo.steps`: report it, train nothing.
+def finished_run(run: Any, checkpoint: Path) -> dict[str, Any]:
+    """--resume on a run whose newest checkpoint is at `grpo.steps`: train nothing.
 
-    `final/` must be that checkpoint's model. A kill after the checkpoint but before the final
-    save leaves it missing, or (a run extended with a higher grpo.steps) holding the previous
-    end's weights: then it is rebuilt from the checkpoint's model files. A `final/` that already
-    holds the checkpoint's weights is left untouched, as are metrics.jsonl and the checkpoints."""
-    from prover_cli.metrics import METRICS_FILE, read_metrics
+    `final/` must be that checkpoint's model; a kill after the checkpoint but before the final
+    save leaves it missing or stale, and then it is rebuilt from the checkpoint's model files
+    (Run.settle_final). metrics.jsonl and the checkpoints are left untouched."""
+    import shutil
+
     from prover_cli.model_dir import same_weights
 
-    run_dir, final_dir = config.run_dir, config.run_dir / "final"
-    steps = config.grpo.steps
-    reporter.log(f"{run_dir}: the run is complete ({checkpoint.name} is at grpo.steps = {steps}); nothing to train. "
-                 "Raise grpo.steps and pass --resume to train further.")
-    if not final_dir.is_dir():
-        _final_from_checkpoint(checkpoint, final_dir)
-        reporter.log(f"{final_dir}: was missing; written from {checkpoint}")
-    elif not same_weights(final_dir, checkpoint):
-        _final_from_checkpoint(checkpoint, final_dir)
-        reporter.log(f"{final_dir}: did not hold the weights of {checkpoint.name} (a kill before the final save); "
-                     f"rewritten from it")
-    records = [r for r in read_metrics(run_dir) if r.get("iteration", 0) <= steps]
-    result = summarize(records, final_dir, run_dir / METRICS_FILE, resumed_from=steps)
+    def model_files(out: Path) -> None:  # the checkpoint without its training state
+        for path in sorted(checkpoint.iterdir()):
+            if path.name in _TRAINING_STATE_FILES or path.name.startswith("rng_state"):
+                continue
+            (shutil.copytree if path.is_dir() else shutil.copy2)(path, out / path.name)
+
+    run.settle_final(lambda final: same_weights(final, checkpoint), model_files, source=checkpoint.name)
+    records = [r for r in run.records() if r.get("iteration", 0) <= run.total]
+    result = summarize(records, run.final_dir, run.metrics_path, resumed_from=run.total)
     result["complete"] = True
     return result
 
 
-def _final_from_checkpoint(checkpoint: Path, final_dir: Path) -> None:
-    """final/ := the checkpoint's model files (not its training state), whole or not at all."""
-    import shutil
-
-    tmp = final_dir.with_name(final_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(checkpoint, tmp, ignore=lambda d, names: [n for n in names if n in _TRAINING_STATE_FILES
-                                                                or n.startswith("rng_state")])
-    shutil.rmtree(final_dir, ignore_errors=True)
-    tmp.rename(final_dir)
-
-
 # --------------------------------------------------------------------------------------------
-# Starting and resuming: refuse to overwrite, resume from the newest whole checkpoint
+# Resuming: GRPO continues from the newest whole checkpoint (prover_cli/run.py does the rest)
 # --------------------------------------------------------------------------------------------
 
 # Config keys a resume may change: how far to train, how often to save, where `tiny` is cached.
@@ -217,39 +196,41 @@ RESUME_CHECKED_KEYS = ("run.seed", "generate.top_p")
 RESUME_MAY_CHANGE = ("grpo.steps", "grpo.save_every", "model.cache_dir")
 
 
+def open_run(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Any:
+    """The GRPO run directory (prover_cli/run.py): without --resume, metrics.jsonl or checkpoints/
+    already there are refused rather than overwritten."""
+    from prover_cli.run import Run
+
+    return Run.open(config, METHOD, total=config.grpo.steps, total_key="grpo.steps", resume=resume,
+                    markers=[config.run_dir / "metrics.jsonl", config.run_dir / CHECKPOINTS_DIR],
+                    refusal="run.dir already holds a GRPO run", reporter=reporter)
+
+
 def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Path | None:
     """The checkpoint to resume from, or None for a fresh start; metrics.jsonl cut to match."""
-    from prover_cli.metrics import METRICS_FILE, methods_logged, truncate_metrics
+    point = open_run(config, resume, reporter).resume(lambda: checkpoint_point(config, reporter))
+    return point.source if point is not None else None
 
-    run_dir = config.run_dir
-    metrics_path, checkpoints = run_dir / METRICS_FILE, run_dir / CHECKPOINTS_DIR
-    if not resume:
-        existing = [p for p in (metrics_path, checkpoints) if p.exists()]
-        if existing:
-            raise InputError(f"{existing[0]}: run.dir already holds a GRPO run",
-                             hint="pass --resume to continue it, or set run.dir to a new directory")
-        return None
-    others = methods_logged(metrics_path) - {METHOD}
-    if others:  # --resume would cut another trainer's metrics
-        named = ", ".join(sorted(map(str, others)))
-        raise InputError(f"{metrics_path}: run.dir holds metrics of method {named}, not of GRPO",
-                         hint="set run.dir to a new directory")
+
+def checkpoint_point(config: Any, reporter: Any = NULL_REPORTER) -> Any:
+    """GRPO's resume point: the newest whole checkpoint, once the config and the checkpoint's
+    files are checked; None (from the base model) when there is none."""
+    from prover_cli.run import ResumePoint
+
+    checkpoints = config.run_dir / CHECKPOINTS_DIR
     checkpoint = latest_checkpoint(checkpoints)
     if checkpoint is None:
         reporter.log(f"{checkpoints}: no checkpoint to resume from; starting from the base model")
-        truncate_metrics(run_dir, 0)
         return None
-    check_resume_config(config, run_dir / "config.toml")
+    check_resume_config(config, config.run_dir / "config.toml")
     check_checkpoint(checkpoint)
     step = checkpoint_step(checkpoint)
     if step > config.grpo.steps:
         raise ConfigError(f"{checkpoint}: the checkpoint is at step {step}, past grpo.steps = {config.grpo.steps}",
                           hint="raise grpo.steps, or start a new run.dir")
-    if step == config.grpo.steps:
-        return checkpoint  # a finished run: train_grpo says so and changes nothing (not even metrics)
-    truncate_metrics(run_dir, step)  # lines written after the checkpoint are redone
-    reporter.log(f"resuming from {checkpoint} (step {step} of {config.grpo.steps})")
-    return checkpoint
+    if step < config.grpo.steps:
+        reporter.log(f"resuming from {checkpoint} (step {step} of {config.grpo.steps})")
+    return ResumePoint(step, checkpoint)
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -749,22 +730,19 @@ _TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo
                  "entropy": "grpo/entropy", "learning_rate": "grpo/learning_rate"}
 
 
-def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, samples_total: int = 0,
-                          tokens_total: int = 0, checks_total: int = 0, elapsed_s: float = 0.0, tracker: Any = None, evaluation: Any = None,
-                          base_line: bool = False):
+def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, run: Any, samples_total: int = 0,
+                          tokens_total: int = 0, checks_total: int = 0, elapsed_s: float = 0.0, tracker: Any = None,
+                          evaluation: Any = None, base_line: bool = False):
     """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log.
 
     `samples_total`, `tokens_total`, `checks_total` and `elapsed_s` are where a resumed run's cumulative
     counters start. On the
     steps `run.eval_every` picks, `evaluation(model)` adds the held-out `eval/*` keys (its time is
     not counted in `time/*`); with `base_line`, the base's evaluation is the iteration-0 line,
-    written when training begins. Every line also goes to `tracker` (run.report_to)."""
+    written when training begins. Every line goes through `run.write_metrics` (prover_cli/run.py),
+    to metrics.jsonl and to `tracker` (run.report_to)."""
     from prover_cli.heldout import base_record
     from transformers import TrainerCallback
-
-    from prover_cli.metrics import append_metrics
-
-    run_dir = config.run_dir
 
     class MetricsCallback(TrainerCallback):
         def __init__(self) -> None:
@@ -812,9 +790,7 @@ def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, sam
 
         def _flush(self) -> None:
             if self.pending is not None:
-                append_metrics(run_dir, self.pending)
-                if tracker is not None:
-                    tracker.log(self.pending)
+                run.write_metrics(self.pending, tracker)
                 self.records.append(self.pending)
                 self.pending = None
 

@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -231,9 +230,9 @@ def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]],
         except (OSError, ValueError):
             pass  # absent or torn: evaluate again
         record = evaluate_heldout(sampler, config, problems, task=task, reporter=reporter)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")  # rates: finite
-        os.replace(tmp, path)
+        from prover_cli.jsonl import write_text_atomic
+
+        write_text_atomic(path, json.dumps(record, sort_keys=True, allow_nan=False) + "\n")  # rates: finite
         return record
 
 

@@ -9,6 +9,8 @@
   appending, and `done_ids` tells which records already exist, so a rerun skips them.
 - A failed write (disk full, permissions...) is a `MachineError` naming the file and the
   operation; what was written before it stays valid, so the rerun resumes.
+- `write_text_atomic` (a file) and `write_dir_atomic` (a directory) are the only atomic writers
+  of the package outside verify/: temp name, fsync, rename, fsync of the directory (below).
 - Strict JSON both ways. A number JSON cannot carry is not read: `1e999999` (Python would read
   it as inf and write it back as `Infinity`, which is not JSON), `NaN`, `Infinity`, or an
   integer too long for Python to convert make their line a BadLine, so the line is reported and
@@ -23,7 +25,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prover_cli.errors import InputError, MachineError
 from prover_cli.lock import claim_identity
@@ -313,24 +315,41 @@ def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
     write_text_atomic(path, "".join(dumps(record) + "\n" for record in records))
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Replace `path` with `text` whole: a temp file beside it, fsynced, renamed over it, and the
-    rename made durable. A kill or a full disk leaves the old file or the new one, never a cut
-    one (a resume can always read it); a failure is a MachineError naming the path and errno."""
+# -- the two atomic writers: a file and a directory, one durability rule -----------------------------
+# Write under a temp name in the same directory (a rename is atomic only within one file system),
+# flush and fsync the data, rename it into place, then fsync the directory. Without the data fsync
+# a crash after the rename can leave the new name pointing at an empty or cut file (ext4, xfs
+# delay allocation); without the directory fsync the rename itself can be lost. Either way a
+# resume would read something no writer wrote, so every atomic write here pays both fsyncs.
+
+def write_text_atomic(path: str | Path, data: str | bytes | Callable[[Path], None], *, shared: bool = False) -> None:
+    """Replace the file `path` whole with `data`: text (UTF-8), bytes, or a function that writes
+    the file it is given (safetensors, a compiler's -o). A kill or a full disk leaves the old file
+    or the new one, never a cut one (a resume can always read it); a failure is a MachineError
+    naming the path and errno. The one atomic-file writer (durability rule above).
+
+    The temp name is `<name>.tmp`: a run directory has one writer (prover_cli/lock.py), and a
+    killed write's leftover is reused, not piled up. `shared`: several processes may write `path`
+    at once (a cache), so each writes a temp name of its own (`<name>.<pid>.tmp`)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise MachineError.from_os_error(exc, path.parent, "create directory") from None
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp" if shared else f"{path.name}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        if callable(data):
+            data(tmp)
+        else:
+            with tmp.open("wb") as handle:
+                handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        _fsync_file(tmp)
     except OSError as exc:
         _remove_quietly(tmp)
         raise MachineError.from_os_error(exc, tmp, "write") from None
+    except BaseException:
+        _remove_quietly(tmp)  # a writer function that failed (NaN weights, ^C): no temp file left behind
+        raise
     try:
         os.replace(tmp, path)
     except OSError as exc:
@@ -338,6 +357,72 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise MachineError.from_os_error(exc, path, f"move {tmp.name} into place as") from None
     fsync_directory(path.parent)
     claim_identity(path)
+
+
+def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], *, shared: bool = False) -> Path:
+    """Replace the directory `path` whole with what `fill(tmp)` writes into the empty directory
+    `tmp` beside it: every file and the directory fsynced, then renamed into place. Any failure
+    in `fill` (an exception, a kill) leaves the old `path` as it was and no temp directory from
+    this call behind. The one atomic-directory writer (durability rule above). Returns `path`.
+
+    POSIX cannot rename a directory over a non-empty one, so the old one moves aside first
+    (`<name>.old`) and is deleted after the new one is in place: a kill between those two
+    renames leaves no `path` (the trainers then rebuild it: ES from the ledger, GRPO from its
+    checkpoint), never a mix of old and new files. `shared`: a cache several processes may
+    build at once (the output of a pure function): each fills a temp directory of its own, and
+    a copy already in place is kept, not replaced, since another process may be reading it."""
+    import shutil
+
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp" if shared else f"{path.name}.tmp")
+    old = path.with_name(path.name + ".old")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a killed earlier write
+        tmp.mkdir()
+    except OSError as exc:
+        raise MachineError.from_os_error(exc, tmp, "create directory") from None
+    try:
+        fill(tmp)
+        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            _fsync_file(file)
+        for directory in sorted((p for p in tmp.rglob("*") if p.is_dir()), reverse=True):
+            fsync_directory(directory)
+        fsync_directory(tmp)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise MachineError.from_os_error(exc, tmp, "write") from None
+        raise
+    if shared and path.exists():  # a concurrent build finished first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+        return path
+    try:
+        if not shared:
+            shutil.rmtree(old, ignore_errors=True)
+            if path.exists():
+                path.rename(old)
+        tmp.rename(path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if shared and path.exists():  # lost the race between the check and the rename
+            return path
+        if old.exists() and not path.exists():
+            old.rename(path)  # the old one back in place: a failed write changes nothing
+        raise MachineError.from_os_error(exc, path, f"move {tmp.name} into place as") from None
+    fsync_directory(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
+    claim_identity(path)
+    return path
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush a written file's data to the disk (opened again: the writer may have been a library)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_directory(directory: str | Path) -> None:

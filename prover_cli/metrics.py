@@ -49,7 +49,7 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from prover_cli.jsonl import finite_or_null
 
@@ -98,7 +98,8 @@ def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
 
 
 def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
-    """On resume: drop lines after `last_iteration` (written after the last ledger commit)."""
+    """On resume: drop lines after `last_iteration` (written after the last ledger commit or
+    checkpoint) and a torn last line; the kept lines stay byte for byte."""
     from prover_cli.jsonl import write_text_atomic
 
     path = Path(run_dir) / METRICS_FILE
@@ -115,32 +116,47 @@ def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The readable lines of a run's metrics.jsonl (a torn last line from a kill is skipped)."""
+def read_metrics(run_dir: str | Path, malformed: list[dict[str, Any]] | None = None, *,
+                 defect: Callable[[dict[str, Any]], str | None] | None = None,
+                 check: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """The records of a run's metrics.jsonl, in file order: the one reader (trainers, report, demo).
+
+    A line that is not a JSON object (a torn last line from a kill), or that `defect` names a
+    reason for, is skipped; with a `malformed` list it is also recorded there ({"line",
+    "reason"}), for the caller to report. `check(line_number, record)` sees every kept record and
+    may raise. Iterations that do not increase mean two runs in one file: always an InputError
+    naming the line. A missing file has no records."""
+    from prover_cli.errors import InputError
+    from prover_cli.jsonl import BadLine, read_jsonl
+
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn last line (a resume that trains cuts it: truncate_metrics)
-        if isinstance(record, dict):
-            records.append(record)
+    records: list[dict[str, Any]] = []
+    for line_no, record in read_jsonl(path):
+        if isinstance(record, BadLine):
+            reason: str | None = record.reason
+        elif not isinstance(record, dict):
+            reason = "not a JSON object"
+        else:
+            reason = defect(record) if defect is not None else None
+        if reason is not None:
+            if malformed is not None:
+                malformed.append({"line": line_no, "reason": reason})
+            continue
+        if records and isinstance(record.get("iteration"), (int, float)) and \
+                isinstance(records[-1].get("iteration"), (int, float)) and record["iteration"] <= records[-1]["iteration"]:
+            raise InputError(f"{path}:{line_no}: iteration {record['iteration']} after iteration "
+                             f"{records[-1]['iteration']}; the file mixes two runs")
+        if check is not None:
+            check(line_no, record)
+        records.append(record)
     return records
 
 
-def methods_logged(metrics_path: Path) -> set[Any]:
-    """The `method` of every readable metrics line (a torn last line is skipped)."""
-    methods = set()
-    lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
-    for line in lines:
-        try:
-            methods.add(json.loads(line).get("method"))
-        except (ValueError, AttributeError):
-            continue
-    return methods
+def methods_logged(run_dir: str | Path) -> set[Any]:
+    """The `method` of every readable metrics line."""
+    return {record.get("method") for record in read_metrics(run_dir)}
 
 
 def write_resolved_config(config: Any) -> Path:

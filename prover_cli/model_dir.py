@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prover_cli.errors import InputError, ProverError
 
@@ -196,6 +196,18 @@ def refuse_non_finite(named: Any, out: str | Path, kept: str | Path | None = Non
     found = non_finite_tensors(named)
     if found:
         raise NonFiniteWeightsError(found, out, kept)
+
+
+def save_atomically(out: str | Path, write: Callable[[Path], None]) -> None:
+    """The model directory `out` := what `write(directory)` saves, whole or not at all
+    (jsonl.write_dir_atomic): final/, `replay-seeds --out`. When `write` refuses weights holding
+    NaN or inf, the error names `out` and the old `out` is kept as it was."""
+    from prover_cli.jsonl import write_dir_atomic
+
+    try:
+        write_dir_atomic(out, write)
+    except NonFiniteWeightsError as exc:  # it named the temp directory: name `out` instead
+        raise NonFiniteWeightsError(exc.found, out, kept=out) from None
 
 
 def check_loaded_model(model: Any, path: str | Path, loading_info: dict[str, Any] | None = None) -> None:

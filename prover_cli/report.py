@@ -102,8 +102,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import BadLine, load_jsonl_strict, log_malformed, read_jsonl, with_malformed, write_text_atomic
-from prover_cli.metrics import METRICS_FILE, required_keys, training_records
+from prover_cli.jsonl import load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
+from prover_cli.metrics import METRICS_FILE, read_metrics, required_keys, training_records
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.stats import mean_interval, paired_difference
 
@@ -236,21 +236,27 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         raise InputError(f"{run_dir}: not a run directory (it does not exist or is a file)")
     config = read_config(run_dir / "config.toml")
     malformed: list[dict[str, Any]] = []  # reported and skipped; the report then exits 1
-    records = read_metrics(run_dir / METRICS_FILE, malformed)
-    data = config.get("data", {})
-    task = data.get("task")
-    for line_no, record in records:
-        if task is None:
-            task = record["task"]
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        raise InputError(f"{path}: not found; is this the directory of a `prover train` run?")
+    task = config.get("data", {}).get("task")
+
+    def same_task(line_no: int, record: dict[str, Any]) -> None:
+        nonlocal task
+        task = record["task"] if task is None else task
         if record["task"] != task:
-            raise InputError(f"{run_dir / METRICS_FILE}:{line_no}: task {record['task']!r} but "
+            raise InputError(f"{path}:{line_no}: task {record['task']!r} but "
                              f"{run_dir / 'config.toml'} says data.task = {task!r}")
-    methods = {record["method"] for _, record in records}
+
+    kept = read_metrics(run_dir, malformed, defect=_metrics_defect, check=same_task)
+    if not kept:
+        raise InputError(f"{path}: no iterations recorded yet" + (f" ({len(malformed)} malformed line(s))"
+                                                                  if malformed else ""))
+    methods = {record["method"] for record in kept}
     if len(methods) > 1:
-        raise InputError(f"{run_dir / METRICS_FILE}: mixes methods {sorted(methods)}; one run directory per run")
-    if not any(record["iteration"] >= 1 for _, record in records):
-        raise InputError(f"{run_dir / METRICS_FILE}: only the base's evaluation so far; no trained iteration yet")
-    kept = [record for _, record in records]
+        raise InputError(f"{path}: mixes methods {sorted(methods)}; one run directory per run")
+    if not any(record["iteration"] >= 1 for record in kept):
+        raise InputError(f"{path}: only the base's evaluation so far; no trained iteration yet")
     method = methods.pop()
     section = config.get(method, {})
     sets, why = problem_sets(run_dir, config, heldout=any(EVAL_RATE in r for r in kept))
@@ -286,37 +292,8 @@ def read_config(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
 
 
-def read_metrics(path: Path, malformed: list[dict[str, Any]] | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) pairs; strictly increasing iterations, every required key a number.
-
-    A malformed line (not JSON, a key missing or not a finite number) is an InputError naming the
-    file and line, or, when a `malformed` list is given, appended to it ({"line", "reason"}) and
-    skipped. Iterations that do not increase mean two runs in one file: always an error."""
-    if not path.exists():
-        raise InputError(f"{path}: not found; is this the directory of a `prover train` run?")
-    records: list[tuple[int, dict[str, Any]]] = []
-    for line_no, record in read_jsonl(path):
-        where = f"{path}:{line_no}"
-        reason = _metrics_defect(record)
-        if reason is not None:
-            if malformed is None:
-                raise InputError(f"{where}: {reason}")
-            malformed.append({"line": line_no, "reason": reason})
-            continue
-        if records and record["iteration"] <= records[-1][1]["iteration"]:
-            raise InputError(f"{where}: iteration {record['iteration']} after iteration "
-                             f"{records[-1][1]['iteration']}; the file mixes two runs")
-        records.append((line_no, record))
-    if not records:
-        raise InputError(f"{path}: no iterations recorded yet" + (f" ({len(malformed)} malformed line(s))"
-                                                                  if malformed else ""))
-    return records
-
-
 def _metrics_defect(record: Any) -> str | None:
     """Why a metrics.jsonl line cannot be reported, or None (iteration 0: the base's evaluation)."""
-    if isinstance(record, BadLine):
-        return record.reason
     missing = [key for key in required_keys(record) if key not in record]
     if missing:
         return f"missing {', '.join(missing)}"

@@ -100,15 +100,11 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "prover_tiny.json").write_text(json.dumps({"version": TINY_VERSION, "seed": seed}) + "\n")
-    if out.exists():  # a concurrent build finished first; keep its copy
-        import shutil
+    from prover_cli.jsonl import write_dir_atomic
 
-        shutil.rmtree(tmp)
-        return out
-    tmp.rename(out)
-    return out
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "prover_tiny.json").write_text(json.dumps({"version": TINY_VERSION, "seed": seed}) + "\n")
+
+    return write_dir_atomic(out, fill, shared=True)  # a cache: a concurrent build that finished first is kept

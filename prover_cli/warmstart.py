@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -166,17 +165,15 @@ def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int =
             losses = warm_start(model, tokenizer, pairs, settings, seed=tiny_seed)
     finally:
         torch.set_num_threads(threads)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    from prover_cli.jsonl import write_dir_atomic
+
     record = {"version": WARMSTART_VERSION, "tiny_seed": tiny_seed, "settings": settings,
               "key": warmstart_key(tiny_seed, settings), "train_pairs": len(pairs),
               "loss_first": losses[0], "loss_last": losses[-1]}
-    (tmp / "prover_warmstart.json").write_text(json.dumps(record, sort_keys=True) + "\n")
-    if out.exists():  # a concurrent build finished first; keep its copy
-        shutil.rmtree(tmp)
-        return out
-    tmp.rename(out)
-    return out
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "prover_warmstart.json").write_text(json.dumps(record, sort_keys=True) + "\n")
+
+    return write_dir_atomic(out, fill, shared=True)  # a cache: a concurrent build that finished first is kept

@@ -437,16 +437,20 @@ def _compile(compiler: str) -> Path:
     target = cache / f"es_kernel_{tag}.so"
     if target.exists():
         return target
+    from prover_cli.jsonl import write_text_atomic
+
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         source = Path(tmp) / "es_kernel.c"
         source.write_text(SOURCE)
-        built = Path(tmp) / "es_kernel.so"
-        result = subprocess.run([compiler, *CFLAGS, "-o", str(built), str(source)], capture_output=True, text=True,
-                                timeout=120)
-        if result.returncode != 0:
-            raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
-        os.replace(built, target)
+
+        def build(built: Path) -> None:
+            result = subprocess.run([compiler, *CFLAGS, "-o", str(built), str(source)], capture_output=True,
+                                    text=True, timeout=120)
+            if result.returncode != 0:
+                raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:500]}")
+
+        write_text_atomic(target, build, shared=True)  # processes may race to build it: each its own temp name
     return target
 
 
@@ -459,9 +463,11 @@ def _load() -> None:
     if not compiler:
         _status = "off (no C compiler found)"
         return
+    from prover_cli.errors import MachineError
+
     try:
         lib = ctypes.CDLL(str(_compile(compiler)))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+    except (OSError, MachineError, RuntimeError, subprocess.SubprocessError) as exc:  # MachineError: the cache write
         _status = f"off ({exc})"
         warnings.warn(f"prover ES kernel unavailable, using the eager path (same bits, slower): {exc}")
         return

@@ -15,7 +15,6 @@ holding the master, tensor for tensor identical to the run's final/.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, upto: int | None = None,
                  device: str = "cpu", reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     from prover_cli.es.weights import NamedWeights, save_model_dir
-    from prover_cli.model_dir import NonFiniteWeightsError
+    from prover_cli.model_dir import save_atomically
     from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer, resolve_device
 
     ledger_path, out_dir = Path(ledger_path), Path(out_dir)
@@ -63,15 +62,8 @@ def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, u
 
     started_from = rebuild(weights, header, records, ledger_path=ledger_path, reporter=reporter)
 
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        save_model_dir(model, tokenizer, weights, tmp)
-    except NonFiniteWeightsError as exc:  # refused before anything was written: --out stays as it was
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise NonFiniteWeightsError(exc.found, out_dir, kept=out_dir) from None
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
+    # whole or not at all; weights holding NaN or inf are refused before anything is written
+    save_atomically(out_dir, lambda tmp: save_model_dir(model, tokenizer, weights, tmp))
     return {
         "ok": True,
         "iterations": len(records),

@@ -41,13 +41,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import time
 from pathlib import Path
 from typing import Any
 
 from prover_cli.config import check_problems_per_iteration
-from prover_cli.errors import ConfigError, InputError
+from prover_cli.errors import ConfigError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
 from prover_cli.es.population import evaluate_population, load_es_sampler, pick_problems
@@ -55,9 +54,12 @@ from prover_cli.es.replay import rebuild
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
 from prover_cli.es.update import apply_rewards
 from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout
-from prover_cli.metrics import METRICS_FILE, append_metrics, completion_tokens, truncate_metrics, write_resolved_config
+from prover_cli.jsonl import fsync_directory
+from prover_cli.metrics import completion_tokens
+from prover_cli.model_dir import holds_weights
 from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.run import ResumePoint, Run
 from prover_cli.tasks import get_task
 from prover_cli.tracking import open_tracker
 
@@ -77,11 +79,10 @@ from prover_cli.tracking import open_tracker
 
 def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER,
              generate_population: Any = None) -> dict[str, Any]:
-    es, run_dir = config.es, config.run_dir
-    ledger_path = run_dir / LEDGER_FILE
-    if ledger_path.exists() and not resume:
-        raise InputError(f"{ledger_path}: a ledger already exists",
-                         hint="pass --resume to continue it, or set run.dir to a new directory")
+    es = config.es
+    ledger_path = config.run_dir / LEDGER_FILE
+    run = Run.open(config, "es", total=es.iterations, total_key="es.iterations", resume=resume,
+                   markers=[ledger_path], refusal="a ledger already exists", reporter=reporter)
     task = get_task(config.data.task)
     problems = train_problems(config)
     check_problems_per_iteration(config, len(problems))  # before the model loads: names the key and the split size
@@ -90,28 +91,25 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
     header = make_header(config, base_sha256=weights.fingerprint(), dtype=weights.dtype,
                          master_dtype=weights.master_dtype, problems_sha256=problems_sha256)
-    records: list[dict[str, Any]] = []
-    if resume and ledger_path.exists():
-        records = _resume(ledger_path, header, weights, reporter)
-    write_ledger(ledger_path, header, records)
-    truncate_metrics(run_dir, len(records))
-    write_resolved_config(config)
-    last = _last_metrics(run_dir)
-    samples_total, elapsed_s = last.get("samples/total", 0), last.get("time/elapsed_s", 0.0)
-    tokens_total, checks_total = last.get("tokens/total", 0), last.get("checks/total", 0)
-    signal_parts = _logged_signal_parts(run_dir)  # (es/signal_var, es/noise_var) so far: pooled over the last few
+    point = run.resume(lambda: _resume(ledger_path, header, weights, reporter))
+    records: list[dict[str, Any]] = point.state if point is not None else []
+    if not run.complete:  # a complete run changes nothing in its directory
+        write_ledger(ledger_path, header, records)
+    counters = run.begin()
+    samples_total, elapsed_s = counters["samples/total"], counters["time/elapsed_s"]
+    tokens_total, checks_total = counters["tokens/total"], counters["checks/total"]
+    # (es/signal_var, es/noise_var) of every line so far (None where undefined): pooled over the last few
+    signal_parts = [(r["es/signal_var"], r["es/noise_var"]) if "es/noise_var" in r else None for r in run.records()]
     warning = None
-    resumed_from = len(records)
+    resumed_from = run.done
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
     with reporter.task("train es", total=es.iterations, unit="it") as bar, \
             open_tracker(config, resumed_from=resumed_from) as tracker:
-        if heldout and not records and not _has_base_line(run_dir):  # the weights are the base now
-            line = base_record("es", config.data.task,
-                               evaluate_base(sampler, config, heldout, header["base_model"]["sha256"], task=task,
-                                             reporter=reporter))
-            append_metrics(run_dir, line)
-            tracker.log(line)
+        if run.base_line_due(heldout):  # the weights are the base now
+            run.write_metrics(base_record("es", config.data.task,
+                                          evaluate_base(sampler, config, heldout, header["base_model"]["sha256"],
+                                                        task=task, reporter=reporter)), tracker)
         bar.advance(resumed_from)
         for iteration in range(resumed_from + 1, es.iterations + 1):
             started = time.monotonic()
@@ -127,7 +125,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             fingerprint = weights.fingerprint()
             snapshot = None
             if es.snapshot_every and iteration % es.snapshot_every == 0:
-                snapshot = _save_snapshot(weights, run_dir)
+                snapshot = _save_snapshot(weights, run.dir)
             wall_s = time.monotonic() - started
             samples_total += len(sample_rewards)
             tokens = completion_tokens(sampler.tokenizer, completions)  # every member's samples: the budget
@@ -152,8 +150,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 metrics["es/signal_share"] = share
             if eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
                 metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
-            append_metrics(run_dir, metrics)
-            tracker.log(metrics)
+            run.write_metrics(metrics, tracker)
             records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
             write_ledger(ledger_path, header, records)
             alert = noise_warning(signal_parts, config)
@@ -164,13 +161,11 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             # near 0 (es/signal.py: progress_field); the run's is the figure to set beside the probe's
             bar.advance(1, reward=f"{mean_reward:.3f}", skipped=skipped, signal=progress_field(signal_parts, warning))
 
-    final_dir = run_dir / "final"
-    if resumed_from < es.iterations or not _final_holds(final_dir, weights):
-        _save_final(sampler, final_dir)
-    else:  # a finished run resumed: final/ already holds these weights; rewriting it would change nothing useful
-        reporter.log(f"{run_dir}: the run is complete ({resumed_from} iterations = es.iterations) and {final_dir} "
-                     "holds its weights; nothing to do. Raise es.iterations and pass --resume to train further.")
-    last = _last_metrics(run_dir)
+    if run.complete:  # final/ already holds these weights, unless a kill came before the last save
+        run.settle_final(lambda d: holds_weights(d, weights.base), sampler.save_pretrained, source=ledger_path.name)
+    else:
+        run.save_final(sampler.save_pretrained)
+    last = run.last_record()
     summary_warning = noise_warning(signal_parts, config, minimum=1)  # however short the run
     return {
         "ok": True,
@@ -181,13 +176,17 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         **({"warning": summary_warning} if summary_warning else {}),
         "ledger": str(ledger_path),
         "ledger_bytes_per_iteration": round(bytes_per_iteration(header, records), 1),
-        "final": str(final_dir),
+        "final": str(run.final_dir),
         "fingerprint": weights.fingerprint()[:16],
     }
 
 
-def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: Reporter) -> list[dict[str, Any]]:
-    """Rebuild the weights from the ledger (checking every fingerprint) and return its records."""
+def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: Reporter) -> ResumePoint | None:
+    """ES resumes by its ledger: the stored header must match this config's and the ledger must not
+    be longer than es.iterations; then the weights are rebuilt from it (checking every
+    fingerprint). The point's state is the ledger's records; None when there is no ledger yet."""
+    if not ledger_path.exists():
+        return None
     stored, records = read_ledger(ledger_path)
     differences = header_differences(stored, header)
     if differences:
@@ -198,36 +197,7 @@ def _resume(ledger_path: Path, header: dict[str, Any], weights: Any, reporter: R
                           f"{header['es']['iterations']}",
                           hint="raise es.iterations, or use `prover replay-seeds --upto`")
     rebuild(weights, stored, records, ledger_path=ledger_path, reporter=reporter)
-    return records
-
-
-def _has_base_line(run_dir: Path) -> bool:
-    """Whether metrics.jsonl starts with the base's iteration-0 evaluation (kept across a resume)."""
-    path = run_dir / METRICS_FILE
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return bool(lines) and json.loads(lines[0]).get("iteration") == 0
-
-
-def _last_metrics(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / METRICS_FILE
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return json.loads(lines[-1]) if lines else {}
-
-
-def _logged_signal_parts(run_dir: Path) -> list[tuple[float, float] | None]:
-    """(es/signal_var, es/noise_var) of every iteration in metrics.jsonl (None where undefined)."""
-    path = run_dir / METRICS_FILE
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    records = [json.loads(line) for line in lines if line.strip()]
-    return [(r["es/signal_var"], r["es/noise_var"]) if "es/noise_var" in r else None for r in records]
-
-
-def _final_holds(final_dir: Path, weights: Any) -> bool:
-    """Whether final/ holds the master weights bit for bit (a kill before the last save leaves
-    it missing, or holding an earlier end of an extended run)."""
-    from prover_cli.model_dir import holds_weights
-
-    return final_dir.is_dir() and holds_weights(final_dir, weights.base)
+    return ResumePoint(len(records), ledger_path, state=records)
 
 
 def _save_snapshot(weights: Any, run_dir: Path) -> str:
@@ -235,23 +205,6 @@ def _save_snapshot(weights: Any, run_dir: Path) -> str:
     incoming = run_dir / "snapshots" / "incoming.safetensors"
     weights.save(incoming)
     digest = sha256_file(incoming)
-    incoming.replace(incoming.with_name(f"{digest}.safetensors"))
+    incoming.replace(incoming.with_name(f"{digest}.safetensors"))  # the same bytes under their own name
+    fsync_directory(incoming.parent)  # the rename is durable before the ledger names the snapshot
     return digest
-
-
-def _save_final(sampler: Any, final_dir: Path) -> None:
-    """final/ appears whole or not at all (written aside, then renamed over the old one); weights
-    holding NaN or inf are refused before anything is written, and the old final/ is kept."""
-    import shutil
-
-    from prover_cli.model_dir import NonFiniteWeightsError
-
-    tmp = final_dir.with_name(final_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        sampler.save_pretrained(tmp)
-    except NonFiniteWeightsError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise NonFiniteWeightsError(exc.found, final_dir, kept=final_dir) from None
-    shutil.rmtree(final_dir, ignore_errors=True)
-    tmp.rename(final_dir)

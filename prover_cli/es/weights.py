@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -156,15 +155,13 @@ class NamedWeights:
 
         from prover_cli.model_dir import refuse_non_finite
 
+        from prover_cli.jsonl import write_text_atomic
+
         path = Path(path)
         refuse_non_finite(self.base.items(), path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
         # format=pt: transformers' from_pretrained refuses safetensors files without it
-        save_file({n: t.contiguous() for n, t in self.base.items()}, str(tmp), metadata={"format": "pt"})
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, lambda tmp: save_file({n: t.contiguous() for n, t in self.base.items()}, str(tmp),
+                                                      metadata={"format": "pt"}))
 
     def load(self, path: str | Path) -> None:
         from safetensors.torch import load_file

@@ -23,6 +23,7 @@ import modal
 
 from prover_cli.config import load_config
 from prover_cli.errors import BackendError, InputError
+from prover_cli.jsonl import write_text_atomic
 from prover_cli.on_modal.functions import LEDGER_FILE, REMOTE_FUNCTIONS, Generator, options
 from prover_cli.on_modal.images import DEFAULTS, SETTINGS, app, deploy_settings, runs_volume
 
@@ -186,11 +187,7 @@ def _pull(paths: list[str]) -> list[str]:
             data = b"".join(runs_volume.read_file(remote))
         except modal.exception.NotFoundError:
             continue
-        local = Path(remote)
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(local.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, local)
+        write_text_atomic(Path(remote), data)
         pulled.append(remote)
     return pulled
 

@@ -23,7 +23,6 @@
 import concurrent.futures
 import dataclasses
 import json
-import os
 import queue
 import signal
 import threading
@@ -683,7 +682,6 @@ def json_or_none(line: str) -> dict[str, Any] | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from prover_cli.jsonl import write_text_atomic  # the package's one atomic-file writer
+
+    write_text_atomic(path, text)

@@ -186,20 +186,11 @@ def ledger_text(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
 
 
 def write_ledger(path: str | Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """Atomically replace the ledger: temp file, fsync, rename, fsync of the directory."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(ledger_text(header, records))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # make the rename itself durable
-    finally:
-        os.close(directory)
+    """Replace the ledger whole (prover_cli/jsonl.py's one atomic writer: a kill or a full disk
+    leaves the old ledger or the new one, never a cut one)."""
+    from prover_cli.jsonl import write_text_atomic
+
+    write_text_atomic(path, ledger_text(header, records))
 
 
 def bytes_per_iteration(header: dict[str, Any], records: list[dict[str, Any]]) -> float:

@@ -13,7 +13,7 @@ Every read has a deadline, and so does every write (a REPL that stops reading ca
 a full pipe). Where the process runs and how it is killed is the transport's business
 (`transport.py`: `LocalTransport` runs it in its own session under an address-space limit, and
 makes it die with us); a local REPL runs in the box (`box.py`: no network, the library
-read-only): `BoxedLocalTransport` below, which `local_transport_factory` makes.
+read-only): `transport.BoxedLocalTransport`, which `local_transport_factory` makes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 # The REPL's faults live in the transport layer below (its write and read_some raise them too);
 # callers may import them from here as before (ReplFault: pool.py, the tests).
-from prover_cli.verify.transport import (LocalTransport, ReplDied, ReplFault, ReplGarbage,  # noqa: F401
-                                         ReplTimeout, Transport)
+from prover_cli.verify.transport import (BoxedLocalTransport, LocalTransport, ReplDied, ReplFault,  # noqa: F401
+                                         ReplGarbage, ReplTimeout, Transport)
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,25 +106,6 @@ def parse_responses(data: bytes) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 # One process
 # --------------------------------------------------------------------------------------------
-
-class BoxedLocalTransport(LocalTransport):
-    """A LocalTransport whose command is put in the box (`box.py`) at each start, so a box that
-    cannot be made is a BackendError where a program that cannot start is one: at start, after
-    the verdicts that need no REPL are written. `command` is the box's argv once started."""
-
-    def __init__(self, command: list[str], cwd: str | None = None, memory_limit_gb: float = 0.0,
-                 box: str = "bubblewrap", what: str = "verify.repl_command"):
-        super().__init__(command, cwd, memory_limit_gb, what=what)
-        self.box = box
-        self.unboxed_command = list(command)
-
-    def start(self) -> None:
-        from prover_cli.verify.box import boxed
-
-        if self.cwd is None or os.path.isdir(self.cwd):   # else LocalTransport names the missing directory
-            self.command = boxed(self.unboxed_command, self.box, self.cwd, what=self.what)
-        super().start()
-
 
 class ReplProcess:
     """One REPL process over a `Transport`. Not thread-safe: one thread drives it (the pool gives

@@ -85,8 +85,6 @@ TransportFactory = Callable[[], Transport]   # returns a new, not yet started tr
 def local_transport_factory(verify_config) -> TransportFactory:
     """LocalTransports from `verify.repl_command`, `verify.project_dir`, `verify.memory_limit_gb`,
     each REPL in the box `verify.box` asks for (box.py; a BackendError at start when it cannot be made)."""
-    from prover_cli.verify.repl import BoxedLocalTransport
-
     command = list(verify_config.repl_command)
     cwd = verify_config.project_dir or None
     limit_gb = float(verify_config.memory_limit_gb)
@@ -344,3 +342,22 @@ def _wait(fd: int, event: int, timeout_s: float) -> bool:
     poller = select.poll()
     poller.register(fd, event)
     return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
+
+
+class BoxedLocalTransport(LocalTransport):
+    """A LocalTransport whose command is put in the box (`box.py`) at each start, so a box that
+    cannot be made is a BackendError where a program that cannot start is one: at start, after
+    the verdicts that need no REPL are written. `command` is the box's argv once started."""
+
+    def __init__(self, command: list[str], cwd: str | None = None, memory_limit_gb: float = 0.0,
+                 box: str = "bubblewrap", what: str = "verify.repl_command"):
+        super().__init__(command, cwd, memory_limit_gb, what=what)
+        self.box = box
+        self.unboxed_command = list(command)
+
+    def start(self) -> None:
+        from prover_cli.verify.box import boxed
+
+        if self.cwd is None or os.path.isdir(self.cwd):   # else LocalTransport names the missing directory
+            self.command = boxed(self.unboxed_command, self.box, self.cwd, what=self.what)
+        super().start()

@@ -33,6 +33,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import ConfigError
+from prover_cli.tasks import BUILTIN as BUILTIN_TASKS  # names only: no task module is imported
 
 DEFAULT_MODEL = "AI-MO/Kimina-Prover-Preview-Distill-1.5B"
 # Bounds where a library would overflow (docs/config.md gives them per key).
@@ -98,8 +99,13 @@ class ModelConfig:
 class DataConfig:
     """Problems: where they come from and how they are split."""
 
-    task: str = _key("lean", "Task: `lean` (reward = verified by Lean) or `countdown` (arithmetic, checked exactly in Python).",
-                     choices=("lean", "countdown", "toy"))
+    # No `choices`: the registry's names are checked once every key is read (`_task_rule`), after data.task_module.
+    task: str = _key("lean", "Task (docs/tasks.md): "
+                     + ", ".join(f"`{name}` ({about})" for name, (_, about) in BUILTIN_TASKS.items())
+                     + ", or one registered by the module `data.task_module` names.")
+    task_module: str = _key("", "A Python module to import before `data.task` is looked up (dotted, e.g. `my_pkg.my_task`; "
+                            "installed or on PYTHONPATH), which registers a task from outside prover with `register_task` "
+                            "(docs/tasks.md). Empty: only the built-in tasks.")
     source: str = _key("", "Dataset for `prepare-data`: a Hugging Face dataset id, a local JSON/JSONL/Parquet file, "
                        "or `examples` (the few Lean problems shipped with prover). Empty: use `problems` as is.")
     preset: str = _key("auto", "Layout of `source` (docs/formats.md): `auto` (detected), `deepseek` (miniF2F, ProofNet, "
@@ -116,6 +122,10 @@ class DataConfig:
     status: str = _key("any", "Lean Workbook filter on the `status` column: `any`, `proved`, `unproved`.",
                        choices=("any", "proved", "unproved"))
     limit: int = _key(0, "Keep at most this many problems (0 = all).", min=0)
+    train_size: int = _key(0, "Training-set size, the limited-data axis: train on this many `data.train_split` problems "
+                           "(0 = all), a subset drawn from `run.seed` (nested: a seed's 16 are among its 64). The "
+                           "held-out set does not change with it; `prover report` keeps each size an arm of its own.",
+                           min=0)
     fill_answers: bool = _key(False, "PutnamBench: fill each `abbrev …_solution := sorry` with the answer recorded in "
                               "the comment under it (proof-only evaluation). Off: such problems are reported as "
                               "needing an answer and not kept (a `sorry` never enters a trusted header).")
@@ -152,6 +162,13 @@ class VerifyConfig:
                         choices=("repl", "kimina"))
     repl_command: list[str] = _key(["lake", "env", "repl"], "argv that starts one Lean REPL, run in `project_dir`.")
     project_dir: str = _key("", "Lake project with Mathlib where `repl_command` runs (empty = current directory).")
+    box: str = _key("bubblewrap", "Where the local processes that elaborate untrusted text (the REPLs, the kernel "
+                    "stage's `lean -o` and checker) run: `bubblewrap` (in a `bwrap` box: no network, the toolchain "
+                    "and `project_dir` read-only, only their own temporary directory writable; verification refuses "
+                    "to run when `bwrap` is missing or cannot make the box) or `none` (unboxed, the explicit opt-out: "
+                    "a proof that escapes the verdict rules runs code as you). Not used by `--backend modal` (its "
+                    "Sandboxes isolate) nor by the Kimina server's REPLs; see docs/verify.md, *The box*.",
+                    choices=("bubblewrap", "none"))
     header: str = _key(DEFAULT_HEADER, "Header used when a proof has none; run once per REPL process.")
     workers: int = _key(4, "REPL processes in the pool (with `backend = \"kimina\"`: requests at once); at most "
                         "1024, already more Lean processes (GiBs each) than one machine holds.", min=1, max=WORKERS_MAX)
@@ -172,9 +189,15 @@ class VerifyConfig:
                               "docs/verify.md.")
     lean_command: list[str] = _key(["lake", "env", "lean"], "argv of `lean` for the kernel stage (`-o` is added), run in "
                                    "`project_dir`.")
-    kernel_checker_command: list[str] = _key(["lake", "env", "safe_verify"],
-                                             "argv of SafeVerify built at the commit pinned for `lean_toolchain` "
-                                             "(`prover doctor` checks it), run in `project_dir`.")
+    kernel_checker_command: list[str] = _key(["lake", "env", "{checker}"],
+                                             "argv of the kernel checker pinned for `lean_toolchain`, run in "
+                                             "`project_dir`; `{checker}` becomes its program: `prover_check` (ours, "
+                                             "Lean 4.9-4.21) or `safe_verify` (SafeVerify, 4.27, 4.29); `prover "
+                                             "doctor` checks it.")
+    kernel_batch_size: int = _key(32, "Proofs one `prover_check` process checks (it imports the header once per "
+                                  "process, then checks each proof against it); SafeVerify takes one per process. "
+                                  "A batch whose process fails is split until each proof has its own verdict.",
+                                  min=1, max=4096)
     kernel_check_workers: int = _key(0, "Kernel-stage checks at a time (each: one `lean -o` and one SafeVerify "
                                      "process, or on Modal a fresh Sandbox each); 0 = verify.workers; at most 1024.",
                                      min=0, max=WORKERS_MAX)
@@ -342,11 +365,17 @@ class ModalConfig:
     est_verify_s_per_proof: float = _key(5.0, "Cost estimate: CPU seconds Lean spends per proof once the header is loaded.",
                                          min=0.0, min_exclusive=True)
     est_header_s: float = _key(60.0, "Cost estimate: seconds one REPL needs to load the header (`import Mathlib`).", min=0.0)
-    est_kernel_check_s_per_proof: float = _key(40.0, "Cost estimate: seconds one fast-path pass spends in the kernel stage "
-                                               "(verify.kernel_check): `lean -o` (the header's import, the proof again) "
-                                               "and SafeVerify (its imports, the replay), each in a fresh Sandbox. Not "
-                                               "measured on Lean here: `prover doctor` prints what the honest kernel "
-                                               "canary took on your machine.", min=0.0)
+    est_kernel_check_s_per_proof: float = _key(4.5, "Cost estimate: seconds one fast-path pass spends in the kernel stage "
+                                               "(verify.kernel_check) apart from the checker's header import: `lean -o` "
+                                               "of the proof in a fresh Sandbox (the header's .olean files mmapped, "
+                                               "then the proof; ASSUMED 4 s) and its replay check inside a checker "
+                                               "batch (ASSUMED 0.5 s). Not measured on Lean here: `prover doctor` "
+                                               "prints what the honest kernel canary took.", min=0.0)
+    est_kernel_import_s: float = _key(5.0, "Cost estimate: seconds one checker process spends importing the header "
+                                      "(Mathlib) before its first check; ASSUMED, not measured. prover_check pays it "
+                                      "once per batch (verify.kernel_batch_size proofs), SafeVerify (Lean 4.27, 4.29) "
+                                      "four times per proof (its two replays and its import check each import).",
+                                      min=0.0)
     est_pass_rate: float = _key(1.0, "Cost estimate: fraction of proofs the fast path calls verified; only those go "
                                 "through the kernel stage (1.0 = every proof: an upper bound).", min=0.0, max=1.0)
     est_replay_s_per_iteration: float = _key(25.0, "Cost estimate: seconds a cold ES member needs to replay one ledger "
@@ -375,7 +404,10 @@ class RunConfig:
                            "iterations/steps and after the last one, logged as `eval/*` in metrics.jsonl "
                            "(prover_cli/heldout.py); 0 = never.", min=0)
     eval_problems: int = _key(0, "Held-out evaluation: a fixed subset of this many `data.valid_split` problems, "
-                              "drawn once from `run.seed` (0 = all of them).", min=0)
+                              "drawn once from `run.eval_problems_seed` (0 = all of them).", min=0)
+    eval_problems_seed: int = _key(0, "Held-out evaluation: the seed that draws the `run.eval_problems` subset, on "
+                                   "its own so that every seed, arm and training-set size evaluates on one test set "
+                                   "(never derived from `run.seed`).", min=0, max=SEED_MAX)
     eval_n: int = _key(1, "Held-out evaluation: samples per problem (fixed seed, the same at every evaluation).", min=1)
     eval_temperature: float = _key(0.0, "Held-out evaluation: sampling temperature; 0 = greedy.", min=0.0)
     report_to: str | list[str] = _key("none", "Stream the metrics.jsonl records to trackers: `none`, `tensorboard` "
@@ -605,6 +637,7 @@ def _cross_checks(config: Config) -> None:
                 "samples per problem; raise eval.n or drop that k"
             )
     _greedy_checks(config)
+    _task_rule(config)
     if not config.verify.repl_command:
         raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
     if not config.run.dir.strip():
@@ -617,6 +650,15 @@ def _cross_checks(config: Config) -> None:
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
                     where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
+
+
+def _task_rule(config: Config) -> None:
+    """data.task must name a task of the registry: a built-in one, or one data.task_module registers
+    (imported here, so every command that loads this config knows the task)."""
+    from prover_cli.tasks import check_task
+
+    check_task(config.data.task, config.data.task_module, where=_where(config, "data.task"),
+               module_where=_where(config, "data.task_module"))
 
 
 def allowed_command_names() -> tuple[frozenset[str], tuple[str, ...]]:
@@ -770,7 +812,8 @@ def config_reference() -> str:
         "`run.eval_temperature = 0`, and `prover eval` needs `eval.n = 1` then. `run.dir` must not be",
         "empty (`.` is the current directory); every `verify.allow_commands` entry must be a command",
         "the allowlist knows; when `train es` starts, `es.problems_per_iteration` must not exceed the",
-        "problems of `data.train_split`. A ledger's header is held to these same ranges.",
+        "problems of `data.train_split`; `data.task` must be a built-in task or one that the module",
+        "`data.task_module` names registers. A ledger's header is held to these same ranges.",
         "",
         "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
         "(\"inf = no limit\"); integers fit in 64 bits, and keys a library would overflow have an upper",

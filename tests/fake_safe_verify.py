@@ -41,6 +41,16 @@ the model's stand-in .olean (`fake_kernel_model.read_olean`): a bad header is `f
 corrupt payload kills the stand-in with SIGSEGV. Anything it has no recorded behaviour for (an unknown flag, an unknown
 --pin) fails closed: a line saying so and exit 2.
 
+The public attacks (tests/fake_checker.py ATTACKS; modules with inductives, constructors and
+`exploit` marks, read with fake_checker's reader): the 2024 program has no defence against any of
+them (no import check; unsafe constants dropped by the replay, so its unsafe/partial message never
+fires; Exprs not rebuilt; only theorems and defs compared), so each passes it, as issue #32 says
+of those pins. The 2026 program refuses each: `… has no imports` (char_ofnat), `… is missing N
+transitive imports` (dropped imports), `unsafe constant badNatUnsafe detected` (olean_issue),
+`inductive type mismatch` / `constructor mismatch` (proj_trick), and for the Level cast a kernel
+failure (which of its two kernel checks fires is not recorded; the stand-in prints the second's
+message); an import superset passes it.
+
 Kernel replay messages follow `KernelException.toMessageData` (lean4 `src/Lean/Message.lean` at
 f2482df773f8; `Environment.replay` in `src/Lean/Replay.lean` throws them as `IO.userError`):
 `(kernel) declaration type mismatch, 'N' has type⏎  GIVEN⏎but it is expected to have type⏎  T`.
@@ -50,11 +60,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import fake_checker  # noqa: E402
 import fake_kernel_model as model  # noqa: E402
 
 DIALECTS = {  # commit prefix -> (dialect, Lean version it runs on)
@@ -63,7 +73,8 @@ DIALECTS = {  # commit prefix -> (dialect, Lean version it runs on)
     "b291b588": ("2026", "4.27.0"), "241dfb0d": ("2026", "4.29.0"),
 }
 ALLOWED = ("propext", "Quot.sound", "Classical.choice")
-JSON_KIND = {"def": "definition", "theorem": "theorem", "axiom": "axiom", "opaque": "opaque"}
+JSON_KIND = {"def": "definition", "theorem": "theorem", "axiom": "axiom", "opaque": "opaque",
+             "inductive": "inductive", "constructor": "constructor"}
 
 
 class Thrown(Exception):
@@ -87,27 +98,29 @@ def load(path: str) -> dict:
         raise Thrown(f"object file '{path}' does not exist")
     with open(path, "rb") as handle:
         data = handle.read()
-    try:
-        return model.read_olean(data)
-    except model.BadHeader:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:   # inductives and constructors too (the public attacks declare them); corrupt: SIGSEGV
+        return fake_checker.read_module(data)
+    except fake_checker.Unreadable:
         raise Thrown(f"failed to read file '{path}', invalid header") from None
-    except model.Corrupt:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSEGV)
-        raise
 
 
-def replay(module: dict) -> dict[str, dict]:
+def replay(module: dict, rebuilt: bool = False) -> dict[str, dict]:
     """`Environment.replay` in the model: every constant not unsafe/partial, in order; the first
-    one the kernel rejects throws."""
+    one the kernel rejects throws. `rebuilt` (2026): the Exprs and Levels were rebuilt first, so a
+    forged Level is seen; which of the 2026 program's two kernel checks then fires is not recorded,
+    and the stand-in prints the second one's message (Main.lean at b291b588, `replayFile`)."""
     env: dict[str, dict] = {}
     for const in module["constants"]:
         if const["unsafe"] or const["partial"]:
             continue
         if const["name"] in env:
             raise Thrown(f"(kernel) constant has already been declared '{const['name']}'")
-        ok, given = model.typecheck(const, env)
+        if rebuilt and const.get("exploit") == "level_cast":
+            raise Thrown(f"kernel verification failed for '{const['name']}': proof term rejected by kernel "
+                         "typechecker (possible unsafeCast or compacted-region corruption)")
+        ok, given = fake_checker.kernel_accepts(const, env, rebuilt)
         if not ok:
             raise Thrown(f"(kernel) declaration type mismatch, '{const['name']}' has type\n  {given}\n"
                          f"but it is expected to have type\n  {const['type']}")
@@ -195,13 +208,14 @@ def replay_file_2026(path: str, disallow_partial: bool) -> tuple[dict, dict]:
         if disallow_partial and const["partial"]:
             raise Thrown(f"partial constant {const['name']} detected")
         count += 1
-    env = replay(module)
+    env = replay(module, rebuilt=True)
     err(f"Finished replay. Found {count} declarations.")
     for const in module["constants"]:
-        if const["kind"] == "theorem" and not model.typecheck(const, env)[0]:
+        if const["kind"] == "theorem" and not fake_checker.kernel_accepts(const, env, True)[0]:
             raise Thrown(f"kernel verification failed for '{const['name']}': inferred type does not match declared type")
     decls = {c["name"]: {"const": c, "axioms": axioms(c["name"], env)}
-             for c in module["constants"] if c["name"] in env and c["kind"] in ("theorem", "def", "opaque")}
+             for c in module["constants"] if c["name"] in env
+             and c["kind"] in ("theorem", "def", "opaque", "inductive", "constructor")}
     return decls, module
 
 
@@ -248,6 +262,11 @@ def main_2026(args: list[str], version: str, allow_disproofs_flag: bool) -> int:
     target_decls, _ = replay_file_2026(target, flags["disallow_partial"])
     err("------------------")
     submission_decls, _ = replay_file_2026(submission, flags["disallow_partial"])
+    for name, info in submission_decls.items():   # validateNewDefinitionNatLiterals
+        shown = str(info["const"].get("nat_shown", "0"))
+        if name not in target_decls and shown.startswith("-"):
+            raise Thrown(f"suspicious Nat literal in new declaration '{name}': stored natVal={shown} but renders "
+                         f"as '{shown}' (possible unsafeCast corruption)")
     err("------------------")
     violations = False
     for name, info in submission_decls.items():
@@ -262,6 +281,11 @@ def main_2026(args: list[str], version: str, allow_disproofs_flag: bool) -> int:
             failure = "declaration not found in submission"
         elif mine["const"]["kind"] != target_info["const"]["kind"]:
             failure = f"kind mismatch (expected {target_info['const']['kind']}, got {mine['const']['kind']})"
+        elif mine["const"]["kind"] == "inductive" and (mine["const"]["type"], mine["const"].get("ctors")) != (
+                target_info["const"]["type"], target_info["const"].get("ctors")):
+            failure = "inductive type mismatch"
+        elif mine["const"]["kind"] == "constructor" and mine["const"]["type"] != target_info["const"]["type"]:
+            failure = "constructor mismatch"
         elif mine["const"]["kind"] == "theorem" and (mine["const"]["type"], mine["const"]["levelParams"]) != (
                 target_info["const"]["type"], target_info["const"]["levelParams"]):
             failure = "theorem type mismatch"

@@ -444,17 +444,20 @@ class SandboxStandIn:
 
 
 def kernel_command_map() -> dict[tuple[str, ...], list[str]]:
-    """The kernel stage's steps in the image's terms -> its stand-ins (tests/fake_lean.py,
-    tests/fake_safe_verify.py at the image's pin); `{dir}` stays for the step runner to fill."""
+    """The kernel stage's steps in the image's terms -> its stand-ins (tests/fake_checker.py
+    --as-lean for `lean -o`; the image's checker: tests/fake_checker.py for prover_check,
+    tests/fake_safe_verify.py at a SafeVerify pin); `{dir}` stays for the step runner to fill."""
     from prover_cli.on_modal import images
     from prover_cli.verify.kernel import checker_argv, elaborate_argv
 
     tests = Path(__file__).resolve().parent
     pin = images.KERNEL_PIN
-    mapping = {tuple(elaborate_argv(images.LEAN_COMMAND)): elaborate_argv([sys.executable, str(tests / "fake_lean.py")])}
+    mapping = {tuple(elaborate_argv(images.LEAN_COMMAND)): elaborate_argv(
+        [sys.executable, str(tests / "fake_checker.py"), "--as-lean"])}   # fake_lean.py + the public attacks
     if pin is not None:
-        mapping[tuple(checker_argv(images.KERNEL_CHECKER_COMMAND, pin))] = checker_argv(
-            [sys.executable, str(tests / "fake_safe_verify.py"), "--pin", pin.commit], pin)
+        stand_in = ([sys.executable, str(tests / "fake_checker.py")] if pin.dialect == "batch"
+                    else [sys.executable, str(tests / "fake_safe_verify.py"), "--pin", pin.commit])
+        mapping[tuple(checker_argv(images.KERNEL_CHECKER_COMMAND, pin))] = checker_argv(stand_in, pin)
     return mapping
 
 

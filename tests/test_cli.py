@@ -76,7 +76,7 @@ def test_doctor_reports_no_gpu_no_lean_no_modal(no_modal_token, monkeypatch):
     assert checks["es kernel (cpu)"]["ok"] and checks["es kernel (cpu)"]["detail"].startswith("ok")
     assert "es kernel (cuda)" not in checks  # no GPU: nothing to say
     assert checks["lean repl"]["ok"] is False and "lake" in checks["lean repl"]["detail"]
-    assert checks["kernel checker"]["ok"] is False and "`safe_verify` not found" in checks["kernel checker"]["detail"]
+    assert checks["kernel checker"]["ok"] is False and "`prover_check` not found" in checks["kernel checker"]["detail"]
     assert checks["kernel canary"]["ok"] is False and "not run" in checks["kernel canary"]["detail"]
     assert checks["modal token"]["ok"] is False and "modal token new" in checks["modal token"]["fix"]
     human = runner.invoke(app, ["doctor"])

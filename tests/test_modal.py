@@ -26,6 +26,7 @@ from prover_cli.on_modal import functions, images, remote, sandbox
 from prover_cli.on_modal import plan as modal_plan
 from prover_cli.cli import app
 from prover_cli.config import Config, config_from_dict, load_config
+from prover_cli.verify.kernel import PINS
 from prover_cli.errors import BackendError, InputError, NotBuiltError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,8 +108,9 @@ INTENDED = {
     "Generator": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 1, None, BOTH),
     # warm through the longest legitimate gap: one verification wave at the Sandbox timeout
     # (600 s header + 16 rounds x 65 s + 120 s = 1760 s) + the kernel stage's estimate (every
-    # proof passes: 16 rounds x 40 s = 640 s) + 120 s for the update
-    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 2520, BOTH),
+    # proof passes: 16 rounds x 4.5 s of `lean -o` and check, + 2 checker processes x 5 s of header
+    # import = 82 s) + 120 s for the update
+    "ESMember": ("gpu", "H100:1", 8.0, 65536, 3600, 2, 30, 1962, BOTH),
     "train_es": ("gpu", "H100:1", 8.0, 65536, 24 * 3600, 2, 1, None, BOTH),
     "train_grpo": ("trl", "H100:1", 8.0, 65536, 24 * 3600, 0, 1, None, BOTH),
     "replay_seeds": ("gpu", None, 8.0, 65536, 3600, 2, 1, None, BOTH),
@@ -509,17 +511,19 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["samples_per_iteration"] == 240 and plan["iterations"] == 100
     generation_s = 8192 / 100                 # max_tokens at 100 tokens/s: 81.92 s
     # the kernel stage: every proof passes the fast path (modal.est_pass_rate = 1.0), each pass
-    # 40 s (modal.est_kernel_check_s_per_proof), 16 at a time (verify.kernel_check_workers in
-    # kimina-es.toml): 4 rounds = 160 s per batch
-    kernel_s = math.ceil(64 / 16) * 40
-    batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 300 s
+    # 4.5 s (modal.est_kernel_check_s_per_proof), 16 at a time (verify.kernel_check_workers in
+    # kimina-es.toml): 4 rounds = 18 s, then 2 prover_check processes of 32 passes (verify.kernel_batch_size),
+    # each importing the header once (modal.est_kernel_import_s = 5 s): 28 s per batch
+    kernel_s = math.ceil(64 / 16) * 4.5 + 2 * 5
+    per_pass = 4.5 + 2 * 5 / 64                       # a pass's share of its batch's imports: 4.65625 s
+    batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 168 s
     wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 Sandboxes
     # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
     # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 64 GiB;
-    # the kernel stage's Sandboxes: 240 passes x 40 s, each one REPL's share (2 cores, 16 GiB).
+    # the kernel stage's Sandboxes: 240 passes x 4.65625 s, each one REPL's share (2 cores, 16 GiB).
     gpu_container_s = 31 * wall_s
     sandbox_s = 4 * batch_s
-    kernel_sandbox_s = 240 * 40
+    kernel_sandbox_s = 240 * per_pass
     breakdown = plan["est_usd_breakdown"]
     assert breakdown["gpu"]["gpu_s"] == round(gpu_container_s, 1)
     assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8 + kernel_sandbox_s * 2, 1)
@@ -532,23 +536,23 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
     assert plan["est_gpu_hours_per_iteration"] == pytest.approx(gpu_container_s / 3600, abs=1e-4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
-    assert plan["kernel_check"] is True and plan["est_kernel_check_core_s_per_proof"] == 1.0 * 40 * 2
-    # once per run: the 30 members idle out their 2040 s window at most (1880 s + the stage's 160 s)
-    once = 30 * 2040 * (3.9492 + 8 * 0.047 + 64 * 0.008) / 3600
+    assert plan["kernel_check"] is True and plan["est_kernel_check_core_s_per_proof"] == round(1.0 * (4.5 + 5 / 32) * 2, 1)
+    # once per run: the 30 members idle out their 1908 s window at most (1880 s + the stage's 28 s)
+    once = 30 * 1908 * (3.9492 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
-    # 64 proofs (300 s each with their kernel stage, one wave) and 320 kernel passes of 40 s; the loop
-    # and its 30 warm members stay up for those 463.84 s.
+    # 64 proofs (168 s each with their kernel stage, one wave) and 320 kernel passes of 4.65625 s; the
+    # loop and its 30 warm members stay up for those 331.84 s.
     eval_s = 2 * 8192 / 100 + batch_s
     eval_usd = (31 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 64 * 0.024)
-                + 320 * 40 * (2 * 0.142 + 16 * 0.024)) / 3600
+                + 320 * per_pass * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + once + eval_usd * 11, abs=0.05)
     # a cold member replays at most es.snapshot_every = 10 iterations at 25 s each
     assert (plan["cold_member_replay_iterations"], plan["cold_member_replay_s"]) == (10, 250.0)
-    assert plan["es_gap_bound_s"] == 1880.0 + 160
+    assert plan["es_gap_bound_s"] == 1880.0 + 28
     # every image it uses, with the exact requirement strings it installs
     assert plan["images"]["gpu"]["python_packages"] == list(modal_plan.image_specs(
         "leanprover/lean4:v4.15.0", "v4.15.0")["gpu"].python_packages)
@@ -561,7 +565,7 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert human.exit_code == 0 and human.stdout == ""
     for text in ("ESMember", "verify Sandbox", "kernel Sandbox", "H100 x 1", "leanprover/lean4:v4.15.0",
                  "mathlib4 v4.15.0", "vllm==0.31.0", "est_usd_per_iteration", "scaledown_window", "kernel stage",
-                 "SafeVerify@577e95319a2b"):
+                 f"prover_check {PINS['v4.15.0'].commit[:12]}"):
         assert text in human.stderr
 
 
@@ -576,7 +580,7 @@ def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
     assert "off: verify.kernel_check = false" in human.stderr and "kernel Sandbox" not in human.stderr
     local = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--dry-run"],
                           env={"COLUMNS": "400"})
-    assert "then the kernel stage on each pass: `lean -o` and SafeVerify" in local.stderr
+    assert "then the kernel stage on each pass: `lean -o` in a fresh process, then the pinned checker" in local.stderr
 
 
 def test_dry_run_kimina_grpo_on_modal_and_es_locally():
@@ -586,18 +590,20 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
                                "--backend", "modal", "--dry-run", "--json", "--set", "grpo.gradient_accumulation_steps=1"])
     assert grpo.exit_code == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
-    # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round of 40 s)
-    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + 40)
+    # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round
+    # of 4.5 s, then one prover_check process: one 5 s import)
+    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + 4.5 + 5)
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
     # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 64 GiB for
-    # 110 s; the kernel stage: 8 passes x 40 s in Sandboxes of 2 cores, 16 GiB
-    usd = (step_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 110 * (8 * 0.142 + 64 * 0.024)
-           + 8 * 40 * (2 * 0.142 + 16 * 0.024)) / 3600
+    # 79.5 s; the kernel stage: 8 passes x (4.5 + 5 / 8) s in Sandboxes of 2 cores, 16 GiB
+    usd = (step_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 79.5 * (8 * 0.142 + 64 * 0.024)
+           + 8 * (4.5 + 5 / 8) * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
-    eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 40  # 300 s, kernel stage included
+    eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 4.5 + 2 * 5  # 168 s, kernel stage included
     eval_usd = ((2 * 8192 / 100 + eval_batch_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
-                + 5 * eval_batch_s * (8 * 0.142 + 64 * 0.024) + 320 * 40 * (2 * 0.142 + 16 * 0.024)) / 3600
+                + 5 * eval_batch_s * (8 * 0.142 + 64 * 0.024)
+                + 320 * (4.5 + 2 * 5 / 64) * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}

@@ -212,3 +212,23 @@ def test_every_exec_and_subprocess_argv_in_on_modal_names_a_program_its_image_ha
         assert program is not None, f"{file}:{line}: the program it runs is not a literal argv[0]"
         assert program in SPECS[image].executables, \
             f"{file}:{line} runs {program!r} in the {image} image, which does not list it (plan.py)"
+
+
+def test_the_kernel_checker_build_is_confined_and_compares_the_manifests(tmp_path):
+    """Its steps cannot fail the Lean image (a failure leaves the marker and the log); SafeVerify's
+    manifest check fails the checker's build when a shared package's revision differs."""
+    import json
+
+    assert images.KERNEL_CHECKER_STEPS[-1].endswith(f"|| touch {images.KERNEL_CHECKER_FAILED}")
+    assert images.LEAN_BUILD_STEPS[-1] == ("kernel checker", images.KERNEL_CHECKER_STEPS)
+    script = "\n".join(images.KERNEL_CHECKER_SCRIPT)
+    assert "lake build prover_check" in script and '"verdict":"passed"' in script   # the default pin: ours
+    project, checker = tmp_path / "project.json", tmp_path / "checker.json"
+    project.write_text(json.dumps({"packages": [{"name": "mathlib", "rev": "a"}, {"name": "batteries", "rev": "b"}]}))
+    check = images.MANIFEST_CHECK.split(" /opt/")[0]
+    for revs, ok in (({"batteries": "b", "Cli": "c"}, True), ({"batteries": "x"}, False)):
+        checker.write_text(json.dumps({"packages": [{"name": n, "rev": r} for n, r in revs.items()]}))
+        done = subprocess.run(["/bin/sh", "-c", f"{check.replace('python ', 'python3 ', 1)} {checker} {project}"],
+                              capture_output=True, text=True)
+        assert (done.returncode == 0) == ok, done.stderr
+    assert "batteries" in done.stderr

@@ -195,3 +195,23 @@ def test_eval_dry_run_on_modal_prices_the_configured_gpu(tmp_path):
     # the GPU-hours at the L4's list price (0.7992 USD/h), not an H100's
     assert out["est_usd"] == pytest.approx(out["est_gpu_hours"] * MODAL_GPUS["L4"].usd_per_hour
                                            + out["est_cpu_core_hours"] * 0.047, abs=0.01)
+
+
+# -- the kernel stage's cost comes from its design ------------------------------------------------
+
+def test_the_kernel_stage_costs_at_most_5_s_per_pass_with_one_import_per_checker_batch():
+    from prover_cli.config import Config
+    from prover_cli.on_modal import plan
+
+    config = Config()   # Lean 4.15: prover_check, 32 proofs per process
+    m = config.modal
+    assert plan.kernel_imports_per_batch(config, 64) == (2, 2.0)
+    per_pass = plan.kernel_s_per_pass(config, 32)
+    assert per_pass == m.est_kernel_check_s_per_proof + m.est_kernel_import_s / 32
+    assert per_pass <= 5.0   # the goal of issue #32, under the assumed per-step seconds
+    cores, _ = plan.kernel_step_size(config)
+    assert plan.kernel_check_core_s_per_proof(config) == m.est_pass_rate * per_pass * cores
+
+    config.verify.lean_toolchain = "leanprover/lean4:v4.27.0"   # SafeVerify: a process and 4 imports per proof
+    assert plan.kernel_imports_per_batch(config, 3) == (3, 12.0)
+    assert plan.kernel_s_per_pass(config, 32) == m.est_kernel_check_s_per_proof + 4 * m.est_kernel_import_s

@@ -1,7 +1,8 @@
 """The kernel stage (prover_cli/verify/kernel.py) against its stand-ins: tests/fake_lean.py for
-`lean -o` and tests/fake_safe_verify.py for SafeVerify, at a 2024-dialect pin (Lean 4.15, the
-default toolchain) and a 2026-dialect pin (Lean 4.27). These say nothing about real proofs: they
-test the steps, the data passed between them, the verdict mapping and every fail-closed path."""
+`lean -o`, tests/fake_checker.py for our prover_check (Lean 4.15, the default toolchain's pin)
+and tests/fake_safe_verify.py for SafeVerify (the 2026 pin, Lean 4.27). These say nothing about
+real proofs: they test the steps, the data passed between them, the batches, the verdict mapping
+and every fail-closed path."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+import fake_checker
 from conftest import PATIENCE_S, wait_until
 from prover_cli.errors import BackendError, ConfigError
 from prover_cli.verify.isolated import LocalRunner, RunResult
 from prover_cli.verify.kernel import (
     PINS,
+    SAFEVERIFY_PINS,
     KernelJob,
     KernelResult,
     KernelStage,
@@ -27,21 +30,24 @@ from prover_cli.verify.kernel import (
 from prover_cli.verify.rules import Verdict
 
 TESTS = Path(__file__).resolve().parent
-FAKE_LEAN = [sys.executable, str(TESTS / "fake_lean.py")]
+FAKE_LEAN = [sys.executable, str(TESTS / "fake_checker.py"), "--as-lean"]   # fake_lean.py + the attacks
 HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n"
 STANDARD = {"propext", "Classical.choice", "Quot.sound"}
-PIN_2024 = PINS["v4.15.0"]
+PIN_OWN = PINS["v4.15.0"]
 PIN_2026 = PINS["v4.27.0"]
-BOTH = pytest.mark.parametrize("pin", [PIN_2024, PIN_2026], ids=["safeverify-2024", "safeverify-2026"])
+BOTH = pytest.mark.parametrize("pin", [PIN_OWN, PIN_2026], ids=["prover-check", "safeverify-2026"])
+FAKE_CHECKER = [sys.executable, str(TESTS / "fake_checker.py")]
 
 
 def checker_command(pin) -> list[str]:
+    if pin.dialect == "batch":
+        return list(FAKE_CHECKER)
     return [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", pin.commit]
 
 
 @pytest.fixture
 def stage(verify_config):
-    def make(pin=PIN_2024, **overrides):
+    def make(pin=PIN_OWN, **overrides):
         settings = dict(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
                         kernel_checker_command=checker_command(pin), kernel_check_timeout_s=PATIENCE_S)
         config = verify_config(**{**settings, **overrides})
@@ -104,28 +110,33 @@ def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin
     # code run during elaboration wrote the module; the checker alone must say no
     ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
     ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
-    ("axiom", ["prover_forged_ax is not in the allowed set",
+    ("axiom", ["depends on axioms outside propext, Quot.sound, Classical.choice: #[prover_forged_ax]",
                "f used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
-    ("retype", ["theorem f does not have the same type", "declaration f: theorem type mismatch"]),
-    ("drop", ["f not found in submission", "declaration f: declaration not found in submission"]),
-    ("unsafe", ["f not found in submission", "unsafe constant f detected"]),
+    ("retype", ["theorem f has another type than the trusted target's", "declaration f: theorem type mismatch"]),
+    ("drop", ["theorem f of the trusted target is not in the submission",
+              "declaration f: declaration not found in submission"]),
+    ("unsafe", ["unsafe constant f in the submission", "unsafe constant f detected"]),
 ])
 def test_a_forged_olean_is_rejected_by_the_checker(stage, pin, forge, expect):
     statement = "theorem f : 2 + 2 = 5 := by" if forge == "ignore_errors" else "theorem f : 2 + 2 = 4 := by"
     [result] = stage(pin).check([job(f"{statement}\n  exact fake_forge_{forge}", statement)], STANDARD)
     assert result.status == "rejected", result.reason
     assert any(e in result.reason for e in expect), result.reason
-    assert result.reason.startswith(f"kernel check (SafeVerify {pin.commit[:8]})")
+    assert result.reason.startswith(f"kernel check ({pin.checker} {pin.commit[:8]})")
 
 
 @BOTH
-def test_forged_imports_only_the_2026_checker_sees(stage, pin):
+def test_forged_imports_are_refused_by_every_pinned_checker(stage, pin):
     [result] = stage(pin).check([job(HONEST.replace("decide", "exact fake_forge_imports"))], STANDARD)
-    if pin.checks_imports:
-        assert result.status == "rejected"
-        assert "is missing 2 transitive imports required by target: #[Mathlib, Aesop]" in result.reason
-    else:   # the gap docs/verify.md names for the 2024 pins: imports are not compared
-        assert result.status == "passed"
+    assert result.status == "rejected", result.reason
+    assert ("is missing 2 transitive imports required by target: #[Mathlib, Aesop]" in result.reason
+            or "the submission's imports #[Init] are not the trusted header's #[Init, Mathlib, Aesop]" in result.reason)
+
+
+@BOTH
+def test_a_body_with_an_import_is_refused_before_lean(stage, pin):
+    [result] = stage(pin).check([job("import Evil\n\n" + HONEST)], STANDARD)
+    assert result.status == "rejected" and "has an `import` line" in result.reason
 
 
 @BOTH
@@ -160,11 +171,17 @@ def test_a_crashing_elaboration_is_an_error(stage):
 
 @pytest.mark.parametrize("script, expect", [
     ("import time; time.sleep(60)", "no answer before the deadline"),
-    ("print('Finished with no errors.', end='')", "a report we cannot read"),  # no report before it
-    ("import sys; print('hello'); sys.exit(0)", "no `Finished with no errors.`"),
-    ("import sys; sys.exit(3)", "an exit code it never returns"),
-    ("import sys; sys.stderr.write('PANIC\\n'); sys.exit(1)", "no exception message"),
-    ("import sys; sys.stderr.write('uncaught exception: (kernel) x\\n'); sys.exit(1)", "the trusted target"),
+    ("print('Finished with no errors.', end='')", "a line that is not JSON"),
+    ("import sys; sys.exit(0)", "did not answer every pair of its batch (0 lines)"),
+    ("print('{\"checked\": 1, \"imports\": 1}')", "did not answer every pair"),      # the pair's line missing
+    ("import sys; sys.exit(3)", "exited with code 3"),
+    ("import sys; sys.stderr.write('uncaught exception: x\\n'); sys.exit(1)", "exited with code 1"),
+    ("print('{\"pair\": 0, \"verdict\": \"passed\", \"axioms\": {}}'); print('{\"checked\": 1, \"imports\": 1}')",
+     "no readable axiom list for a single theorem `t`"),
+    ("print('{\"pair\": 0, \"verdict\": \"fine\"}'); print('{\"checked\": 1, \"imports\": 1}')",
+     "answered pair 0 out of order or with no verdict"),
+    ("print('{\"pair\": 0, \"verdict\": \"passed\", \"axioms\": {\"t\": []}}'); print('{\"checked\": 1, \"imports\": 2}')",
+     "did not answer every pair"),                                                   # two imports: not our checker
 ])
 def test_checker_output_we_cannot_read_is_an_error(stage, verify_config, script, expect):
     # the deadline under test only for the checker that never answers; one that does gets the hang guard
@@ -190,7 +207,7 @@ def test_a_trusted_statement_that_does_not_compile_is_the_records_error(stage):
 
 def test_no_pin_for_the_toolchain_refuses_to_start(verify_config):
     config = verify_config(lean_toolchain="leanprover/lean4:v4.3.0")
-    with pytest.raises(BackendError, match="no pinned build for verify.lean_toolchain"):
+    with pytest.raises(BackendError, match="no kernel checker is pinned for verify.lean_toolchain"):
         KernelStage(config)
 
 
@@ -210,20 +227,48 @@ class CountingRunner(LocalRunner):
 
     def run(self, argv, inputs, outputs, timeout_s, what="command"):
         self.calls.append((list(argv), {k: len(v) for k, v in inputs.items()}))
-        return super().run(argv, inputs, outputs, timeout_s, what)
+        result = super().run(argv, inputs, outputs, timeout_s, what)
+        self.imports_said = getattr(self, "imports_said", 0) + result.stderr.count("prover_check: imported the header")
+        return result
 
 
-def test_the_target_compiles_once_per_problem_and_each_step_receives_only_files(verify_config):
+def test_the_target_compiles_once_per_problem_and_a_batch_is_checked_with_one_header_import(verify_config):
     runner = CountingRunner()
-    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_2024), workers=3)
-    results = KernelStage(config, runner=runner).check([job(HONEST)] * 4, STANDARD)
-    assert [r.status for r in results] == ["passed"] * 4
-    lean_runs = [inputs for argv, inputs in runner.calls if argv[:2] == FAKE_LEAN]
-    checker_runs = [inputs for argv, inputs in runner.calls if "--pin" in argv]
-    assert len(lean_runs) == 1 + 4          # the target once, each proof once
-    assert len(checker_runs) == 4
-    assert all(set(inputs) == {"Target.olean", "Proof.olean"} for inputs in checker_runs)
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_OWN), workers=3)
+    stage = KernelStage(config, runner=runner)
+    results = stage.check([job(HONEST)] * 6, STANDARD)
+    assert [r.status for r in results] == ["passed"] * 6
+    lean_runs = [inputs for argv, inputs in runner.calls if argv[:3] == FAKE_LEAN]
+    checker_runs = [inputs for argv, inputs in runner.calls if argv[:2] == FAKE_CHECKER and "--as-lean" not in argv]
+    assert len(lean_runs) == 1 + 6          # the target once, each proof once
     assert all(set(inputs) == {"Proof.lean"} for inputs in lean_runs)
+    assert len(checker_runs) == 1           # one process for the batch, given only files
+    assert set(checker_runs[0]) == {"pairs.txt", "T0.olean", *(f"P{k}.olean" for k in range(6))}
+    assert stage.header_imports == 1 and runner.imports_said == 1   # counted by the stand-in, said on stderr
+
+    config.kernel_batch_size = 4            # 6 proofs: two processes, two imports
+    stage = KernelStage(config, runner=runner)
+    assert [r.status for r in stage.check([job(HONEST)] * 6, STANDARD)] == ["passed"] * 6
+    assert (stage.checker_runs, stage.header_imports) == (2, 2)
+    assert runner.imports_said == 3
+
+
+def test_safeverify_takes_one_pair_per_process(verify_config):
+    runner = CountingRunner()
+    config = verify_config(lean_toolchain="leanprover/lean4:v4.27.0", lean_command=FAKE_LEAN,
+                           kernel_checker_command=checker_command(PIN_2026), workers=3)
+    assert [r.status for r in KernelStage(config, runner=runner).check([job(HONEST)] * 3, STANDARD)] == ["passed"] * 3
+    checker_runs = [inputs for argv, inputs in runner.calls if "--pin" in argv]
+    assert len(checker_runs) == 3 and all(set(inputs) == {"Target.olean", "Proof.olean"} for inputs in checker_runs)
+
+
+def test_a_proof_that_crashes_the_checker_is_split_out_of_its_batch(stage):
+    bodies = [HONEST, HONEST.replace("decide", "exact fake_forge_corrupt"), HONEST, HONEST]
+    s = stage(workers=1)
+    results = s.check([job(b) for b in bodies], STANDARD)
+    assert [r.status for r in results] == ["passed", "error", "passed", "passed"]
+    assert "SIGSEGV" in results[1].reason
+    assert s.checker_runs == 5   # 4 -> 2 + 2 -> the crashing half as 1 + 1
 
 
 def test_results_come_back_in_order_with_their_own_verdicts(stage):
@@ -266,12 +311,12 @@ def test_reading_a_2024_report_needs_the_target_block_and_its_axioms():
     good = ("------------------\nReplaying /d/Target.olean\nFinished imports\nFinished replay\n---\ntheorem\nt\n"
             "2 + 2 = 4\n#[sorryAx]\n------------------\nReplaying /d/Proof.olean\nFinished imports\n"
             "Finished replay\n---\ntheorem\nt\n2 + 2 = 4\n#[propext]\nFinished with no errors.\n")
-    result = read_checker(PIN_2024, RunResult(exit_code=0, stdout=good), "t", frozenset(STANDARD))
+    result = read_checker(SAFEVERIFY_PINS["v4.15.0"], RunResult(exit_code=0, stdout=good), "t", frozenset(STANDARD))
     assert (result.status, result.axioms) == ("passed", ["propext"])
     for broken in (good.replace("#[propext]", "propext"), good.replace("---\ntheorem\nt\n2 + 2 = 4\n#[propext]\n", ""),
                    good.replace("Replaying /d/Target.olean", "Replaying /d/Other.olean"),
                    good.replace("\nt\n2 + 2 = 4\n#[sorryAx]", "\nu\n2 + 2 = 4\n#[sorryAx]")):
-        assert read_checker(PIN_2024, RunResult(exit_code=0, stdout=broken), "t",
+        assert read_checker(SAFEVERIFY_PINS["v4.15.0"], RunResult(exit_code=0, stdout=broken), "t",
                             frozenset(STANDARD)).status == "error"
 
 
@@ -310,16 +355,19 @@ def test_kernel_verdict_mapping():
 def test_pins_are_one_per_toolchain_and_cover_the_default():
     from prover_cli.config import VerifyConfig
 
-    assert pin_for(VerifyConfig().lean_toolchain) is PIN_2024
-    assert {p.dialect for p in PINS.values()} == {"2024", "2026"}
+    assert pin_for(VerifyConfig().lean_toolchain) is PIN_OWN
+    assert {p.dialect for p in PINS.values()} == {"batch", "2026"}   # no 2024 SafeVerify: it takes the attacks
     assert all(len(p.commit) == 40 and p.toolchain == key for key, p in PINS.items()), PINS
-    assert all(p.checks_imports == (p.dialect == "2026") for p in PINS.values())
+    assert set(PINS) == set(SAFEVERIFY_PINS)
+    assert {t for t, p in PINS.items() if p.dialect == "batch"} == {t for t, p in SAFEVERIFY_PINS.items()
+                                                                     if p.dialect == "2024"}
+    assert all(p.imports == {"batch": "exact", "2026": "superset"}[p.dialect] for p in PINS.values())
 
 
 def test_config_refuses_a_policy_the_checker_cannot_hold():
     from prover_cli.config import load_config
 
-    with pytest.raises(ConfigError, match="verify.allow_native_decide=true: SafeVerify"):
+    with pytest.raises(ConfigError, match="verify.allow_native_decide=true: the kernel checker"):
         load_config(None, ["verify.allow_native_decide=true"])
     with pytest.raises(ConfigError, match="never passes"):
         load_config(None, ['verify.allowed_axioms=["propext", "Classical.choice", "Quot.sound", "Foo.ax"]'])
@@ -333,8 +381,8 @@ def test_the_checker_stand_in_speaks_every_pinned_commit_and_only_those():
     sys.path.insert(0, str(TESTS))
     import fake_safe_verify
 
-    assert set(fake_safe_verify.DIALECTS) == {p.commit[:8] for p in PINS.values()}
-    for pin in PINS.values():
+    assert set(fake_safe_verify.DIALECTS) == {p.commit[:8] for p in SAFEVERIFY_PINS.values()}
+    for pin in SAFEVERIFY_PINS.values():
         dialect, version = fake_safe_verify.DIALECTS[pin.commit[:8]]
         assert dialect == pin.dialect and f"v{version}" == pin.toolchain
 
@@ -354,6 +402,20 @@ def fake_checkout(root: Path, toolchain: str, head: str) -> Path:
     return binary
 
 
+def own_checker_build(root: Path, toolchain: str, edit: str = "") -> Path:
+    """Our checker as the image builds it: its source, lean-toolchain, the binary in .lake/build/bin."""
+    from prover_cli.verify.kernel import OWN_CHECKER_DIR
+
+    binary = root / ".lake" / "build" / "bin" / "prover_check"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    (root / "lean-toolchain").write_text(f"leanprover/lean4:{toolchain}\n")
+    for name in ("Main.lean", "lakefile.lean"):
+        (root / name).write_text((OWN_CHECKER_DIR / name).read_text() + (edit if name == "Main.lean" else ""))
+    return binary
+
+
 def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, monkeypatch):
     from prover_cli.config import VerifyConfig
     from prover_cli.doctor import check_kernel_checker
@@ -361,22 +423,28 @@ def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, mo
     config = VerifyConfig()
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     missing = check_kernel_checker(config)
-    assert not missing.ok and "`safe_verify` not found on PATH" in missing.detail and PIN_2024.commit[:12] in missing.detail
+    assert not missing.ok and "`prover_check` not found on PATH" in missing.detail and PIN_OWN.commit[:12] in missing.detail
 
-    binary = fake_checkout(tmp_path / "sv", "v4.15.0", PIN_2024.commit)
+    binary = own_checker_build(tmp_path / "pc", "v4.15.0")
     monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
     found = check_kernel_checker(config)
-    assert found.ok and "minif2f-kimina-check" in found.detail and str(binary) in found.detail
-    assert "warning: " in found.detail and "does not compare the proof module's imports" in found.detail
+    assert found.ok and "prover_cli/verify/checker" in found.detail and str(binary) in found.detail
+    assert "warning: " in found.detail and "has not been compiled or run where it was written" in found.detail
 
-    other = fake_checkout(tmp_path / "sv2", "v4.27.0", PIN_2026.commit)
+    other = own_checker_build(tmp_path / "pc2", "v4.21.0")
     monkeypatch.setenv("PATH", f"{other.parent}:/usr/bin:/bin")
     wrong = check_kernel_checker(config)
-    assert not wrong.ok and "built for Lean v4.27.0, verify.lean_toolchain is v4.15.0" in wrong.detail
+    assert not wrong.ok and "built for Lean v4.21.0, verify.lean_toolchain is v4.15.0" in wrong.detail
 
-    old = fake_checkout(tmp_path / "sv3", "v4.15.0", "0" * 40)
+    old = own_checker_build(tmp_path / "pc3", "v4.15.0", edit="\n-- another version\n")
     monkeypatch.setenv("PATH", f"{old.parent}:/usr/bin:/bin")
     assert "not the pinned" in check_kernel_checker(config).detail
+
+    sv = fake_checkout(tmp_path / "sv", "v4.27.0", PIN_2026.commit)   # SafeVerify, for 4.27
+    monkeypatch.setenv("PATH", f"{sv.parent}:/usr/bin:/bin")
+    config.lean_toolchain = "leanprover/lean4:v4.27.0"
+    found = check_kernel_checker(config)
+    assert found.ok and "main, Lean v4.27.0" in found.detail and "accepts a proof module that imports more" in found.detail
 
     config.kernel_check = False
     assert check_kernel_checker(config).ok and "off" in check_kernel_checker(config).detail
@@ -390,7 +458,8 @@ def test_doctor_runs_the_kernel_canary(verify_config, pin):
                            kernel_checker_command=checker_command(pin), workers=3)
     check = check_kernel_canary(config)
     assert check.ok, check.detail
-    assert "5 canaries as expected" in check.detail and "through the stage" in check.detail
+    canaries = 5 + (5 if pin.imports == "exact" else 4)   # and the public attacks the pin is held to
+    assert f"{canaries} canaries as expected" in check.detail and "through the stage" in check.detail
     # a checker that lets everything through breaks the rules the canary names
     config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
     broken = check_kernel_canary(config)
@@ -449,16 +518,16 @@ def test_forged_fast_path_answers_are_not_verified_on_either_backend(backend_con
     assert set(fast_only.values()) == {"verified"}, fast_only
     honest = verdicts.pop("honest")
     assert honest["verdict"] == "verified", honest["reason"]
-    assert honest["reason"] == "all checks passed; kernel check passed (SafeVerify 577e9531)"
-    assert honest["verifier"]["kernel_check"]["commit"].startswith("577e9531")
+    assert honest["reason"] == f"all checks passed; kernel check passed (prover_check {PIN_OWN.commit[:8]})"
+    assert honest["verifier"]["kernel_check"]["commit"] == PIN_OWN.commit
     for key, verdict in verdicts.items():
         assert verdict["verdict"] == "rejected", (key, verdict["reason"])
         assert verdict["reason"].startswith("kernel check"), (key, verdict["reason"])
     assert "does not elaborate in a fresh Lean process" in verdicts["hidden error"]["reason"]
     assert "does not elaborate in a fresh Lean process" in verdicts["false statement"]["reason"]
-    assert "sorryAx is not in the allowed set" in verdicts["hidden sorryAx"]["reason"]
+    assert "axioms outside propext, Quot.sound, Classical.choice: #[sorryAx]" in verdicts["hidden sorryAx"]["reason"]
     assert "(kernel) declaration type mismatch, 'prover_forged_false'" in verdicts["kernel skipped"]["reason"]
-    assert "prover_forged_ax is not in the allowed set" in verdicts["axiom injected"]["reason"]
+    assert "Classical.choice: #[prover_forged_ax]" in verdicts["axiom injected"]["reason"]
     assert verdicts["hidden sorryAx"]["axioms"] is None   # never the forged list
 
 
@@ -475,9 +544,9 @@ def test_kernel_check_off_is_a_warning_in_the_summary_and_recorded_everywhere(ve
     config = Config()
     config.verify = verify_config()
     on = verify_file(config, proofs_path=proofs, out_path=tmp_path / "on.jsonl")
-    # the default toolchain's pin (2024 dialect) does not compare imports: said, not hidden
+    # the default toolchain's checker is ours, Lean code no test here ran: said, not hidden
     assert on["verified"] == 1 and on["warnings"] == [pin_warning(config.verify)]
-    assert "v4.15.0" in on["warnings"][0] and "imports" in on["warnings"][0]
+    assert "v4.15.0" in on["warnings"][0] and "has not been compiled" in on["warnings"][0]
     digest_on = policy_digest(config.verify)
     config.verify.kernel_check = False
     off = verify_file(config, proofs_path=proofs, out_path=tmp_path / "off.jsonl")
@@ -557,13 +626,13 @@ def test_a_target_that_failed_for_the_machine_is_compiled_again(verify_config):
     the next proof of the problem compiles it again (Lean's error on it would be kept)."""
     class FlakyRunner(CountingRunner):
         def run(self, argv, inputs, outputs, timeout_s, what="command"):
-            if argv[:2] == FAKE_LEAN and not self.calls:   # the first target compile: killed
+            if argv[:3] == FAKE_LEAN and not self.calls:   # the first target compile: killed
                 self.calls.append((list(argv), {}))
                 return RunResult(exit_code=None, signal=9)
             return super().run(argv, inputs, outputs, timeout_s, what)
 
     runner = FlakyRunner()
-    stage = KernelStage(verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_2024)),
+    stage = KernelStage(verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_OWN)),
                         runner=runner)
     first = stage.check_one(job(HONEST), STANDARD)
     assert first.status == "error" and "SIGKILL" in first.reason
@@ -583,7 +652,9 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
     from prover_cli.verify.statement import Candidate
 
     reported = []
-    s = stage(workers=2)   # kernel_check_timeout_s: the hang guard, what the bug would wait out
+    # batches of one, so the quick proof's verdict does not wait for the hanging one's batch;
+    # kernel_check_timeout_s: the hang guard, what the bug would wait out
+    s = stage(workers=2, kernel_batch_size=1)
     fast = Verdict("verified", "all checks passed")
 
     def candidate(body):
@@ -601,7 +672,7 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
     assert time.monotonic() - start < s.timeout_s   # the hanging `lean -o` was killed, not waited for
 
 
-def test_the_pin_warning_names_exactly_the_pins_without_the_import_check():
+def test_the_pin_warning_names_what_each_pin_rests_on():
     from prover_cli.config import VerifyConfig
     from prover_cli.verify.kernel import PINS, pin_warning
 
@@ -609,12 +680,126 @@ def test_the_pin_warning_names_exactly_the_pins_without_the_import_check():
     for toolchain, pin in PINS.items():
         config.lean_toolchain = f"leanprover/lean4:{toolchain}"
         warning = pin_warning(config)
-        assert (warning is None) == pin.checks_imports, toolchain
-        if warning:
-            assert f"Lean {toolchain} ({pin.branch})" in warning
+        if pin.dialect == "batch":   # our checker: unrun Lean code until the doctor ran it
+            assert f"for Lean {toolchain} is prover_check" in warning and "has not been compiled" in warning
+        else:
+            assert f"Lean {toolchain} ({pin.branch}) accepts a proof module that imports more" in warning
     config.lean_toolchain = "leanprover/lean4:v4.15.0"
     config.kernel_check = False   # no kernel stage: the off-warning says it all
     assert pin_warning(config) is None
     config.kernel_check = True
     config.lean_toolchain = "leanprover/lean4:v4.3.0"   # unpinned: doctor and the stage refuse it instead
     assert pin_warning(config) is None
+
+
+# -- the public attacks, at every pinned toolchain's checker -------------------------------------
+
+def attack_stage(verify_config, pin):
+    return KernelStage(verify_config(lean_toolchain=f"leanprover/lean4:{pin.toolchain}", lean_command=FAKE_LEAN,
+                                     kernel_checker_command=checker_command(pin), workers=2))
+
+
+def check_modules(stage, theorem: str, target: bytes, submission: bytes) -> KernelResult:
+    """The checker alone on two modules (what `lean -o` wrote for the attack's two files)."""
+    from prover_cli.verify.kernel import CHECKER_AXIOMS, _Elaborated
+
+    [result] = stage._check_batch([(KernelJob("", "(the attack's target)", theorem, ""),
+                                    _Elaborated(target, submission, 0.0))], CHECKER_AXIOMS)
+    return result
+
+
+@pytest.mark.parametrize("toolchain", sorted(PINS))
+@pytest.mark.parametrize("attack", sorted(fake_checker.ATTACKS))
+def test_each_public_attack_is_refused_by_the_checker_we_use_at_every_pinned_toolchain(verify_config, toolchain,
+                                                                                      attack):
+    pin = PINS[toolchain]
+    result = check_modules(attack_stage(verify_config, pin), attack, *fake_checker.ATTACKS[attack])
+    if attack == "prover_attack_extra_import" and pin.imports == "superset":
+        # SafeVerify's 2026 check takes a superset (the gap pin_warning names); the body's
+        # no-`import` rule keeps the text out, and a forged module can only name modules of the
+        # library the elaboration cannot write
+        assert result.status == "passed", result.reason
+    else:
+        assert result.status == "rejected", result.reason
+        assert result.reason.startswith(f"kernel check ({pin.checker} {pin.commit[:8]})"), result.reason
+
+
+@pytest.mark.parametrize("toolchain", [t for t, p in SAFEVERIFY_PINS.items() if p.dialect == "2024"])
+def test_safeverify_at_the_2024_commits_passes_every_public_attack(verify_config, toolchain):
+    """Why Lean 4.9 - 4.21 use our checker: SafeVerify at those commits (no import check, no
+    rebuild, no Nat-literal check, inductives not compared; stand-in model of its Main.lean)."""
+    pin = SAFEVERIFY_PINS[toolchain]
+    stage = attack_stage(verify_config, PINS[toolchain])
+    stage.pin, stage.batch_size = pin, 1
+    stage.checker_command = [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", pin.commit]
+    for attack, (target, submission) in fake_checker.ATTACKS.items():
+        result = check_modules(stage, attack, target, submission)
+        assert result.status == "passed", (attack, result.reason)
+
+
+@pytest.mark.parametrize("missing", [("imports",), ("unsafe", "natlit"), ("compare",)])
+def test_a_checker_that_accepts_one_public_attack_refuses_to_verify_anything(verify_config, missing, tmp_path,
+                                                                             monkeypatch):
+    from prover_cli.verify.kernel import ensure_kernel_canary
+
+    monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path))
+    weak = FAKE_CHECKER + [arg for check in missing for arg in ("--without", check)]
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=weak, workers=2)
+    with pytest.raises(BackendError, match="verification refuses to run: .*kernel canary 'attack: "):
+        ensure_kernel_canary(KernelStage(config), config)
+    assert not list(tmp_path.iterdir())   # a failure is never cached
+
+
+def test_without_the_rebuild_the_level_cast_gets_through_and_no_canary_can_tell(verify_config):
+    """The Level `unsafeCast` case has no public source text, so no canary exercises the rebuild:
+    a build that lacks it passes every canary (the gap docs/verify.md names)."""
+    from prover_cli.verify.kernel import run_kernel_canary
+
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER + ["--without", "rebuild"],
+                           workers=2)
+    stage = KernelStage(config)
+    assert check_modules(stage, "prover_attack_level_cast", *fake_checker.ATTACKS["prover_attack_level_cast"]).status \
+        == "passed"
+    assert all(r["ok"] for r in run_kernel_canary(stage, HEADER))
+
+
+def test_an_attack_that_does_not_compile_fails_its_canary(verify_config):
+    """A rejection by `lean -o` would test nothing about the checker."""
+    from prover_cli.verify.kernel import KERNEL_ATTACKS, check_attack
+
+    stage = KernelStage(verify_config(lean_command=[sys.executable, str(TESTS / "fake_lean.py")], workers=2))
+    olean_issue = next(a for a in KERNEL_ATTACKS if a.name == "olean_issue")
+    result = check_attack(stage, olean_issue)   # the plain stand-in cannot elaborate it
+    assert result.status == "error" and "the attack must compile" in result.reason
+
+
+def test_passes_queue_while_a_batch_runs_and_go_together_never_waiting_for_a_full_batch(verify_config):
+    import threading
+
+    from prover_cli.verify.kernel import second_stage
+    from prover_cli.verify.statement import Candidate
+
+    release, sizes = threading.Event(), []
+
+    class SlowStage:   # the checker's first batch runs until released
+        config, batch_size = verify_config(), 3
+
+        def check(self, jobs, allowed):
+            sizes.append(len(jobs))
+            if len(sizes) == 1:
+                release.wait(PATIENCE_S)
+            return [KernelResult("passed", "ok", ["propext"]) for _ in jobs]
+
+        def stop(self):
+            pass
+
+    reported = []
+    fast = Verdict("verified", "all checks passed")
+    candidate = Candidate(id="c", header=HEADER, body=HONEST, target="t", statement="theorem t : 2 + 2 = 4 := by")
+    with second_stage(SlowStage(), STANDARD) as second:
+        for k in range(6):
+            second.submit(candidate, fast, (k, {}), lambda *a: reported.append(a))
+        release.set()
+        second.finish(lambda *a: reported.append(a))
+    assert sizes == [1, 3, 2]   # the first at once; then at most batch_size, as they queued
+    assert sorted(key for key, _, _ in reported) == list(range(6))

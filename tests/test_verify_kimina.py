@@ -25,6 +25,7 @@ from conftest import PATIENCE_S, fake_repl_command
 from prover_cli.errors import BackendError
 from prover_cli.verify import verify_records
 from prover_cli.verify.kimina import judge_kimina, judge_trusted, kimina_code, trusted_code
+from prover_cli.verify.kernel import PINS
 from prover_cli.verify.repl import ReplFault, ReplProcess, ReplTimeout
 from prover_cli.verify.statement import Candidate
 from test_verify_statement import STATEMENT
@@ -176,9 +177,9 @@ def test_request_shape_and_verdicts(kimina_config):
     # kernel stage ran our own lean and checker, whose version it names
     assert ok["verifier"] == {"backend": "kimina", "lean_toolchain": "unknown",
                               "mathlib_rev": "unknown", "kimina_url": server.url,
-                              "kernel_check": {"checker": "SafeVerify", "toolchain": "v4.15.0",
-                                               "commit": "577e95319a2bb1bb8df541f0c645811f6577a0ae"}}
-    assert ok["reason"] == "all checks passed; kernel check passed (SafeVerify 577e9531)"   # the stand-ins
+                              "kernel_check": {"checker": "prover_check", "toolchain": "v4.15.0",
+                                               "commit": PINS["v4.15.0"].commit}}
+    assert ok["reason"] == f"all checks passed; kernel check passed (prover_check {PINS['v4.15.0'].commit[:8]})"
     # the trusted statement first (one problem: one code), then the proofs: the denied proof was
     # never sent; the other five went in one request (verify.kimina_batch_size = 8)
     trusted, payload = server.payloads

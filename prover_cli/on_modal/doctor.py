@@ -128,7 +128,13 @@ def _lean_sandbox(config: Any) -> tuple[bool, str]:
                                      fast_path=lambda c: fast_path_once(verify, c, transport_factory=fast_box.transport))
     finally:
         fast_box.terminate()
-    return check.ok and kernel.ok, f"{check.detail}; kernel stage: {kernel.detail}"
+    detail = f"{check.detail}; kernel stage: {kernel.detail}"
+    if not kernel.ok and images.KERNEL_PIN is not None:
+        # the checker's build is confined to its own steps (images.KERNEL_CHECKER_STEPS): when it
+        # failed, the image has no checker and every kernel step that runs one cannot start
+        detail += (f"; if the kernel checker did not build in the Lean image, {images.KERNEL_CHECKER_FAILED} exists "
+                   f"there and {images.KERNEL_CHECKER_LOG} says why ({images.KERNEL_PIN.describe})")
+    return check.ok and kernel.ok, detail
 
 
 def _gpu_model(config: Any) -> tuple[bool, str]:

@@ -145,37 +145,82 @@ MATHLIB_STEPS = [
     f"cd {LEAN_PROJECT_DIR} && lake env lean /tmp/check.lean",
 ]
 
-# The kernel stage's checker (prover_cli/verify/kernel.py): SafeVerify at the commit pinned for
-# this toolchain, built in its own checkout (its lakefile requires Mathlib, whose cache is fetched
-# like the project's: nothing compiles Mathlib), linked into /usr/local/bin so `lake env
-# safe_verify` runs it with the project's Mathlib on the search path. The last steps run the whole
-# stage once on a two-line module — a target with `sorry`, a proof, each `lean -o` under the same
-# module name — so a checker that cannot read this toolchain's .olean files fails the build.
-# No pin for the toolchain: no checker in the image (verify.kernel_check = true then refuses).
+# The kernel stage's checker (prover_cli/verify/kernel.py), the one pinned for this toolchain:
+# - Lean 4.9 - 4.21: `prover_check`, our own program (prover_cli/verify/checker: Main.lean and
+#   lakefile.lean, written into the image line by line); Lean core only, so it builds without
+#   Mathlib, and reads the project's Mathlib from `lake env`'s search path when it runs.
+# - Lean 4.27, 4.29: SafeVerify at the pinned commit, built in its own checkout (its lakefile
+#   requires Mathlib, whose cache is fetched like the project's: nothing compiles Mathlib).
+# Either is linked into /usr/local/bin. The build then runs the whole stage once on a two-line
+# module (a target with `sorry`, a proof, each `lean -o` under the same module name), so a checker
+# that cannot read this toolchain's .olean files does not count as built.
+# The checker's build is CONFINED: its steps run from one script whose failure only leaves
+# KERNEL_CHECKER_FAILED (and the log beside it) in the image, so the REPL fast path still builds and
+# works; the kernel stage then cannot start its checker, and `prover doctor --backend modal` says
+# that the kernel checker did not build (the log's path included). No pin: no checker at all
+# (verify.kernel_check = true then refuses).
 SAFEVERIFY_DIR = "/opt/safeverify"
+OWN_CHECKER_DIR = "/opt/prover-check"
+KERNEL_CHECKER_LOG = "/opt/kernel-checker-build.log"
+KERNEL_CHECKER_FAILED = "/opt/kernel-checker-FAILED"
 LEAN_COMMAND = ["lake", "env", "lean"]                  # the stage's `lean -o`, run in LEAN_PROJECT_DIR
-KERNEL_CHECKER_COMMAND = ["lake", "env", "safe_verify"]  # the pinned SafeVerify, run in LEAN_PROJECT_DIR
 KERNEL_PIN = pin_for(LEAN_TOOLCHAIN)
+KERNEL_CHECKER_COMMAND = ["lake", "env", KERNEL_PIN.program if KERNEL_PIN else "safe_verify"]  # in LEAN_PROJECT_DIR
 
 
-def _stage_check_steps() -> list[str]:
+def _stage_check_lines() -> list[str]:
     elaborate = " ".join(LEAN_COMMAND + elaborate_argv([])).replace("{dir}", "/tmp/prover-kernel-{which}")
-    steps = ["mkdir -p /tmp/prover-kernel-target /tmp/prover-kernel-proof"]
+    lines = ["mkdir -p /tmp/prover-kernel-target /tmp/prover-kernel-proof"]
     for which, proof in (("target", "sorry"), ("proof", "by decide")):
-        steps.append(write_file_step(f"/tmp/prover-kernel-{which}/Proof.lean",
+        lines.append(write_file_step(f"/tmp/prover-kernel-{which}/Proof.lean",
                                      [f"theorem prover_image_check : 2 + 2 = 4 := {proof}"]))
-        steps.append(f"cd {LEAN_PROJECT_DIR} && {elaborate.format(which=which)}")
-    steps.append(f"cd {LEAN_PROJECT_DIR} && {' '.join(KERNEL_CHECKER_COMMAND)} "
-                 "/tmp/prover-kernel-target/Proof.olean /tmp/prover-kernel-proof/Proof.olean")
-    return steps
+        lines.append(f"cd {LEAN_PROJECT_DIR} && {elaborate.format(which=which)}")
+    if KERNEL_PIN.dialect == "batch":   # one pair; the answer must be a pass
+        lines.append(write_file_step("/tmp/pairs.txt", ["prover-kernel-target/Proof.olean\tprover-kernel-proof/Proof.olean"]))
+        lines.append(f"cd {LEAN_PROJECT_DIR} && {' '.join(KERNEL_CHECKER_COMMAND)} /tmp/pairs.txt > /tmp/answer.txt")
+        lines.append('grep -q \'"verdict":"passed"\' /tmp/answer.txt')
+    else:
+        lines.append(f"cd {LEAN_PROJECT_DIR} && {' '.join(KERNEL_CHECKER_COMMAND)} "
+                     "/tmp/prover-kernel-target/Proof.olean /tmp/prover-kernel-proof/Proof.olean")
+    return lines
 
 
-SAFEVERIFY_STEPS = [
-    f"git clone {SAFEVERIFY_URL} {SAFEVERIFY_DIR}",
-    f"cd {SAFEVERIFY_DIR} && git checkout --detach {KERNEL_PIN.commit}",
-    f"cd {SAFEVERIFY_DIR} && lake exe cache get && lake build safe_verify",
-    f"ln -s {SAFEVERIFY_DIR}/.lake/build/bin/safe_verify /usr/local/bin/safe_verify",
-    *_stage_check_steps(),
+def _own_checker_source(name: str) -> list[str]:
+    from prover_cli.verify.kernel import OWN_CHECKER_DIR as SOURCE
+
+    return (SOURCE / name).read_text(encoding="utf-8").splitlines()
+
+
+def _checker_build_lines() -> list[str]:
+    if KERNEL_PIN.dialect == "batch":
+        return [f"mkdir -p {OWN_CHECKER_DIR}",
+                write_file_step(f"{OWN_CHECKER_DIR}/lean-toolchain", [LEAN_TOOLCHAIN]),
+                *(write_file_step(f"{OWN_CHECKER_DIR}/{name}", _own_checker_source(name))
+                  for name in ("Main.lean", "lakefile.lean")),
+                f"cd {OWN_CHECKER_DIR} && lake build prover_check",
+                f"ln -s {OWN_CHECKER_DIR}/.lake/build/bin/prover_check /usr/local/bin/prover_check"]
+    return [f"git clone {SAFEVERIFY_URL} {SAFEVERIFY_DIR}",
+            f"cd {SAFEVERIFY_DIR} && git checkout --detach {KERNEL_PIN.commit}",
+            f"cd {SAFEVERIFY_DIR} && lake exe cache get && lake build safe_verify",
+            f"ln -s {SAFEVERIFY_DIR}/.lake/build/bin/safe_verify /usr/local/bin/safe_verify",
+            MANIFEST_CHECK]
+
+
+# SafeVerify is built against its own lake-manifest.json and then reads the project's .olean
+# files: every package both manifests name must be at the same revision, or the build fails (its
+# confined way). prover_check requires no package, so it has nothing to compare.
+MANIFEST_CHECK = ("python -c " + shlex.quote(
+    "import json, sys; revs = [{p['name']: p.get('rev') for p in json.load(open(f))['packages']} "
+    "for f in sys.argv[1:]]; bad = sorted(n for n in revs[0] if n in revs[1] and revs[0][n] != revs[1][n]); "
+    "sys.exit('the checker and the project pin other revisions of: ' + ', '.join(bad) if bad else 0)")
+    + f" {SAFEVERIFY_DIR}/lake-manifest.json {LEAN_PROJECT_DIR}/lake-manifest.json")
+
+
+# One script (`set -e`: its first failing line ends it), written by one step and run by another.
+KERNEL_CHECKER_SCRIPT = ["set -ex", *_checker_build_lines(), *_stage_check_lines()] if KERNEL_PIN else []
+KERNEL_CHECKER_STEPS = [
+    write_file_step("/opt/kernel-checker-build.sh", KERNEL_CHECKER_SCRIPT),
+    f"sh /opt/kernel-checker-build.sh > {KERNEL_CHECKER_LOG} 2>&1 || touch {KERNEL_CHECKER_FAILED}",
 ] if KERNEL_PIN is not None else []
 
 # The Lean image's build, layer by layer, in order. Add a layer by appending (name, steps);
@@ -184,7 +229,7 @@ LEAN_BUILD_STEPS: list[tuple[str, list[str]]] = [
     ("elan", ELAN_STEPS),
     ("repl", REPL_STEPS),
     ("mathlib", MATHLIB_STEPS),
-    *([("safeverify", SAFEVERIFY_STEPS)] if SAFEVERIFY_STEPS else []),
+    *([("kernel checker", KERNEL_CHECKER_STEPS)] if KERNEL_CHECKER_STEPS else []),
 ]
 
 lean_image = (

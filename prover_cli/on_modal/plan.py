@@ -116,8 +116,12 @@ LEAN_EXECUTABLES = {
     "lake": "the elan step: the pinned toolchain's lake, through elan's proxy on PATH",
     "lean": "the elan step: the pinned toolchain's lean, through elan's proxy on PATH",
     "repl": "the repl steps: built at the toolchain's tag, linked into /usr/local/bin",
-    "safe_verify": "the safeverify steps: SafeVerify built at the commit pinned for the toolchain "
-                   "(verify/kernel.py PINS), linked into /usr/local/bin",
+    "touch": "Debian Essential (coreutils)",
+    # the kernel checker steps run one script (images.KERNEL_CHECKER_SCRIPT); what it installs:
+    "prover_check": "the kernel checker steps, Lean 4.9-4.21: prover_cli/verify/checker built with lake, linked "
+                    "into /usr/local/bin (absent when its build failed: images.KERNEL_CHECKER_FAILED)",
+    "safe_verify": "the kernel checker steps, Lean 4.27/4.29: SafeVerify built at the commit pinned for the "
+                   "toolchain (verify/kernel.py PINS), linked into /usr/local/bin",
 }
 
 
@@ -196,6 +200,30 @@ def kernel_workers(verify_config: Any) -> int:
     from prover_cli.verify.kernel import kernel_workers as workers
 
     return workers(verify_config)
+
+
+def kernel_imports_per_batch(config: Any, passes: int) -> tuple[int, float]:
+    """(checker processes, header imports) for `passes` proofs of one verification batch, by the
+    design of the pinned checker: prover_check imports once per process of up to
+    verify.kernel_batch_size proofs; SafeVerify (2026) takes one pair per process and imports the
+    header four times in it (`checkImportSuperset` twice, then one `replayFile` per side; its
+    Main.lean at b291b588)."""
+    from prover_cli.verify.kernel import pin_for
+
+    pin = pin_for(config.verify.lean_toolchain)
+    if pin is not None and pin.dialect == "batch":
+        processes = math.ceil(passes / config.verify.kernel_batch_size)
+        return processes, float(processes)
+    return passes, 4.0 * passes
+
+
+def kernel_s_per_pass(config: Any, passes_per_batch: int) -> float:
+    """Seconds of kernel-stage work per fast-path pass, amortised over a verification batch's
+    passes: the per-proof part (modal.est_kernel_check_s_per_proof) plus the batch's header
+    imports (modal.est_kernel_import_s each) shared among its passes."""
+    passes = max(1, passes_per_batch)
+    _, imports = kernel_imports_per_batch(config, passes)
+    return config.modal.est_kernel_check_s_per_proof + imports * config.modal.est_kernel_import_s / passes
 
 
 def kernel_step_size(config: Any) -> tuple[float, int]:
@@ -392,8 +420,11 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
     proofs_per_batch = min(m.verify_batch_size, work.proofs) if work.proofs else 0
     batch_s = m.est_header_s + math.ceil(proofs_per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
     kernel_passes = math.ceil(work.proofs * m.est_pass_rate) if v.kernel_check else 0
-    kernel_s = (math.ceil(math.ceil(proofs_per_batch * m.est_pass_rate) / kernel_workers(v))
-                * m.est_kernel_check_s_per_proof if v.kernel_check and batches else 0.0)
+    batch_passes = math.ceil(proofs_per_batch * m.est_pass_rate)
+    # `lean -o` of each pass, kernel_workers at a time, then the batch's checker processes in turn
+    kernel_s = (math.ceil(batch_passes / kernel_workers(v)) * m.est_kernel_check_s_per_proof
+                + kernel_imports_per_batch(config, batch_passes)[1] * m.est_kernel_import_s
+                if v.kernel_check and batches and batch_passes else 0.0)
     batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
     verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
     iteration_s = gen_waves * generation_s + verify_waves * batch_s
@@ -407,7 +438,8 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     reward = (f"Lean REPL pool in this process: {config.verify.workers} `{' '.join(config.verify.repl_command)}` processes"
               if config.data.task == "lean" else f"`{config.data.task}` checker in this process (pure Python)")
     if config.data.task == "lean":
-        reward += ("; then the kernel stage on each pass: `lean -o` and SafeVerify, each a fresh process"
+        reward += ("; then the kernel stage on each pass: `lean -o` in a fresh process, then the pinned checker "
+                   "(prover_check: one process per batch, one header import)"
                    if config.verify.kernel_check else "; kernel stage off (verify.kernel_check = false)")
     if command == "train_es":
         generation = (f"{config.es.population} members one after another, each perturbing the weights in place "
@@ -490,19 +522,32 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
                            t.batches * t.batch_s, sandbox=True))
     if t.kernel_passes:
         kernel = res["kernel_sandbox"]
+        per_pass = kernel_s_per_pass(config, math.ceil(t.proofs_per_batch * config.modal.est_pass_rate))
+        processes = t.batches * kernel_imports_per_batch(
+            config, math.ceil(t.proofs_per_batch * config.modal.est_pass_rate))[0]
         lines.append(_Line("kernel Sandbox", kernel, min(t.batches * kernel_workers(config.verify), kernel.max_containers),
-                           2 * t.kernel_passes, t.kernel_passes * config.modal.est_kernel_check_s_per_proof,
-                           sandbox=True))
+                           t.kernel_passes + processes, t.kernel_passes * per_pass, sandbox=True))
     return lines
+
+
+def _imports_said(config: Any) -> str:
+    from prover_cli.verify.kernel import pin_for
+
+    pin = pin_for(config.verify.lean_toolchain)
+    if pin is not None and pin.dialect == "batch":
+        return f"prover_check imports once per {config.verify.kernel_batch_size} proofs (verify.kernel_batch_size)"
+    return "SafeVerify imports four times per proof"
 
 
 def kernel_check_core_s_per_proof(config: Any) -> float:
     """Expected core-seconds of the kernel stage per proof sent to Lean: the pass rate times one
-    pass's seconds times the cores of its Sandboxes (0 with verify.kernel_check = false)."""
+    pass's amortised seconds (`kernel_s_per_pass`, over one verification batch's passes) times the
+    cores of its Sandboxes (0 with verify.kernel_check = false)."""
     if not config.verify.kernel_check:
         return 0.0
     cores, _ = kernel_step_size(config)
-    return config.modal.est_pass_rate * config.modal.est_kernel_check_s_per_proof * cores
+    passes = math.ceil(min(config.modal.verify_batch_size, config.verify.kernel_batch_size) * config.modal.est_pass_rate)
+    return config.modal.est_pass_rate * kernel_s_per_pass(config, passes) * cores
 
 
 def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
@@ -569,8 +614,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "ESMember": "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
         "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
-        "kernel Sandbox": "the kernel stage: per fast-path pass, `lean -o` and SafeVerify, each in a fresh Sandbox "
-                          "given only files (no network, no Volumes)",
+        "kernel Sandbox": "the kernel stage: per fast-path pass `lean -o`, per checker batch one checker process, "
+                          "each in a fresh Sandbox given only files (no network, no Volumes)",
         "download_model": "base weights into the models Volume, once per run (not per step)",
         "ESMember idle after the run": "at most: each warm member idles out its scaledown_window once the run ends "
                                        "(the loop then lowers it to 2 s; not seen on Modal yet)",
@@ -587,9 +632,13 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                                 f"{res['verify_sandbox'].timeout_s} s, its in-flight proofs retried once")
                                if t.batches else f"none: `{config.data.task}` rewards are checked in Python"],
         ["kernel stage", (f"{t.kernel_passes} of {work.proofs} proofs per {work.unit} pass the fast path "
-                          f"(modal.est_pass_rate = {m.est_pass_rate:g}); each: `lean -o` + SafeVerify in 2 fresh "
-                          f"Sandboxes of {res['kernel_sandbox'].cpu:g} cores, {m.est_kernel_check_s_per_proof:g} s "
-                          f"(modal.est_kernel_check_s_per_proof) = {kernel_check_core_s_per_proof(config):.0f} "
+                          f"(modal.est_pass_rate = {m.est_pass_rate:g}); each: `lean -o` and its check, "
+                          f"{m.est_kernel_check_s_per_proof:g} s (modal.est_kernel_check_s_per_proof, assumed), plus "
+                          f"its share of the checker's header imports ({m.est_kernel_import_s:g} s each, "
+                          f"modal.est_kernel_import_s, assumed; {_imports_said(config)}): "
+                          f"{kernel_s_per_pass(config, math.ceil(t.proofs_per_batch * m.est_pass_rate)):.1f} s per "
+                          f"pass in Sandboxes of {res['kernel_sandbox'].cpu:g} cores "
+                          f"= {kernel_check_core_s_per_proof(config):.1f} "
                           f"core-s expected per proof; {kernel_workers(v)} at a time per batch "
                           f"(verify.kernel_check_workers): a batch waits {t.kernel_s:.0f} s for its checks")
                          if t.kernel_passes else

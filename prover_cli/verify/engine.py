@@ -29,6 +29,7 @@ from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.signals import stop_signals_as_interrupt
+from prover_cli.verify.lexer import set_token_table, table_for_config
 from prover_cli.verify.rules import VERDICTS, Verdict
 from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
@@ -64,7 +65,7 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
 
 def _repl_toolchain(verify_config: Any) -> tuple[str, str]:
     """(toolchain, where it was read): the project's `lean-toolchain` file, else the config."""
-    project = Path(getattr(verify_config, "project_dir", "") or ".")
+    project = Path(verify_config.project_dir or ".")
     path = project / "lean-toolchain"
     try:
         text = path.read_text(encoding="utf-8").strip()
@@ -88,12 +89,12 @@ class TextVerdict(Verdict):
 
 def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
     """`false`, or the checker and the commit pinned for the toolchain."""
-    if not getattr(verify_config, "kernel_check", False):
+    if not verify_config.kernel_check:
         return False
     from prover_cli.verify.kernel import CHECKER, pin_for
 
     pin = pin_for(verify_config.lean_toolchain)
-    return {"checker": CHECKER, "commit": pin.commit if pin else None,
+    return {"checker": pin.checker if pin else CHECKER, "commit": pin.commit if pin else None,
             "toolchain": pin.toolchain if pin else None}
 
 
@@ -176,9 +177,13 @@ class Verifier:
         self._transport_factory = transport_factory
         self.stages: list[Stage] = list(stages)
         self.policy = TextPolicy.from_config(verify_config)
+        # quotes are read by the token table of the configured Mathlib (lexer.py); none recorded:
+        # Lean core's alone, and every quote only a Mathlib token would cover is refused
+        self.token_table = table_for_config(verify_config)
+        set_token_table(self.token_table)
         self.identity = verifier_identity(verify_config)
         self.kernel = None
-        if getattr(verify_config, "kernel_check", False):
+        if verify_config.kernel_check:
             from prover_cli.verify.kernel import KernelStage
 
             # `kernel_runner` runs each stage step; None: local processes (Modal's gives each a Sandbox)
@@ -206,6 +211,7 @@ class Verifier:
     def check(self, items: Iterable[tuple[Any, dict[str, Any]]], on_result: OnResult,
               describe: Callable[[Any], str] = lambda key: "") -> None:
         """Verdicts for (key, record) pairs, passed to `on_result(key, record, verdict)` as known."""
+        set_token_table(self.token_table)   # a warm verifier of another config may have set its own
         queued = []
         for key, record in items:
             try:
@@ -231,7 +237,7 @@ class Verifier:
         from prover_cli.verify.kernel import second_stage
 
         # the kernel stage last, after any other stage: its checks run in parallel, off this thread
-        canary = self.config if getattr(self.config, "canary", False) else None
+        canary = self.config if self.config.canary else None
         with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary,
                           canary_fast_path=self._fresh_fast_path) as stage:
             def on_fast(candidate: Candidate, verdict: Verdict) -> None:

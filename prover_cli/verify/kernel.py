@@ -4,40 +4,40 @@ The fast path (a REPL pool or a Kimina server) elaborates untrusted text and rep
 said; once that text can run code inside the process (tactic configurations, term elaborators,
 whatever the next review finds), every answer it reports can be forged and constants can be
 added without the kernel (`debug.skipKernelTC`), which `#print axioms` does not see. So every
-proof the fast path calls `verified` goes through three more steps, each a fresh process with a
+proof the fast path calls `verified` goes through more steps, each a fresh process with a
 directory of its own that receives only data (`isolated.py`):
 
-1. **elaborate** the same code (trusted header + the checked body) with `lean -o`: the `.olean`
-   file it writes is the only thing kept. Lean writes it only when there is no error
-   (`src/util/shell.cpp`: `if (olean_fn && ok) write_module(...)`; exit code `ok ? 0 : 1`).
+1. **elaborate** the same code (trusted header + the checked body, which may hold no `import`)
+   with `lean -o`: the `.olean` file it writes is the only thing kept. Lean writes it only when
+   there is no error (`src/util/shell.cpp`: `if (olean_fn && ok) write_module(...)`).
 2. **the trusted target**: the header and `formal_statement` with `sorry`, compiled the same way
    in its own process from trusted text alone (once per problem, cached).
-3. **check** with SafeVerify (GasStationManager/SafeVerify), pinned per toolchain (`PINS`): in a
-   fresh process given only the two `.olean` files it (1) replays every constant of the proof's
-   module through the kernel (`Environment.replay`, as lean4checker does), (2) compares the
-   target theorem's type and universe parameters with the trusted statement's as `Expr`s
-   (`equivThm`), and (3) collects the axioms of the target from the replayed environment
-   (`CollectAxioms`) against propext, Quot.sound, Classical.choice. We read those axioms back
-   from its output and hold them to `verify.allowed_axioms` as well.
+3. **check** the two `.olean` files with the checker pinned for the toolchain (`PINS`):
+   - Lean 4.9 - 4.21 (the default 4.15 included): `prover_check`, our own program
+     (`checker/Main.lean`), because no SafeVerify commit for those toolchains has the hardening
+     (docs/verify.md, *The kernel stage*). It imports the header ONCE per batch and checks many
+     pairs: the submission's imports equal the header's exactly; no unsafe/partial constant;
+     Exprs and Levels rebuilt, Nat literals checked, every constant replayed by the kernel
+     twice; every declaration of the target module (any kind) equal in the submission; the
+     target's axioms within propext, Quot.sound, Classical.choice. IT HAS NEVER BEEN COMPILED
+     WHERE THIS CODE IS DEVELOPED (no Lean there): the Modal Lean image builds it, and `prover
+     doctor --backend modal` runs it against the kernel canaries (public attacks) first.
+   - Lean 4.27, 4.29: SafeVerify (GasStationManager/SafeVerify) at its 2026 commits, one pair
+     per process: replay with rebuilt Exprs/Levels, Nat-literal check, theorems checked again,
+     declarations of every kind compared, axioms. Its import check accepts a superset of the
+     target's imports (the body's no-`import` rule and a library the elaboration cannot write
+     are what keep extra imports out there).
 
 Verdicts (`kernel_verdict`): a pass keeps `verified`; the checker (or the fresh elaboration)
-saying no is `rejected` with its reason; a crash, a timeout, or output we cannot read is `error`.
-Nothing from the fast path's answers is used: whatever happened while the untrusted text
-elaborated, only a module whose constants the kernel accepts and whose target has the trusted
-type and allowed axioms passes.
+saying no is `rejected` with its reason; a crash, a timeout, or output we cannot read is `error`
+(a checker batch that fails is split until each proof has its own answer). Nothing from the fast
+path's answers is used. What this guarantees rests on the checker: on Lean 4.9 - 4.21 on Lean
+code of ours that no test here has run (tests use a stand-in, tests/fake_checker.py).
 
-Why SafeVerify (docs/verify.md has the comparison): it does all three checks, works on the
-`.olean` that `lean -o` writes, has a version for the toolchains provers are evaluated on (4.9,
-4.14, 4.15 — Kimina-Prover-Preview's — 4.20, 4.21, 4.27, 4.29), and is what PutnamBench's
-leaderboard and published miniF2F re-checks used. lean4checker (now `leanchecker` in Lean) only
-replays; leanprover/comparator does all three but rebuilds the solution itself with `lake` inside
-`landrun` (Landlock), starts at Lean 4.20 and needs lean4export; the REPL's `pickleTo` writes a
-tuple no checker reads.
-
-The checker's command line, exit codes and output lines below are read from its source at each
-pinned commit (`Main.lean`); the Lean runtime prints an uncaught `IO` error as
-`uncaught exception: <message>` and exits 1 (lean4 `src/Lean/Compiler/IR/EmitC.lean`,
-`emitMainFn`; `src/runtime/io.cpp`, `lean_io_result_show_error`).
+The checkers' command lines, exit codes and output lines below are read from their source
+(SafeVerify's `Main.lean` at each pinned commit; ours in `checker/Main.lean`); the Lean runtime
+prints an uncaught `IO` error as `uncaught exception: <message>` and exits 1 (lean4
+`src/Lean/Compiler/IR/EmitC.lean`, `emitMainFn`; `src/runtime/io.cpp`, `lean_io_result_show_error`).
 """
 
 from __future__ import annotations
@@ -48,49 +48,90 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from prover_cli.errors import BackendError
-from prover_cli.verify.isolated import LocalRunner, RunResult, Runner, default_tmp_root
+from prover_cli.verify.isolated import RunResult, Runner, local_runner
 from prover_cli.verify.canary import Canary
 from prover_cli.verify.rules import Verdict
 
 CHECKER = "SafeVerify"
 CHECKER_REPO = "GasStationManager/SafeVerify"
 SAFEVERIFY_URL = f"https://github.com/{CHECKER_REPO}"
-# What SafeVerify allows at every pinned commit (`AllowedAxioms` / `Settings.allowedAxioms`):
-# verify.allowed_axioms may be narrower (we hold the checker's axiom list to it), never wider.
+OWN_CHECKER = "prover_check"
+OWN_CHECKER_DIR = Path(__file__).resolve().parent / "checker"
+OWN_CHECKER_FILES = ("Main.lean", "lakefile.lean")
+# What both checkers allow (SafeVerify's `AllowedAxioms` / `Settings.allowedAxioms` at every pinned
+# commit, `allowedAxioms` in checker/Main.lean): verify.allowed_axioms may be narrower (we hold the
+# checker's axiom list to it), never wider.
 CHECKER_AXIOMS = frozenset({"propext", "Quot.sound", "Classical.choice"})
+
+
+def own_checker_digest() -> str:
+    """The identity of our checker: sha256 of its source files (what the image builds)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in OWN_CHECKER_FILES:
+        digest.update(name.encode() + b"\0" + (OWN_CHECKER_DIR / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:40]
 
 
 @dataclass(frozen=True)
 class CheckerPin:
-    """The SafeVerify commit built for one Lean toolchain (its `lean-toolchain` file says so)."""
+    """The checker built for one Lean toolchain: a SafeVerify commit (its `lean-toolchain` file
+    says so), or our own checker's source digest."""
 
     toolchain: str        # "v4.15.0"
     commit: str
     branch: str
-    dialect: str          # "2024": positional args, stdout report; "2026": Cli flags, stderr report, --save JSON
-    checks_imports: bool  # the submission must import at least what the target imports (2026 only)
+    dialect: str          # "2024"/"2026": SafeVerify's; "batch": prover_check's JSON lines
+    imports: str          # "none": no import check; "superset": at least the target's; "exact": equal
+
+    @property
+    def checker(self) -> str:
+        return OWN_CHECKER if self.dialect == "batch" else CHECKER
+
+    @property
+    def program(self) -> str:
+        """The executable's name (what `{checker}` in verify.kernel_checker_command becomes)."""
+        return OWN_CHECKER if self.dialect == "batch" else "safe_verify"
+
+    @property
+    def checks_imports(self) -> bool:
+        return self.imports != "none"
 
     @property
     def describe(self) -> str:
+        if self.dialect == "batch":
+            return f"{OWN_CHECKER} {self.commit[:12]} (prover_cli/verify/checker, Lean {self.toolchain}; not compiled here)"
         return f"{CHECKER_REPO}@{self.commit[:12]} ({self.branch}, Lean {self.toolchain})"
 
 
 # Read from the repository's branches (GasStationManager/SafeVerify, fetched 2026): each commit's
 # `lean-toolchain` is the toolchain it is keyed by. The 2024 dialect (`Main.lean`, 146 lines) is
-# the same program on every branch listed (v4.9.0 differs only in where CollectAxioms lives); the
-# 2026 one added the import check, the prelude check, Nat-literal and rebuilt-Expr defences.
-PINS: dict[str, CheckerPin] = {pin.toolchain: pin for pin in (
-    CheckerPin("v4.9.0", "0c0f7dcf6cb66333a944d062ec4c431986da1ca6", "minif2f-deepseek-check", "2024", False),
-    CheckerPin("v4.14.0", "bc5d45c35c286a8125f2e435353ec69e0ddf6b6f", "seed-prover-check", "2024", False),
-    CheckerPin("v4.15.0", "577e95319a2bb1bb8df541f0c645811f6577a0ae", "minif2f-kimina-check", "2024", False),
-    CheckerPin("v4.20.0", "59f3d1fd208d6149657fdc0777a6209cb3ed2820", "abc-trinity-check", "2024", False),
-    CheckerPin("v4.21.0", "e072239e31072e71ae894ffb4d4bed9978465bbc", "v4.21", "2024", False),
-    CheckerPin("v4.27.0", "b291b588a53999a7e837dda61c7dbfe8c550c814", "main", "2026", True),
-    CheckerPin("v4.29.0", "241dfb0d986baf8a3ba76cba14f10c16e8793e84", "v4.29.0", "2026", True),
+# the same program on every branch listed (v4.9.0 differs only in where CollectAxioms lives): no
+# import check, no rebuild, no Nat-literal check, theorems and defs of the target compared only,
+# unsafe constants dropped by `Environment.replay` without a word. The 2026 one (PRs #18 - #20 and
+# later) added the import superset check, Init checks, Nat-literal and rebuilt-Expr/Level
+# defences, the second kernel check of theorems, and inductives/constructors compared.
+SAFEVERIFY_PINS: dict[str, CheckerPin] = {pin.toolchain: pin for pin in (
+    CheckerPin("v4.9.0", "0c0f7dcf6cb66333a944d062ec4c431986da1ca6", "minif2f-deepseek-check", "2024", "none"),
+    CheckerPin("v4.14.0", "bc5d45c35c286a8125f2e435353ec69e0ddf6b6f", "seed-prover-check", "2024", "none"),
+    CheckerPin("v4.15.0", "577e95319a2bb1bb8df541f0c645811f6577a0ae", "minif2f-kimina-check", "2024", "none"),
+    CheckerPin("v4.20.0", "59f3d1fd208d6149657fdc0777a6209cb3ed2820", "abc-trinity-check", "2024", "none"),
+    CheckerPin("v4.21.0", "e072239e31072e71ae894ffb4d4bed9978465bbc", "v4.21", "2024", "none"),
+    CheckerPin("v4.27.0", "b291b588a53999a7e837dda61c7dbfe8c550c814", "main", "2026", "superset"),
+    CheckerPin("v4.29.0", "241dfb0d986baf8a3ba76cba14f10c16e8793e84", "v4.29.0", "2026", "superset"),
 )}
+# The checker the stage uses per toolchain: ours where the SafeVerify pin is of the 2024 dialect
+# (it accepts the public attacks in KERNEL_ATTACKS), SafeVerify's 2026 commits elsewhere.
+OWN_CHECKER_TOOLCHAINS = ("v4.9.0", "v4.14.0", "v4.15.0", "v4.20.0", "v4.21.0")
+PINS: dict[str, CheckerPin] = {
+    **{t: CheckerPin(t, own_checker_digest(), "in-tree", "batch", "exact") for t in OWN_CHECKER_TOOLCHAINS},
+    **{t: pin for t, pin in SAFEVERIFY_PINS.items() if pin.dialect == "2026"},
+}
 
 
 def toolchain_version(lean_toolchain: str) -> str:
@@ -103,33 +144,43 @@ def pin_for(lean_toolchain: str) -> CheckerPin | None:
 
 
 def pin_warning(verify_config: Any) -> str | None:
-    """What the configured checker pin does not check, as a warning for doctor and the verify summary
-    (None when the kernel stage is off, unpinned, or the pin has no known gap)."""
+    """What the configured checker does not guarantee, as a warning for doctor and the verify
+    summary (None when the kernel stage is off or unpinned)."""
     pin = pin_for(verify_config.lean_toolchain) if verify_config.kernel_check else None
-    if pin is None or pin.checks_imports:
+    if pin is None:
         return None
-    return (f"the kernel stage's {CHECKER} pin for Lean {pin.toolchain} ({pin.branch}) does not compare the "
-            "proof module's imports with the target's: code a proof runs during elaboration could write a "
-            "module that imports less than the header and redefines a constant the statement uses. The pins "
-            "for Lean v4.27.0 and later refuse that; see docs/verify.md, *The kernel stage*")
+    if pin.dialect == "batch":
+        return (f"the kernel stage's checker for Lean {pin.toolchain} is {OWN_CHECKER}, Lean code of this project "
+                "that has not been compiled or run where it was written: its guarantees hold once `prover doctor "
+                "--backend modal` has built it and it refused every kernel canary; see docs/verify.md, *The kernel stage*")
+    if pin.imports == "superset":
+        return (f"the kernel stage's {CHECKER} pin for Lean {pin.toolchain} ({pin.branch}) accepts a proof module "
+                "that imports more than the header (a superset): extra imports are kept out by the no-`import` "
+                "rule on the body and by a library the elaboration cannot write; see docs/verify.md")
+    return None
 
 
 def policy_problem(verify_config: Any) -> tuple[str, str] | None:
     """(key, why) when the verify policy accepts proofs the kernel stage always rejects, else None."""
     if verify_config.allow_native_decide:
-        return ("allow_native_decide", f"{CHECKER} replays native evaluation through the kernel, which cannot "
+        return ("allow_native_decide", "the kernel checker replays native evaluation through the kernel, which cannot "
                 "run compiled code (`(kernel) (interpreter) unknown declaration`), and allows only propext, "
                 "Quot.sound and Classical.choice: a native_decide proof never passes")
     extra = sorted(set(verify_config.allowed_axioms) - CHECKER_AXIOMS)
     if extra:
-        return ("allowed_axioms", f"{CHECKER} allows only propext, Quot.sound and Classical.choice, so a proof "
+        return ("allowed_axioms", f"the kernel checker allows only propext, Quot.sound and Classical.choice, so a proof "
                 f"using {', '.join(extra)} never passes")
     return None
 
 
 def kernel_workers(verify_config: Any) -> int:
     """How many proofs go through the stage at a time: verify.kernel_check_workers, else verify.workers."""
-    return max(1, int(getattr(verify_config, "kernel_check_workers", 0) or verify_config.workers))
+    return max(1, int(verify_config.kernel_check_workers or verify_config.workers))
+
+
+def checker_command(verify_config: Any, pin: CheckerPin) -> list[str]:
+    """verify.kernel_checker_command with `{checker}` replaced by the pinned checker's program."""
+    return [arg.replace("{checker}", pin.program) for arg in verify_config.kernel_checker_command]
 
 
 def require_pin(verify_config: Any) -> CheckerPin:
@@ -137,7 +188,7 @@ def require_pin(verify_config: Any) -> CheckerPin:
     if pin is None:
         known = ", ".join(sorted(PINS, key=_version_key))
         raise BackendError(
-            f"verify.kernel_check = true, but SafeVerify has no pinned build for verify.lean_toolchain = "
+            f"verify.kernel_check = true, but no kernel checker is pinned for verify.lean_toolchain = "
             f"{verify_config.lean_toolchain!r} (pinned: {known})",
             hint="use one of the pinned toolchains, or set verify.kernel_check = false (recorded in every "
                  "verdict and in the summary)")
@@ -191,9 +242,26 @@ def elaborate_argv(lean_command: list[str]) -> list[str]:
 
 
 def checker_argv(checker_command: list[str], pin: CheckerPin) -> list[str]:
+    if pin.dialect == "batch":
+        return [*checker_command, "{dir}/pairs.txt"]
     if pin.dialect == "2026":
         return [*checker_command, "--save", "{dir}/report.json", "{dir}/Target.olean", "{dir}/Proof.olean"]
     return [*checker_command, "{dir}/Target.olean", "{dir}/Proof.olean"]
+
+
+# An `import` can only come first in a Lean file, so a body holding one either fails to parse or,
+# after a header of imports alone, adds a module to the proof's imports: refused before Lean
+# either way (a line inside a comment or string too: fail closed).
+BODY_IMPORT = re.compile(r"(?m)^[ \t]*import\b")
+
+
+@dataclass
+class _Elaborated:
+    """A proof ready for the checker: the trusted target's .olean, the proof's, seconds so far."""
+
+    target: bytes
+    olean: bytes
+    time_s: float
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,8 +269,10 @@ def checker_argv(checker_command: list[str], pin: CheckerPin) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 class KernelStage:
-    """`kernel_workers` jobs at a time; each proof: one elaboration process, one checker process
-    (SafeVerify takes one target/submission pair per run, so no batching within a process)."""
+    """Each proof: one `lean -o` process (`kernel_workers` at a time). Then the checker: with our
+    own (`prover_check`), one process per batch of up to verify.kernel_batch_size proofs, which
+    imports the header once (`header_imports` counts what the checker reported); with
+    SafeVerify, one process per proof (it takes one pair per run)."""
 
     def __init__(self, verify_config: Any, runner: Runner | None = None):
         self.config = verify_config
@@ -211,11 +281,13 @@ class KernelStage:
         if problem is not None:
             raise BackendError(f"verify.{problem[0]}: {problem[1]} with verify.kernel_check = true",
                                hint="set verify.kernel_check = false to accept such proofs without the kernel re-check")
-        self.runner = runner or LocalRunner(verify_config.project_dir or None,
-                                            float(verify_config.memory_limit_gb), default_tmp_root())
+        self.runner = runner or local_runner(verify_config)   # in the box verify.box asks for
         self.lean_command = list(verify_config.lean_command)
-        self.checker_command = list(verify_config.kernel_checker_command)
+        self.checker_command = checker_command(verify_config, self.pin)
         self.timeout_s = float(verify_config.kernel_check_timeout_s)
+        self.batch_size = int(verify_config.kernel_batch_size) if self.pin.dialect == "batch" else 1
+        self.header_imports = 0    # header imports the checker processes reported, in all
+        self.checker_runs = 0      # checker processes started
         self._targets: dict[tuple[str, str], bytes | str] = {}   # (header, statement) -> olean, or why not
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -223,56 +295,112 @@ class KernelStage:
     @property
     def identity(self) -> dict[str, Any]:
         """Recorded in every verdict's `verifier` (and in the policy digest)."""
-        return {"checker": CHECKER, "commit": self.pin.commit, "toolchain": self.pin.toolchain}
+        return {"checker": self.pin.checker, "commit": self.pin.commit, "toolchain": self.pin.toolchain}
 
     def check(self, jobs: Sequence[KernelJob], allowed: Iterable[str]) -> list[KernelResult]:
-        """One result per job, in order; `kernel_workers` at a time."""
+        """One result per job, in order. Never raises for a proof's sake: every failure is a
+        result (BackendError only when the configured commands cannot be started at all)."""
         allowed = frozenset(allowed)
         if not jobs:
             return []
-        workers = min(kernel_workers(self.config), len(jobs))
-        if workers == 1:
-            return [self.check_one(job, allowed) for job in jobs]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check") as pool:
-            return list(pool.map(lambda job: self.check_one(job, allowed), jobs))
+        prepared = self._map(self._guarded(self._prepare), list(jobs))
+        results: list[KernelResult | None] = [p if isinstance(p, KernelResult) else None for p in prepared]
+        ready = [k for k, p in enumerate(prepared) if isinstance(p, _Elaborated)]
+        batches = [ready[i:i + self.batch_size] for i in range(0, len(ready), self.batch_size)]
+        answers = self._map(self._guarded(lambda batch: self._check_batch(
+            [(jobs[k], prepared[k]) for k in batch], allowed)), batches)
+        for batch, answer in zip(batches, answers):
+            if not isinstance(answer, list):
+                answer = [KernelResult(answer.status, answer.reason) for _ in batch]
+            for k, result in zip(batch, answer):
+                results[k] = result
+        return results  # type: ignore[return-value]
+
+    def check_one(self, job: KernelJob, allowed: Iterable[str]) -> KernelResult:
+        return self.check([job], allowed)[0]
 
     def stop(self) -> None:
         """Kill the stage's processes that are running now (Ctrl-C, a fatal error elsewhere)."""
-        kill_all = getattr(self.runner, "kill_all", None)
+        kill_all = getattr(self.runner, "kill_all", None)   # a Runner need not own processes
         if kill_all is not None:
             kill_all()
 
-    def check_one(self, job: KernelJob, allowed: Iterable[str]) -> KernelResult:
-        """Never raises for a proof's sake: every failure is a result (BackendError only when the
-        configured commands cannot be started at all)."""
-        allowed = frozenset(allowed)
+    def _map(self, fn: Any, items: list) -> list:
+        workers = min(kernel_workers(self.config), len(items))
+        if workers <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check") as pool:
+            return list(pool.map(fn, items))
+
+    @staticmethod
+    def _guarded(fn: Any) -> Any:
+        def run(item: Any) -> Any:
+            try:
+                return fn(item)
+            except BackendError:
+                raise
+            except Exception as exc:   # a bug here is these proofs' error, never a pass
+                return KernelResult("error", f"kernel check failed unexpectedly: {type(exc).__name__}: {exc}")
+        return run
+
+    def _prepare(self, job: KernelJob) -> _Elaborated | KernelResult:
         if not job.statement.strip() or not job.target:
             return KernelResult("error", "kernel check: internal: no trusted statement to check the proof against")
+        if BODY_IMPORT.search(job.body):
+            return KernelResult("rejected", "kernel check: the proof has an `import` line; a proof module's imports "
+                                "must be the trusted header's exactly")
         target = self._target_olean(job)
-        start = time.monotonic()
         if isinstance(target, str):
             return KernelResult("error", target)
-        try:
-            result = self._check(job, target, allowed)
-        except BackendError:
-            raise
-        except Exception as exc:   # a bug here is this proof's error, never a pass
-            result = KernelResult("error", f"kernel check failed unexpectedly: {type(exc).__name__}: {exc}")
-        result.time_s = round(time.monotonic() - start, 4)
-        return result
-
-    def _check(self, job: KernelJob, target: bytes, allowed: frozenset) -> KernelResult:
+        start = time.monotonic()
         elaborated = self.runner.run(elaborate_argv(self.lean_command),
                                      {MODULE + ".lean": proof_source(job.header, job.body).encode("utf-8")},
                                      (MODULE + ".olean",), self.timeout_s, what="verify.lean_command")
         olean = elaborated.files.get(MODULE + ".olean")
         failure = read_elaboration(elaborated, olean is not None)
+        time_s = time.monotonic() - start
         if failure is not None:
+            failure.time_s = round(time_s, 4)
             return failure
-        checked = self.runner.run(checker_argv(self.checker_command, self.pin),
-                                  {"Target.olean": target, "Proof.olean": olean},
-                                  ("report.json",), self.timeout_s, what="verify.kernel_checker_command")
-        return read_checker(self.pin, checked, job.target, allowed)
+        return _Elaborated(target, olean, time_s)
+
+    def _check_batch(self, items: list[tuple[KernelJob, _Elaborated]], allowed: frozenset) -> list[KernelResult]:
+        """The checker on these proofs; a batch whose process fails is split until each proof has
+        its own answer (so one proof that crashes the checker is that proof's `error` alone)."""
+        start = time.monotonic()
+        with self._lock:
+            self.checker_runs += 1
+        if self.pin.dialect != "batch":
+            [(job, ready)] = items
+            checked = self.runner.run(checker_argv(self.checker_command, self.pin),
+                                      {"Target.olean": ready.target, "Proof.olean": ready.olean},
+                                      ("report.json",), self.timeout_s, what="verify.kernel_checker_command")
+            results = [read_checker(self.pin, checked, job.target, allowed)]
+        else:
+            inputs: dict[str, bytes] = {}
+            names: dict[bytes, str] = {}
+            lines = []
+            for k, (_, ready) in enumerate(items):
+                target_name = names.setdefault(ready.target, f"T{len(names)}.olean")
+                inputs[target_name] = ready.target
+                inputs[f"P{k}.olean"] = ready.olean
+                lines.append(f"{target_name}\tP{k}.olean")
+            inputs["pairs.txt"] = ("\n".join(lines) + "\n").encode("utf-8")
+            checked = self.runner.run(checker_argv(self.checker_command, self.pin), inputs, (), self.timeout_s,
+                                      what="verify.kernel_checker_command")
+            answer = read_batch(checked, [job.target for job, _ in items], allowed, f"{OWN_CHECKER} {self.pin.commit[:8]}")
+            if isinstance(answer, str):
+                if len(items) > 1:
+                    half = len(items) // 2
+                    return self._check_batch(items[:half], allowed) + self._check_batch(items[half:], allowed)
+                answer = ([KernelResult("error", answer)], 0)
+            results, imports = answer
+            with self._lock:
+                self.header_imports += imports
+        share = (time.monotonic() - start) / len(items)
+        for (_, ready), result in zip(items, results):
+            result.time_s = round(ready.time_s + share, 4)
+        return results
 
     def _target_olean(self, job: KernelJob) -> bytes | str:
         """The trusted target's .olean (compiled once per header and statement), or why not. A
@@ -292,23 +420,31 @@ class KernelStage:
             return target
 
     def _compile_target(self, job: KernelJob) -> tuple[bytes | str, bool]:
-        result = self.runner.run(elaborate_argv(self.lean_command),
-                                 {MODULE + ".lean": target_source(job.header, job.statement).encode("utf-8")},
-                                 (MODULE + ".olean",), self.timeout_s, what="verify.lean_command")
-        olean = result.files.get(MODULE + ".olean")
-        if result.exit_code == 0 and olean:
-            return olean, True
-        why = first_error(result.stdout) or result.stderr.strip()[-300:] or result.describe()
-        return (f"kernel check: the trusted statement does not compile to an .olean with `lean -o` ({why})",
-                result.exit_code == 1 and bool(first_error(result.stdout)))
+        return compile_module(self.runner, self.lean_command, target_source(job.header, job.statement),
+                              self.timeout_s, "the trusted statement")
+
+
+def compile_module(runner: Runner, lean_command: list[str], source: str, timeout_s: float,
+                   what: str) -> tuple[bytes | str, bool]:
+    """(the .olean `lean -o` writes for `source`, or why not; whether that answer is about the
+    source, so worth keeping)."""
+    result = runner.run(elaborate_argv(lean_command), {MODULE + ".lean": source.encode("utf-8")},
+                        (MODULE + ".olean",), timeout_s, what="verify.lean_command")
+    olean = result.files.get(MODULE + ".olean")
+    if result.exit_code == 0 and olean:
+        return olean, True
+    why = first_error(result.stdout) or result.stderr.strip()[-300:] or result.describe()
+    return (f"kernel check: {what} does not compile to an .olean with `lean -o` ({why})",
+            result.exit_code == 1 and bool(first_error(result.stdout)))
 
 
 class second_stage:
     """The stage behind a backend, for one batch: `submit` each fast-path verdict as it comes
-    (passes go to `kernel_workers` threads, anything else straight to `on_result`); each kernel
-    verdict is reported the moment it is known, from the thread that computed it, and every call
-    of `on_result` holds one lock, so they never overlap (a verdict file gets whole lines while a
-    slow proof still blocks the fast path). `finish` waits for the rest. A failure of the stage
+    (anything but a pass goes straight to `on_result`; a pass goes to the checker at once when no
+    batch is running, else it waits for the running one and goes with the others that queued
+    meanwhile, up to the stage's `batch_size`: batches grow only while the checker is busy);
+    each kernel verdict is reported the moment its batch is known, from the thread that computed
+    it, and every call of `on_result` holds one lock, so they never overlap. A failure of the stage
     itself (its command cannot start) is raised in the caller's thread at its next `submit` or at
     `finish`. On leaving with an exception (Ctrl-C, a fatal error of the backend), no further
     verdict is reported, queued checks are dropped and running processes killed: their proofs get
@@ -323,14 +459,16 @@ class second_stage:
         self.canary_config = canary_config
         self.canary_fast_path = canary_fast_path
         self.pending: set[Any] = set()
+        self.buffer: list[tuple[KernelJob, Any, Any, Verdict, Any]] = []
         self.executor: ThreadPoolExecutor | None = None
         self.lock = threading.Lock()
         self.stopped = False
         self.failure: BaseException | None = None
 
     def __enter__(self) -> "second_stage":
-        self.executor = ThreadPoolExecutor(max_workers=kernel_workers(self.stage.config),
-                                           thread_name_prefix="kernel-check")
+        # one batch at a time when batches are large (each already runs kernel_workers `lean -o`)
+        workers = kernel_workers(self.stage.config) if self.stage.batch_size == 1 else 1
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check")
         return self
 
     def submit(self, candidate: Any, verdict: Verdict, key_record: tuple[Any, Any], on_result: Any) -> None:
@@ -344,31 +482,54 @@ class second_stage:
             ensure_kernel_canary(self.stage, self.canary_config, self.canary_fast_path)
             self.canary_config = None
         job = KernelJob(candidate.header, candidate.statement, candidate.target, candidate.body)
-        future = self.executor.submit(self.stage.check_one, job, self.allowed)
         with self.lock:
-            self.pending.add(future)
-        future.add_done_callback(lambda done: self._report(done, key, record, verdict, on_result))
+            self.buffer.append((job, key, record, verdict, on_result))
+            # a full batch goes at once; so does any pass when no batch is running (a pass is never
+            # held back waiting for others: batches grow only while the checker is busy)
+            ready = len(self.buffer) >= self.stage.batch_size or not self.pending
+        if ready:
+            self._flush()
 
-    def _report(self, future: Any, key: Any, record: Any, fast: Verdict, on_result: Any) -> None:
+    def _flush(self) -> None:
+        with self.lock:
+            batch, self.buffer = self.buffer[:self.stage.batch_size], self.buffer[self.stage.batch_size:]
+            if not batch or self.stopped:
+                return
+            future = self.executor.submit(self.stage.check, [item[0] for item in batch], self.allowed)
+            self.pending.add(future)
+        future.add_done_callback(lambda done: self._report(done, batch))
+
+    def _report(self, future: Any, batch: list) -> None:
         with self.lock:
             self.pending.discard(future)
             if self.stopped or future.cancelled():
                 return
             try:
-                on_result(key, record, kernel_verdict(fast, future.result()))
+                for (_, key, record, fast, on_result), result in zip(batch, future.result()):
+                    on_result(key, record, kernel_verdict(fast, result))
             except BaseException as exc:   # BackendError (the stage cannot run), or the callback's own
                 if self.failure is None:
                     self.failure = exc
+            more = bool(self.buffer) and not self.pending and self.failure is None
+        if more:   # what queued while this batch ran
+            try:
+                self._flush()
+            except RuntimeError:   # the executor is shutting down: `finish` or `__exit__` has it
+                pass
 
     def finish(self, on_result: Any) -> None:
         from concurrent.futures import wait
 
+        self._raise_failure()
         while True:
+            self._flush()
             with self.lock:
                 pending = list(self.pending)
-            if not pending:
+                left = bool(self.buffer) and not self.stopped
+            if not pending and not left:
                 break
             wait(pending)
+            self._raise_failure()
         self._raise_failure()
 
     def _raise_failure(self) -> None:
@@ -380,6 +541,7 @@ class second_stage:
             with self.lock:
                 self.stopped = True
                 pending = list(self.pending)
+            self.buffer = []
             for future in pending:
                 future.cancel()
             self.stage.stop()
@@ -593,6 +755,50 @@ def _read_2026(result: RunResult, target: str, allowed: frozenset, pin_text: str
 
 
 # --------------------------------------------------------------------------------------------
+# Reading prover_check (checker/Main.lean)
+# --------------------------------------------------------------------------------------------
+
+def read_batch(result: RunResult, targets: list[str], allowed: frozenset,
+               pin_text: str) -> tuple[list[KernelResult], int] | str:
+    """(one result per pair, header imports the process reported), or why the batch as a whole
+    has no answer: stdout must be exactly one JSON line per pair in order, `{"pair": K, "verdict":
+    "passed"|"rejected"|"error", ...}`, then `{"checked": N, "imports": I}`, with exit 0."""
+    if result.timed_out or result.signal is not None or result.exit_code != 0:
+        tail = _one_line(result.stderr or result.stdout, 200)
+        return f"kernel check: {OWN_CHECKER} {result.describe()}" + (f" ({tail})" if tail else "")
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    try:
+        answers = [json.loads(line) for line in lines]
+    except ValueError:
+        return f"kernel check: {OWN_CHECKER} printed a line that is not JSON"
+    if len(answers) != len(targets) + 1 or not all(isinstance(a, dict) for a in answers) \
+            or answers[-1] != {"checked": len(targets), "imports": answers[-1].get("imports")} \
+            or answers[-1]["imports"] not in (0, 1):
+        return f"kernel check: {OWN_CHECKER} did not answer every pair of its batch ({len(answers)} lines)"
+    out = []
+    for k, (answer, target) in enumerate(zip(answers, targets)):
+        verdict, reason = answer.get("verdict"), answer.get("reason")
+        if answer.get("pair") != k or verdict not in ("passed", "rejected", "error"):
+            return f"kernel check: {OWN_CHECKER} answered pair {k} out of order or with no verdict"
+        if verdict == "rejected" and isinstance(reason, str):
+            out.append(KernelResult("rejected", f"kernel check ({pin_text}): {_one_line(reason)}"))
+        elif verdict == "error" and isinstance(reason, str):
+            out.append(KernelResult("error", f"kernel check: {OWN_CHECKER}: {_one_line(reason)}"))
+        elif verdict == "passed" and isinstance(answer.get("axioms"), dict):
+            theorems = answer["axioms"]
+            full = _target_name(theorems, target)
+            axioms = theorems.get(full) if full is not None else None
+            if not isinstance(axioms, list) or not all(isinstance(a, str) for a in axioms):
+                out.append(KernelResult("error", f"kernel check: {OWN_CHECKER} passed the proof with no readable "
+                                        f"axiom list for a single theorem `{target}`"))
+            else:
+                out.append(_axioms_verdict(axioms, full, allowed, pin_text))
+        else:
+            return f"kernel check: {OWN_CHECKER} answered pair {k} with fields it never prints"
+    return out, answers[-1]["imports"]
+
+
+# --------------------------------------------------------------------------------------------
 # Which checker is installed (for `prover doctor`)
 # --------------------------------------------------------------------------------------------
 
@@ -626,9 +832,22 @@ def describe_installed_checker(command: list[str], cwd: str | None = None) -> di
         if toolchain_file.is_file():
             info["checkout"] = str(directory)
             info["toolchain"] = toolchain_version(toolchain_file.read_text(encoding="utf-8", errors="replace").strip())
-            info["commit"] = _git_head(directory / ".git")
+            info["commit"] = _git_head(directory / ".git") or _source_digest(directory)
             break
     return info
+
+
+def _source_digest(directory: Any) -> str | None:
+    """Our checker's identity in a build directory holding its source (as `own_checker_digest`)."""
+    import hashlib
+
+    try:
+        digest = hashlib.sha256()
+        for name in OWN_CHECKER_FILES:
+            digest.update(name.encode() + b"\0" + (directory / name).read_bytes() + b"\0")
+    except OSError:
+        return None
+    return digest.hexdigest()[:40]
 
 
 def _git_head(git_dir: Any) -> str | None:
@@ -680,9 +899,163 @@ KERNEL_CANARIES: tuple[Canary, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class KernelAttack:
+    """A public attack on checkers, as two files: the trusted target and what the attack's
+    elaboration leaves (the submission, compiled with `lean -o` like any proof). The checker must
+    reject it; a rejection anywhere else (the submission does not compile) tests nothing, so it
+    fails the canary too."""
+
+    name: str
+    rule: str
+    source: str        # repository, path, commit the texts are adapted from
+    theorem: str
+    target: str
+    submission: str
+    exact_imports: bool = False   # only a checker promising equal imports is held to it
+
+
+_CHAR_OFNAT = """prelude
+set_option genCtorIdx false
+set_option linter.all false
+
+unsafe axiom lcErased : Type
+unsafe axiom lcAny : Type
+unsafe axiom lcVoid : Type
+
+universe u
+
+inductive False : Prop
+
+inductive True' : Prop where
+  | intro : True'
+
+inductive Unit'' where
+  | intro : Unit''
+
+inductive Nat where
+  | zero : Nat
+  | succ (n : Nat) : Nat
+
+structure Char : Type where
+  mk ::
+  n : False
+
+structure Box : Type where
+  mk ::
+  f : True'
+
+inductive List (α : Type u) where
+  | nil : List α
+  | cons (hd : α) (tl : List α) : List α
+
+structure String where
+  ofList ::
+  data : List Char
+
+noncomputable def Char.ofNat (n : Nat) : Box := Box.mk True'.intro
+
+noncomputable def M (l : List Char) : Type :=
+  @List.rec Char (fun _ => Type) Unit'' (fun _ _ _ => Char) l
+
+noncomputable def head (l : List Char) : M l :=
+  @List.rec Char M Unit''.intro (fun hd _ _ => hd) l
+
+noncomputable def confused : Char := head (String.data "\\x02")
+
+theorem prover_attack_char_ofnat : False := Char.n confused
+"""
+
+_PROJ_ELAB = """import Lean
+open Lean Elab Term
+
+structure S : Type where
+  a : Nat{extra}
+
+def T : Type := S
+
+elab "pr% " s:term : term => do
+  return Expr.proj `S 0 (← elabTerm s none)
+
+theorem prover_attack_proj_trick : ∀ (s : T), (pr% s) = (0 : Nat) := {proof}
+"""
+
+# Each text is the public test case with its theorem renamed (and comments dropped); the Level
+# `unsafeCast` case of SafeVerify PR #19 (commit 5cafc55) has no public source text (the PR lists
+# it among its test results; no file at b291b588 holds it), so it is a stand-in test only
+# (tests/fake_checker.py) and no canary here.
+KERNEL_ATTACKS: tuple[KernelAttack, ...] = (
+    KernelAttack("olean_issue", "a Nat literal forged with `unsafeCast` at elaboration time is refused (Nat-literal "
+                 "check, no unsafe constant)",
+                 "leanprover/comparator tests/projects/olean_issue (e0a37c608aca, at 19e111e2141c)",
+                 # the target imports Lean as the submission does: the import check must not be what decides
+                 "prover_attack_olean_issue", "import Lean\n\ntheorem prover_attack_olean_issue : False := sorry\n",
+                 """import Lean
+
+open Lean
+
+unsafe def badNatUnsafe : Nat := unsafeCast (-4294967296 : Int)
+
+@[implemented_by badNatUnsafe] opaque badNatVal : Nat
+
+run_elab
+  addDecl <| .defnDecl {
+    name        := .str .anonymous "badNat"
+    levelParams := []
+    type        := .const ``Nat []
+    value       := .lit <| .natVal badNatVal
+    hints       := .opaque
+    safety      := .safe
+  }
+
+theorem prover_attack_olean_issue : False := by
+  have truly_marvelous_0 : ¬badNat ≤ 9223372036854775807 := by decide
+  have truly_marvelous_1 : ¬9223372036854775807 < badNat := by decide
+  omega
+"""),
+    KernelAttack("char_ofnat_issue", "a `prelude` module that redefines `False` and `Char` is refused (imports)",
+                 "leanprover/comparator tests/projects/char_ofnat_issue (8c0e44e73c53, at 19e111e2141c)",
+                 "prover_attack_char_ofnat", "theorem prover_attack_char_ofnat : False := sorry\n", _CHAR_OFNAT),
+    KernelAttack("proj_trick", "a structure of the target redefined in the submission is refused (header "
+                 "declarations of every kind compared)",
+                 "leanprover/comparator tests/projects/proj_trick (322d8cae1136, at 19e111e2141c)",
+                 "prover_attack_proj_trick", _PROJ_ELAB.format(extra="", proof="sorry"),
+                 _PROJ_ELAB.format(extra="\n  h : False", proof="by\n  intro s\n  exact (S.h s).elim")),
+    KernelAttack("dropped imports", "a submission that imports less than the target is refused (imports)",
+                 "GasStationManager/SafeVerify PR #19, case 2 `Missing Mathlib import` (check added in bea2fbd)",
+                 "prover_attack_dropped_imports", "import Lean\n\ntheorem prover_attack_dropped_imports : True := sorry\n",
+                 "theorem prover_attack_dropped_imports : True := trivial\n"),
+    KernelAttack("extra import", "a submission that imports more than the target is refused (imports equal)",
+                 "this project (issue #32): SafeVerify's 2026 check accepts a superset",
+                 "prover_attack_extra_import", "theorem prover_attack_extra_import : True := sorry\n",
+                 "import Lean\n\ntheorem prover_attack_extra_import : True := trivial\n", exact_imports=True),
+)
+
+
+def attacks_for(pin: CheckerPin) -> tuple[KernelAttack, ...]:
+    return tuple(a for a in KERNEL_ATTACKS if not a.exact_imports or pin.imports == "exact")
+
+
+def check_attack(stage: KernelStage, attack: KernelAttack) -> KernelResult:
+    """The attack's two files compiled afresh, then the checker on them (a batch of its own: its
+    imports are not the configured header's)."""
+    start = time.monotonic()
+    compiled = [compile_module(stage.runner, stage.lean_command, text, stage.timeout_s, what)[0]
+                for text, what in ((attack.target, "the attack's target"), (attack.submission, "the attack"))]
+    bad = next((c for c in compiled if isinstance(c, str)), None)
+    if bad is not None:
+        return KernelResult("error", f"{bad}: the attack must compile for the canary to test the checker",
+                            time_s=round(time.monotonic() - start, 4))
+    job = KernelJob("", attack.target, attack.theorem, "")
+    [result] = stage._check_batch([(job, _Elaborated(compiled[0], compiled[1], time.monotonic() - start))],
+                                  CHECKER_AXIOMS)
+    return result
+
+
 def run_kernel_canary(stage: KernelStage, header: str, fast_path: Any = None) -> list[dict[str, Any]]:
-    """Every kernel canary through `stage` (in parallel): one result each, with its seconds.
-    `fast_path(candidate) -> Verdict`, when given, judges the fooled case first."""
+    """Every kernel canary through `stage` (in parallel), then every public attack the pin is
+    held to (`attacks_for`): one result each, with its seconds. `fast_path(candidate) ->
+    Verdict`, when given, judges the fooled case first."""
     from prover_cli.verify.statement import Candidate
 
     fast: dict[str, Verdict] = {}
@@ -701,10 +1074,16 @@ def run_kernel_canary(stage: KernelStage, header: str, fast_path: Any = None) ->
                     "reason": verdict.reason, "fast_path": fast[canary.name].status if canary.name in fast else None,
                     "time_s": results[canary.name].time_s if canary.name in results else 0.0,
                     "ok": verdict.status == canary.expect})
+    for attack in attacks_for(stage.pin):
+        result = check_attack(stage, attack)
+        by_checker = result.status == "rejected" and result.reason.startswith("kernel check (")
+        out.append({"canary": f"attack: {attack.name}", "rule": attack.rule, "expect": "rejected",
+                    "got": result.status, "reason": result.reason, "fast_path": None, "time_s": result.time_s,
+                    "source": attack.source, "ok": by_checker})
     return out
 
 
-KERNEL_CANARY_VERSION = 2
+KERNEL_CANARY_VERSION = 3   # 3: the public attacks (KERNEL_ATTACKS)
 
 
 def ensure_kernel_canary(stage: KernelStage, verify_config: Any, fast_path: Any = None) -> None:

@@ -19,7 +19,6 @@ read-only): `transport.BoxedLocalTransport`, which `local_transport_factory` mak
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 # The REPL's faults live in the transport layer below (its write and read_some raise them too);

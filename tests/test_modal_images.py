@@ -232,3 +232,22 @@ def test_the_kernel_checker_build_is_confined_and_compares_the_manifests(tmp_pat
                               capture_output=True, text=True)
         assert (done.returncode == 0) == ok, done.stderr
     assert "batteries" in done.stderr
+
+
+def test_every_image_takes_the_package_with_its_data_files():
+    """Modal's `add_local_python_source` leaves out non-Python files by default (NON_PYTHON_FILES):
+    the lexer's token tables, the shipped configs and the checker's Lean source would be missing
+    in the containers. Each image passes an ignore list that drops bytecode only."""
+    from modal.file_pattern_matcher import FilePatternMatcher
+
+    from prover_cli.on_modal import images
+
+    source = Path(images.__file__).read_text(encoding="utf-8")
+    assert source.count('.add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)') == len(images.IMAGES)
+    assert '.add_local_python_source("prover_cli")' not in source
+    ignored = FilePatternMatcher(*images.PACKAGE_IGNORE)
+    package = Path(images.__file__).resolve().parents[1]
+    data = [p.relative_to(package.parent) for p in package.rglob("*") if p.is_file() and p.suffix in {".json", ".toml", ".lean", ".jsonl"}]
+    assert any(p.parts[-2] == "tokens" for p in data) and any(p.suffix == ".lean" for p in data)
+    assert not [p for p in data if ignored(p)]
+    assert ignored(Path("prover_cli/verify/__pycache__/lexer.cpython-311.pyc"))

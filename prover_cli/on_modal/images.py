@@ -64,27 +64,32 @@ def mounts(*paths: str) -> dict[str, Any]:
 # ## Images, one per job
 #
 # Our own package goes in last (`add_local_python_source`), so editing it never rebuilds the
-# layers below it. Each image installs exactly `SPECS[name].python_packages`, the list that
-# `--dry-run --json` shows and tests/test_modal_pins.py resolves.
+# layers below it, and whole: Modal's default leaves out non-Python files (`NON_PYTHON_FILES`),
+# among them the lexer's token tables, the shipped configs and studies and the checker's Lean
+# source, so `PACKAGE_IGNORE` drops bytecode only. Each image installs exactly
+# `SPECS[name].python_packages`, the list that `--dry-run --json` shows and
+# tests/test_modal_pins.py resolves.
+
+PACKAGE_IGNORE = ["**/__pycache__", "**/*.pyc"]   # the package goes in whole but for its bytecode
 
 orchestrator_image = (
     modal.Image.debian_slim(python_version=PYTHON_VERSION)
     .uv_pip_install(*SPECS["orchestrator"].python_packages)
     .env({**SETTINGS, "PROVER_IMAGE": "orchestrator"})
-    .add_local_python_source("prover_cli")
+    .add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)
 )
 
 gpu_image = (
     modal.Image.debian_slim(python_version=PYTHON_VERSION)
     .uv_pip_install(*SPECS["gpu"].python_packages)
     .env({**SETTINGS, "HF_HOME": f"{MODELS_MOUNT}/hf", "PROVER_IMAGE": "gpu"})
-    .add_local_python_source("prover_cli")
+    .add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)
 )
 trl_image = (
     modal.Image.debian_slim(python_version=PYTHON_VERSION)
     .uv_pip_install(*SPECS["trl"].python_packages)  # one resolution: TRL with the GPU image's pins
     .env({**SETTINGS, "HF_HOME": f"{MODELS_MOUNT}/hf", "PROVER_IMAGE": "trl"})
-    .add_local_python_source("prover_cli")
+    .add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)
 )
 
 # The Lean image: a pinned toolchain through elan, the leanprover-community REPL built at the tag
@@ -245,7 +250,7 @@ lean_image = (
     .uv_pip_install(*SPECS["lean"].python_packages)
     .env({**SETTINGS, "PROVER_IMAGE": "lean", "PROVER_IMAGE_LEAN_TOOLCHAIN": LEAN_TOOLCHAIN,
           "PROVER_IMAGE_MATHLIB_REV": MATHLIB_REV})
-    .add_local_python_source("prover_cli")
+    .add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)
 )
 
 IMAGES = {"orchestrator": orchestrator_image, "gpu": gpu_image, "trl": trl_image, "lean": lean_image}

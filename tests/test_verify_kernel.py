@@ -253,6 +253,19 @@ def test_the_target_compiles_once_per_problem_and_a_batch_is_checked_with_one_he
     assert runner.imports_said == 3
 
 
+def test_proofs_under_different_headers_never_share_a_checker_process(verify_config):
+    """A checker process imports one header (the stand-in refuses a pair whose target was compiled
+    under another, as our checker does): one check call with proofs of two headers, as a file mixing
+    miniF2F and PutnamBench rows gives, is two processes, one import each."""
+    runner = CountingRunner()
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=checker_command(PIN_OWN), workers=2)
+    other = "import Mathlib\n\nopen Real\n"
+    stage = KernelStage(config, runner=runner)
+    jobs = [job(HONEST), job(HONEST, header=other), job(HONEST), job(HONEST, header=other)]
+    assert [r.status for r in stage.check(jobs, STANDARD)] == ["passed"] * 4
+    assert (stage.checker_runs, stage.header_imports) == (2, 2)
+
+
 def test_safeverify_takes_one_pair_per_process(verify_config):
     runner = CountingRunner()
     config = verify_config(lean_toolchain="leanprover/lean4:v4.27.0", lean_command=FAKE_LEAN,

@@ -306,7 +306,12 @@ class KernelStage:
         prepared = self._map(self._guarded(self._prepare), list(jobs))
         results: list[KernelResult | None] = [p if isinstance(p, KernelResult) else None for p in prepared]
         ready = [k for k, p in enumerate(prepared) if isinstance(p, _Elaborated)]
-        batches = [ready[i:i + self.batch_size] for i in range(0, len(ready), self.batch_size)]
+        # a checker process imports one header: proofs under different headers never share one
+        by_header: dict[str, list[int]] = {}
+        for k in ready:
+            by_header.setdefault(jobs[k].header, []).append(k)
+        batches = [group[i:i + self.batch_size] for group in by_header.values()
+                   for i in range(0, len(group), self.batch_size)]
         answers = self._map(self._guarded(lambda batch: self._check_batch(
             [(jobs[k], prepared[k]) for k in batch], allowed)), batches)
         for batch, answer in zip(batches, answers):

@@ -103,8 +103,9 @@ KERNEL_CHECK_OFF_WARNING = ("verify.kernel_check = false: `verified` rests on th
                             "proof), which a proof that runs code there can forge; see docs/verify.md")
 
 # Bump when a verdict rule changes, so that resume rechecks verdicts made under the old rules.
-RULES_VERSION = 5   # 4: statement check by Lean (restated trusted statement), config/lexer/indent rules;
-                    # 5: the kernel stage (verify.kernel_check)
+RULES_VERSION = 6   # 4: statement check by Lean (restated trusted statement), config/lexer/indent rules;
+                    # 5: the kernel stage (verify.kernel_check); 6: the lexer's token tables, `set_option
+                    # ... in` before the target, `where` clauses, our checker's contract (issue #32)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -115,8 +116,8 @@ def policy_digest(verify_config: Any) -> str:
         "rules": RULES_VERSION,
         "allowed_axioms": sorted(verify_config.allowed_axioms),
         "allow_native_decide": bool(verify_config.allow_native_decide),
-        "allow_commands": sorted(getattr(verify_config, "allow_commands", []) or []),
-        "max_proof_chars": getattr(verify_config, "max_proof_chars", None),
+        "allow_commands": sorted(verify_config.allow_commands),
+        "max_proof_chars": verify_config.max_proof_chars,
         "backend": verify_config.backend,
         "lean_toolchain": verify_config.lean_toolchain,
         "mathlib_rev": verify_config.mathlib_rev,

@@ -216,14 +216,14 @@ class KiminaBackend:
         # (header, statement, target) -> the namespace prefix the header leaves open
         self._expected: dict[tuple[str, str, str], str] = {}
         self._failed: dict[tuple[str, str, str], Verdict] = {}  # the same, failed: kept for one run only
-        self._canary_done = not getattr(verify_config, "canary", False)
+        self._canary_done = not verify_config.canary
         self.transport_factory = None
         self.url = verify_config.kimina_url.rstrip("/") + "/verify"
-        self.key_env = getattr(verify_config, "kimina_api_key_env", "")
+        self.key_env = verify_config.kimina_api_key_env
         # The server's REPL count bounds the proofs in flight (see the module docstring).
-        max_repls = int(getattr(verify_config, "kimina_max_repls", 0) or 0)
+        max_repls = int(verify_config.kimina_max_repls)
         self.in_flight = InFlight(max_repls or verify_config.workers)
-        self.batch_size = min(max(1, int(getattr(verify_config, "kimina_batch_size", 1))), self.in_flight.capacity)
+        self.batch_size = min(max(1, int(verify_config.kimina_batch_size)), self.in_flight.capacity)
         self.headers = {"Content-Type": "application/json"}
         if self.key_env:
             key = os.environ.get(self.key_env, "")

@@ -80,7 +80,7 @@ class ReplPool:
         self.allowed = allowed_axioms(verify_config)
         self.transport_factory = transport_factory or local_transport_factory(verify_config)
         self.processes = [ReplProcess(self.transport_factory()) for _ in range(verify_config.workers)]
-        self._canary_done = not getattr(verify_config, "canary", False)
+        self._canary_done = not verify_config.canary
         self.lean_version = None   # detected at each REPL start (toolchain.py)
 
     def run(self, candidates: Iterable[Candidate], on_verdict: OnVerdict) -> None:

@@ -56,7 +56,7 @@ def parse_toolchain(text: str) -> Version | None:
 def detect_version(verify_config: Any) -> tuple[Version | None, str]:
     """(version, where it was read), from `<verify.project_dir>/lean-toolchain`, else
     `verify.lean_toolchain`; (None, why) when neither names a release."""
-    project = Path(getattr(verify_config, "project_dir", "") or ".")
+    project = Path(verify_config.project_dir or ".")
     path = project / "lean-toolchain"
     try:
         text = path.read_text(encoding="utf-8").strip()
@@ -65,7 +65,7 @@ def detect_version(verify_config: Any) -> tuple[Version | None, str]:
     if text:
         version = parse_toolchain(text)
         return version, f"{path} ({text})"
-    configured = getattr(verify_config, "lean_toolchain", "") or ""
+    configured = verify_config.lean_toolchain
     return parse_toolchain(configured), f"verify.lean_toolchain ({configured or 'empty'})"
 
 

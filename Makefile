@@ -26,6 +26,7 @@ demo: install
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh
 
 test: install
+	$(BIN)/ruff check prover_cli tests benchmarks scripts   # pyflakes and a complexity bound (pyproject.toml)
 	$(BIN)/python -m pytest -q
 
 docs: install

@@ -191,7 +191,7 @@ def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any =
     each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes);
     `fast_path`: the fast path the fooled case goes through first (None: straight to the stage)."""
     from prover_cli.errors import ProverError
-    from prover_cli.verify.kernel import KERNEL_CANARIES, KernelStage, kernel_canary_failures, run_kernel_canary
+    from prover_cli.verify.kernel import KernelStage, kernel_canary_failures, run_kernel_canary
 
     fix = "the kernel stage does not hold on this toolchain: check the pinned checker and verify.lean_command"
     try:

@@ -127,131 +127,137 @@ def load_study(path: str | Path) -> Study:
 
     path = resolve_study(path)
     raw = read_toml(path, what="study file")
-
-    def bad(key: str, why: str) -> ConfigError:
-        return ConfigError(f"{path}: {key}: {why}", hint="docs/study.md lists every key of a study file")
-
-    def only(table: Any, allowed: Sequence[str], where: str) -> dict[str, Any]:
-        if not isinstance(table, dict):
-            raise bad(where, "must be a table")
-        for key in table:
-            if key not in allowed:
-                raise bad(f"{where}.{key}" if where else key, f"unknown key (allowed: {', '.join(allowed)})")
-        return table
-
-    only(raw, tuple(_TOP), "")
-    s = only(raw.get("study", {}), _STUDY_KEYS, "study")
-
-    def ints(key: str, value: Any, low: int, high: int | None = None) -> list[int]:
-        if not isinstance(value, list) or not value or any(type(v) is not int for v in value):
-            raise bad(key, f"must be a non-empty list of integers, got {value!r}")
-        if len(set(value)) != len(value):
-            raise bad(key, f"has a repeated value: {value!r}")
-        if any(v < low or (high is not None and v > high) for v in value):
-            raise bad(key, f"every value must be {f'in {low}..{high}' if high is not None else f'>= {low}'}, "
-                           f"got {value!r}")
-        return list(value)
-
-    def text(key: str, value: Any) -> str:
-        if not isinstance(value, str) or not value:
-            raise bad(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def overrides(key: str, value: Any) -> list[str]:
-        if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
-            raise bad(key, f'must be a list of "section.key=value" strings, got {value!r}')
-        for item in value:
-            if item.partition("=")[0].strip() in STUDY_KEYS:
-                raise bad(key, f"{item!r}: the study sets {item.partition('=')[0].strip()} for every run "
-                               f"({', '.join(STUDY_KEYS)})")
-        return list(value)
-
-    def config_path(key: str, value: Any) -> Path:
-        from prover_cli.shipped import resolve_config
-
-        given = Path(text(key, value))
-        beside = path.parent / given
-        try:
-            return beside if not given.is_absolute() and beside.is_file() else resolve_config(given)
-        except ConfigError as exc:
-            raise bad(key, str(exc)) from None
-
-    name = text("study.name", s.get("name", path.stem))
-    seeds = ints("study.seeds", s.get("seeds"), 0, SEED_MAX)
-    sizes = ints("study.train_sizes", s.get("train_sizes", [0]), 0)
+    read = _StudyReader(path)
+    read.only(raw, tuple(_TOP), "")
+    s = read.only(raw.get("study", {}), _STUDY_KEYS, "study")
+    name = read.text("study.name", s.get("name", path.stem))
+    seeds = read.ints("study.seeds", s.get("seeds"), 0, SEED_MAX)
+    sizes = read.ints("study.train_sizes", s.get("train_sizes", [0]), 0)
     test_seed = s.get("test_seed", 0)
     if type(test_seed) is not int or not 0 <= test_seed <= SEED_MAX:
-        raise bad("study.test_seed", f"must be an integer in 0..{SEED_MAX}, got {test_seed!r}")
+        raise read.bad("study.test_seed", f"must be an integer in 0..{SEED_MAX}, got {test_seed!r}")
     allow = s.get("allow_unequal_budgets", False)
     if not isinstance(allow, bool):
-        raise bad("study.allow_unequal_budgets", f"must be true or false, got {allow!r}")
-    base = s.get("config")
+        raise read.bad("study.allow_unequal_budgets", f"must be true or false, got {allow!r}")
     arms_raw = raw.get("arms")
     if not isinstance(arms_raw, dict) or not arms_raw:
-        raise bad("arms", "at least one arm is needed: [arms.NAME] with method = \"es\" or \"grpo\"")
-    arms: dict[str, Arm] = {}
-    for arm_name, table in arms_raw.items():
-        where = f"arms.{arm_name}"
-        if "@" in arm_name or not arm_name.replace("-", "").replace("_", "").isalnum():
-            raise bad(where, "an arm name is letters, digits, - and _ only")
-        table = only(table, _ARM_KEYS, where)
-        method = table.get("method")
-        if method not in METHODS:
-            raise bad(f"{where}.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
-        if table.get("config", base) is None:
-            raise bad(f"{where}.config", "no base config: set study.config or the arm's config")
-        arms[arm_name] = Arm(arm_name, method, config_path(f"{where}.config" if "config" in table else "study.config",
-                                                           table.get("config", base)),
-                             overrides("study.set", s.get("set", [])) + overrides(f"{where}.set", table.get("set", [])))
-
-    def comparison(table: Any, where: str, role: str) -> Comparison:
-        table = only(table, _COMPARISON_KEYS, where)
-        sides = {}
-        for side in ("a", "b"):
-            arm = text(f"{where}.{side}", table.get(side))
-            if arm not in arms:
-                raise bad(f"{where}.{side}", f"unknown arm {arm!r} (arms: {', '.join(arms)})")
-            size = table.get(f"{side}_size", table.get("size", sizes[0] if len(sizes) == 1 else None))
-            if size is None:
-                raise bad(f"{where}.size", f"which training-set size? one of {sizes} (or a_size and b_size)")
-            if size not in sizes:
-                raise bad(f"{where}.{side}_size" if f"{side}_size" in table else f"{where}.size",
-                          f"{size!r} is not one of study.train_sizes {sizes}")
-            sides[side] = (arm, size)
-        if sides["a"] == sides["b"]:
-            raise bad(where, "compares an arm at one size with itself")
-        metric = table.get("metric", "greedy")
-        if metric not in METRICS:
-            raise bad(f"{where}.metric", f"must be one of {', '.join(METRICS)}, got {metric!r}")
-        test = table.get("test", "difference")
-        if test not in TESTS:
-            raise bad(f"{where}.test", f"must be one of {', '.join(TESTS)}, got {test!r}")
-        numbers = {}
-        for key, default, low, high in (("margin", 0.0, 0.0, 1.0), ("alpha", 0.05, 0.0, 0.5), ("power", 0.8, 0.0, 1.0)):
-            value = table.get(key, default)
-            if type(value) not in (int, float) or not math.isfinite(value) or not low <= value < high \
-                    or (key != "margin" and value == low):
-                raise bad(f"{where}.{key}", f"must be a number in {'[' if key == 'margin' else '('}{low}, {high}), "
-                                            f"got {value!r}")
-            numbers[key] = float(value)
-        if test == "non-inferiority" and numbers["margin"] <= 0:
-            raise bad(f"{where}.margin", "a non-inferiority test needs margin > 0 (how much worse is still acceptable)")
-        return Comparison(*sides["a"], *sides["b"], metric, test, role=role, **numbers)
-
+        raise read.bad("arms", "at least one arm is needed: [arms.NAME] with method = \"es\" or \"grpo\"")
+    shared = read.overrides("study.set", s.get("set", []))
+    arms = {arm_name: read.arm(arm_name, table, s.get("config"), shared) for arm_name, table in arms_raw.items()}
     comparisons: dict[str, list[Comparison]] = {}
     for role in ("primary", "secondary"):
         tables = raw.get(role, [])
         if isinstance(tables, dict):
             tables = [tables]
         if not isinstance(tables, list):
-            raise bad(role, "must be [[%s]] tables" % role)
-        comparisons[role] = [comparison(t, f"{role}[{i}]", role) for i, t in enumerate(tables)]
+            raise read.bad(role, "must be [[%s]] tables" % role)
+        comparisons[role] = [read.comparison(t, f"{role}[{i}]", role, arms, sizes) for i, t in enumerate(tables)]
     if not comparisons["primary"]:
-        raise bad("primary", "pre-register at least one comparison: [[primary]] a = ARM, b = ARM, metric, size")
+        raise read.bad("primary", "pre-register at least one comparison: [[primary]] a = ARM, b = ARM, metric, size")
     study = Study(path, name, Path(s.get("dir", f"runs/study-{name}")), seeds, sizes, test_seed,
-                  overrides("study.set", s.get("set", [])), arms, comparisons["primary"], comparisons["secondary"], allow)
+                  shared, arms, comparisons["primary"], comparisons["secondary"], allow)
     _check_design(study)
     return study
+
+
+class _StudyReader:
+    """The checks of one study file's values; each error names the file and the key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def bad(self, key: str, why: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {why}", hint="docs/study.md lists every key of a study file")
+
+    def only(self, table: Any, allowed: Sequence[str], where: str) -> dict[str, Any]:
+        if not isinstance(table, dict):
+            raise self.bad(where, "must be a table")
+        for key in table:
+            if key not in allowed:
+                raise self.bad(f"{where}.{key}" if where else key, f"unknown key (allowed: {', '.join(allowed)})")
+        return table
+
+    def ints(self, key: str, value: Any, low: int, high: int | None = None) -> list[int]:
+        if not isinstance(value, list) or not value or any(type(v) is not int for v in value):
+            raise self.bad(key, f"must be a non-empty list of integers, got {value!r}")
+        if len(set(value)) != len(value):
+            raise self.bad(key, f"has a repeated value: {value!r}")
+        if any(v < low or (high is not None and v > high) for v in value):
+            raise self.bad(key, f"every value must be {f'in {low}..{high}' if high is not None else f'>= {low}'}, "
+                                f"got {value!r}")
+        return list(value)
+
+    def text(self, key: str, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.bad(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def overrides(self, key: str, value: Any) -> list[str]:
+        if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
+            raise self.bad(key, f'must be a list of "section.key=value" strings, got {value!r}')
+        for item in value:
+            if item.partition("=")[0].strip() in STUDY_KEYS:
+                raise self.bad(key, f"{item!r}: the study sets {item.partition('=')[0].strip()} for every run "
+                                    f"({', '.join(STUDY_KEYS)})")
+        return list(value)
+
+    def config_path(self, key: str, value: Any) -> Path:
+        from prover_cli.shipped import resolve_config
+
+        given = Path(self.text(key, value))
+        beside = self.path.parent / given
+        try:
+            return beside if not given.is_absolute() and beside.is_file() else resolve_config(given)
+        except ConfigError as exc:
+            raise self.bad(key, str(exc)) from None
+
+    def arm(self, arm_name: str, table: Any, base: Any, shared: list[str]) -> Arm:
+        where = f"arms.{arm_name}"
+        if "@" in arm_name or not arm_name.replace("-", "").replace("_", "").isalnum():
+            raise self.bad(where, "an arm name is letters, digits, - and _ only")
+        table = self.only(table, _ARM_KEYS, where)
+        method = table.get("method")
+        if method not in METHODS:
+            raise self.bad(f"{where}.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
+        if table.get("config", base) is None:
+            raise self.bad(f"{where}.config", "no base config: set study.config or the arm's config")
+        config = self.config_path(f"{where}.config" if "config" in table else "study.config", table.get("config", base))
+        return Arm(arm_name, method, config, shared + self.overrides(f"{where}.set", table.get("set", [])))
+
+    def comparison(self, table: Any, where: str, role: str, arms: dict[str, Arm], sizes: list[int]) -> Comparison:
+        table = self.only(table, _COMPARISON_KEYS, where)
+        sides = {side: self.side(table, where, side, arms, sizes) for side in ("a", "b")}
+        if sides["a"] == sides["b"]:
+            raise self.bad(where, "compares an arm at one size with itself")
+        metric = table.get("metric", "greedy")
+        if metric not in METRICS:
+            raise self.bad(f"{where}.metric", f"must be one of {', '.join(METRICS)}, got {metric!r}")
+        test = table.get("test", "difference")
+        if test not in TESTS:
+            raise self.bad(f"{where}.test", f"must be one of {', '.join(TESTS)}, got {test!r}")
+        numbers = {}
+        for key, default, low, high in (("margin", 0.0, 0.0, 1.0), ("alpha", 0.05, 0.0, 0.5), ("power", 0.8, 0.0, 1.0)):
+            value = table.get(key, default)
+            if type(value) not in (int, float) or not math.isfinite(value) or not low <= value < high \
+                    or (key != "margin" and value == low):
+                raise self.bad(f"{where}.{key}", f"must be a number in {'[' if key == 'margin' else '('}{low}, {high}), "
+                                                 f"got {value!r}")
+            numbers[key] = float(value)
+        if test == "non-inferiority" and numbers["margin"] <= 0:
+            raise self.bad(f"{where}.margin", "a non-inferiority test needs margin > 0 (how much worse is still acceptable)")
+        return Comparison(*sides["a"], *sides["b"], metric, test, role=role, **numbers)
+
+    def side(self, table: dict[str, Any], where: str, side: str, arms: dict[str, Arm], sizes: list[int]) -> tuple[str, int]:
+        arm = self.text(f"{where}.{side}", table.get(side))
+        if arm not in arms:
+            raise self.bad(f"{where}.{side}", f"unknown arm {arm!r} (arms: {', '.join(arms)})")
+        size = table.get(f"{side}_size", table.get("size", sizes[0] if len(sizes) == 1 else None))
+        if size is None:
+            raise self.bad(f"{where}.size", f"which training-set size? one of {sizes} (or a_size and b_size)")
+        if size not in sizes:
+            raise self.bad(f"{where}.{side}_size" if f"{side}_size" in table else f"{where}.size",
+                           f"{size!r} is not one of study.train_sizes {sizes}")
+        return arm, size
 
 
 def run_config(study: Study, arm: Arm, size: int, seed: int) -> Any:
@@ -405,7 +411,7 @@ def prepare_test_set(study: Study, runs: list[dict[str, Any]], reporter: Any = N
         if recorded != fingerprint:
             raise InputError(f"{problems_path}: the test set changed since the study started ({recorded} -> "
                              f"{fingerprint}); its runs are no longer comparable",
-                             hint=f"restore the file, or start the study in a new study.dir")
+                             hint="restore the file, or start the study in a new study.dir")
     else:
         from prover_cli.jsonl import write_text_atomic
 
@@ -434,7 +440,6 @@ def plan_study(study: Study, *, backend: str = "local", pilot: Sequence[str | Pa
     for run in runs:
         command = f"train_{run['method']}"
         cost = train_plan(run["config"], command=command, backend=backend)
-        heldout = cost.get("heldout_samples_total", 0)
         usd = cost.get("est_usd_total")
         total_samples += run["samples"]
         total_usd += usd or 0.0
@@ -826,7 +831,7 @@ def power_table(power: list[dict[str, Any]], title: str) -> dict[str, Any]:
             continue
         rows.append([p["comparison"], p["margin"], f"{p['seeds']} x {p['problems']}",
                      f"{math.sqrt(p['var_train']):.4f} / {math.sqrt(p['var_eval_per_problem']):.3f}",
-                     f"{p['power_at_these_seeds']:.2f}", p["seeds_needed"] or f"> 10,000",
+                     f"{p['power_at_these_seeds']:.2f}", p["seeds_needed"] or "> 10,000",
                      p["problems_needed_at_these_seeds"] or "none: training luck alone needs more seeds"])
     return {"title": title + " (docs/study.md: the formula)",
             "columns": ["comparison", "margin", "seeds x problems", "sd training / sd per problem",

@@ -8,7 +8,6 @@ training loop on the tiny model's real weights, then the probe through the CLI.
 import json
 import random
 import statistics
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -96,7 +96,6 @@ def test_update_applies_the_sum_of_terms_to_base_and_model():
     assert norm > 0 and moved.abs().max() > 0
     assert torch.equal(weights.base["q.weight"], model.q.weight.detach())
     # the update is sum_k c_k * eps_k: two noise streams, recomputed here independently
-    from prover_cli.es.noise import noise
     expected = original + (noise(stream_key(1, "q.weight"), 0, 8) * fp32(0.01)
                            + noise(stream_key(2, "q.weight"), 0, 8) * fp32(-0.02)).view(2, 4)
     assert torch.allclose(model.q.weight.detach(), expected, atol=1e-7)
@@ -114,7 +113,6 @@ def test_bf16_weights_keep_updates_that_per_member_rounding_would_lose():
     changed_fp32 = (weights.base["w"] != ones).float().mean()
 
     naive = ones.clone()
-    from prover_cli.es.noise import noise
     for key, coefficient in [(stream_key(7, "w"), fp32(0.0005))] * 16:
         naive = (naive.float() + noise(key, 0, 4096) * coefficient).to(torch.bfloat16)
     assert torch.equal(naive, ones)  # the published failure mode: every update rounded away

@@ -9,9 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from prover_cli.cli import app
 
 from test_robust import invoke, one_line, runner, sets  # noqa: E402,F401  (one CLI-case runner for the fault tables)
 

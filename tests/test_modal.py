@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import PATIENCE_S
-from modal_standin import SandboxStandIn, VolumeStandIn, sandboxes_running
+from modal_standin import VolumeStandIn, sandboxes_running
 from prover_cli import backends
 from prover_cli.on_modal import functions, images, remote, sandbox
 from prover_cli.on_modal import plan as modal_plan

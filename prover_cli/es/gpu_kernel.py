@@ -215,8 +215,6 @@ def status(device: Any = "cuda") -> str:
 
 
 def _check(tensor: Any, what: str, dtypes: tuple[Any, ...]) -> None:
-    import torch
-
     name = _device_name(tensor.device)
     if name not in _checking and not available(name):  # fail closed: never run an unchecked kernel
         raise ValueError(f"{what}: the ES GPU kernel is off on {name}: {_status[name]}")

@@ -29,7 +29,6 @@ import codecs
 import hashlib
 import json
 import math
-import os
 import sys
 from fractions import Fraction
 from pathlib import Path

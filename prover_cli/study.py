@@ -357,9 +357,14 @@ def run_state(config: Any) -> tuple[str, str]:
     try:
         done = json.loads(done_path.read_text(encoding="utf-8"))
         recorded = json.loads((directory / CODE_FILE).read_text(encoding="utf-8"))
-        stored = _toml_dict((directory / "config.toml").read_text(encoding="utf-8"))
+        (directory / "config.toml").read_text(encoding="utf-8")   # the run's own record is there too
     except (OSError, ValueError) as exc:
         return "stale", f"its records cannot be read ({exc}): trained again"
+    # The config the study planned for the run, as recorded when it finished: on Modal the run's own
+    # config.toml holds the Volume's paths (`to_wire`), so it is not what to compare with.
+    stored = done.get("config")
+    if not isinstance(stored, dict):
+        return "stale", "its study-run.json records no planned config: trained again"
     now = code_version()
     for record, label in ((recorded, CODE_FILE), (done.get("code"), DONE_FILE)):
         if record != now:
@@ -520,13 +525,14 @@ def _mark_done(run: dict[str, Any], fingerprint: dict[str, Any]) -> None:
         raise InputError(f"{run['dir']}: evaluated on another test set than the study's ({fingerprint['sha256'][:12]})")
     write_text_atomic(run["dir"] / DONE_FILE, json.dumps(
         {"arm": run["arm"], "method": run["method"], "train_size": run["size"], "seed": run["seed"],
-         "code": code_version(), "test_set": fingerprint}, indent=2, sort_keys=True) + "\n")
+         "code": code_version(), "test_set": fingerprint, "config": _toml_dict(run["config"].to_toml())},
+        indent=2, sort_keys=True) + "\n")
 
 
 def _run_on_modal(todo: list[dict[str, Any]], reporter: Any) -> None:
     """Whole runs fanned out on Modal, one `train_es` / `train_grpo` call each (functions.study_runs),
     each writing its own directory on the runs Volume; the small files come back to the same paths.
-    Not exercised by the tests: the Modal stand-in (tests/modal_standin.py) has no Function `.map`."""
+    tests/test_study.py runs it with the Volume stand-in and each call in a stand-in container."""
     from prover_cli import backends
 
     remote = backends.modal_module("prover_cli.on_modal.remote")
@@ -542,6 +548,11 @@ def _run_on_modal(todo: list[dict[str, Any]], reporter: Any) -> None:
         name = f"train_{method}"
         wires = [remote.to_wire(name, run["config"], {"resume": False}) for run in batch]
         with modal.enable_output(), remote.app.run():
+            for config, _, _ in wires:   # a stale run is trained whole on the Volume too, never on top
+                try:
+                    remote.runs_volume.remove_file(config["run"]["dir"], recursive=True)
+                except modal.exception.NotFoundError:
+                    pass
             remote.upload([upload for _, _, uploads in wires for upload in uploads])
             results = functions.study_runs(name, [(config, kwargs) for config, kwargs, _ in wires], batch[0]["config"])
         for run, (config, kwargs, _), result in zip(batch, wires, results):

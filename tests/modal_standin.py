@@ -198,6 +198,22 @@ class VolumeStandIn:
 
         yield types.SimpleNamespace(put_file=put_file, put_directory=put_directory)
 
+    def remove_file(self, path: str, recursive: bool = False) -> None:
+        """`Volume.remove_file(path, recursive=False)` (modal 1.6.4): a file, or with `recursive`
+        a directory and all below it; a path that is not there is NotFoundError. A directory
+        without `recursive` is refused here (stricter than assuming the server removes it)."""
+        key = path.strip("/")
+        below = [rel for rel in self._committed if rel.startswith(key + "/")]
+        if key in self._committed:
+            del self._committed[key]
+        elif below and recursive:
+            for rel in below:
+                del self._committed[rel]
+        elif below:
+            raise modal.exception.InvalidError(f"{path} is a directory: remove_file(..., recursive=True)")
+        else:
+            raise modal.exception.NotFoundError(f"No such file or directory: {path}")
+
     def read_file(self, path: str) -> Iterator[bytes]:
         key = path.lstrip("/")
         if key not in self._committed:

@@ -280,3 +280,76 @@ def test_a_training_size_the_split_cannot_hold_fails_before_any_run(tmp_path):
     with pytest.raises(InputError, match="data.train_size = 10000 but the training split has"):
         run_study(load_study(path))
     assert not (tmp_path / "study" / "runs").exists()  # nothing trained
+
+
+# -- `prover study run --backend modal`: whole runs fanned out, through the run's Modal function ------
+
+class ContainerRuns:
+    """`train_es` / `train_grpo` as `functions.study_runs` calls them (`with_options`, then
+    `fan_out`, which under `modal.is_local()` calls `.local(config, kwargs)` one run after another).
+    Each call is a fresh stand-in container (tests/modal_standin.py): its mount shows what the
+    Volume had committed, the library runs there with the Volume's paths (`to_wire`), and the
+    container commits at the end, as the real function does; the local side reads back only what
+    was committed. Not Modal: a test of our wiring around it."""
+
+    def __init__(self, name, volume):
+        self.name, self.volume, self.calls = name, volume, []
+
+    def with_options(self, **options):
+        self.options = options
+        return self
+
+    def local(self, config, kwargs):
+        import os
+
+        from prover_cli import backends
+        from prover_cli.config import config_from_dict
+
+        self.calls.append(config["run"]["dir"])
+        with self.volume._container(f"{self.name}-{len(self.calls)}"):
+            here = os.getcwd()
+            os.chdir(self.volume._mount)
+            try:
+                result = backends.run("local", self.name, config_from_dict(config), resume=kwargs["resume"])
+            finally:
+                os.chdir(here)
+            self.volume.commit()
+        return result
+
+
+def test_a_study_on_modal_fans_whole_runs_out_and_pulls_what_it_reports_on(tmp_path, monkeypatch):
+    import torch
+
+    from modal_standin import VolumeStandIn
+    from prover_cli.on_modal import functions, remote
+    from test_modal import FakeApp
+
+    torch.set_num_threads(1)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-standin")   # credentials present; nothing reaches Modal
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-standin")
+    volume = VolumeStandIn(tmp_path / "volume")
+    monkeypatch.setattr(remote, "runs_volume", volume)
+    monkeypatch.setattr(remote, "app", FakeApp())
+    fakes = {name: ContainerRuns(name, volume) for name in ("train_es", "train_grpo")}
+    for name, fake in fakes.items():
+        monkeypatch.setitem(functions.REMOTE_FUNCTIONS, name, fake)
+    path = tmp_path / "study.toml"
+    path.write_text(study_text(Path("study")), encoding="utf-8")   # relative: the Volume's paths are too
+    study = load_study(path)
+
+    first = run_study(study, backend="modal")
+    assert (first["trained"], first["reused"]) == (8, 0)
+    assert sorted(fakes["train_es"].calls) == sorted(f"study/runs/es/n{n}/seed{s}" for n in (4, 8) for s in (0, 1))
+    assert len(fakes["train_grpo"].calls) == 4 and "gpu" in fakes["train_es"].options   # the run's own resources
+    for n in (4, 8):   # what the report reads came back from the Volume, with the code that made it
+        run = Path("study/runs/grpo") / f"n{n}" / "seed0"
+        assert {"metrics.jsonl", "config.toml", "code.json", "study-run.json"} <= {p.name for p in run.iterdir()}
+    again = run_study(study, backend="modal")
+    assert (again["trained"], again["reused"]) == (0, 8) and len(fakes["train_es"].calls) == 4
+    report = report_study(study)
+    assert report["primary"][0]["seeds"] == [0, 1]
+    # A stale run is trained again whole, on the Volume too (its old ledger would refuse the run).
+    (Path("study/runs/es/n8/seed1") / "study-run.json").unlink()
+    third = run_study(study, backend="modal")
+    assert (third["trained"], third["reused"]) == (1, 7) and fakes["train_es"].calls[-1] == "study/runs/es/n8/seed1"

@@ -189,8 +189,8 @@ def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = 
     }
     if any(a["heldout"] for a in arm_summaries) and min(len(arm["runs"]) for arm in arms) < 2:
         result["note"] = ("one run per arm: its intervals cover the held-out problems and samples, not the luck of "
-                          "training, so they cannot say which method is better; report several seeds per method "
-                          "(benchmarks/bench_demo.py runs 10 of the demo)")
+                          "training, so they cannot say which method is better; run several seeds per method as a "
+                          "study designed before it runs (`prover study run demo`, docs/study.md)")
     for run in runs:
         with_malformed(result, run["dir"] / METRICS_FILE, run["malformed"])
     return result

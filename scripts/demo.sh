@@ -69,6 +69,6 @@ held-out problems and samples, not the luck of training, and over 10 seeds the s
 changes from seed to seed on both metrics. What answers it is a study, designed before it runs
 (docs/study.md): ES and GRPO at two training-set sizes on one test set, over several seeds,
 the pre-registered comparison first; `demo-10seeds` is the README's 10 fresh seeds with null controls:
-    prover study run demo && prover study report demo
+    prover study run demo          # trains what is missing, then reports (docs/study.md)
     .venv/bin/python benchmarks/bench_demo.py --study demo-10seeds
 EOF

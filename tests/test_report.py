@@ -417,7 +417,7 @@ def test_one_seed_per_arm_pairs_problem_by_problem_and_says_it_cannot_decide(tmp
     final = result["arms"][0]["heldout"]["sampled"]["final"]  # one run: its own interval
     assert (final["lo"], final["hi"]) == (json.loads((es / "metrics.jsonl").read_text().splitlines()[-1])[
         "eval/verified_rate_lo"], json.loads((es / "metrics.jsonl").read_text().splitlines()[-1])["eval/verified_rate_hi"])
-    assert "cannot say which method is better" in result["note"] and "bench_demo" in result["note"]
+    assert "cannot say which method is better" in result["note"] and "prover study run" in result["note"]
     assert result["tables"][0]["title"].startswith("held-out verified rate")  # the headline: held-out
     assert result["tables"][-1]["title"].startswith("training diagnostic") and result["tables"][-1]["title"].endswith(
         "per run")  # one run per arm: the per-run diagnostic

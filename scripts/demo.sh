@@ -65,8 +65,8 @@ PY
 cat <<'EOF'
 
 One seed per method cannot say whether ES or GRPO learns more here: the intervals above cover the
-held-out problems and samples, not the luck of training, and over 10 seeds the sign of ES - GRPO
-changes from seed to seed on both metrics. What answers it is a study, designed before it runs
+held-out problems and samples, not the luck of training, and from seed to seed ES - GRPO moves by
+more than these lines' gaps. What answers it is a study, designed before it runs
 (docs/study.md): ES and GRPO at two training-set sizes on one test set, over several seeds,
 the pre-registered comparison first; `demo-10seeds` is the README's 10 fresh seeds with null controls:
     prover study run demo          # trains what is missing, then reports (docs/study.md)

@@ -198,11 +198,12 @@ class VerifyConfig:
                                   "process, then checks each proof against it); SafeVerify takes one per process. "
                                   "A batch whose process fails is split until each proof has its own verdict.",
                                   min=1, max=4096)
-    kernel_check_workers: int = _key(0, "Kernel-stage checks at a time (each: one `lean -o` and one SafeVerify "
-                                     "process, or on Modal a fresh Sandbox each); 0 = verify.workers; at most 1024.",
+    kernel_check_workers: int = _key(0, "Kernel-stage steps at a time (`lean -o` of one proof, or one checker "
+                                     "process: a batch with `prover_check`, one proof with SafeVerify; on Modal a "
+                                     "fresh Sandbox each); 0 = verify.workers; at most 1024.",
                                      min=0, max=WORKERS_MAX)
     kernel_check_timeout_s: float = _key(600.0, "Wall-clock limit for each kernel-stage process (`lean -o` of one proof, "
-                                         "one SafeVerify run), seconds; each imports the header (Mathlib) afresh.",
+                                         "one checker run), seconds; each imports the header (Mathlib) afresh.",
                                          min=0.0, min_exclusive=True)
     max_proof_chars: int = _key(200000, "Longest untrusted text (a proof, or a completion's lean block) checked, characters; longer is `rejected` before Lean.", min=1)
     kimina_url: str = _key("http://localhost:8000", "Kimina Lean Server URL (backend `kimina`).")

@@ -340,6 +340,12 @@ class ModalConfig:
                                         "(host RAM for the weights and the engine); billed, used or not.",
                                         min=1, max=GPU_CONTAINER_MEMORY_GB_MAX)
     max_containers: int = _key(30, "Upper bound on parallel GPU containers (ES: one per member).", min=1)
+    es_member_gpus: int = _key(0, "ES members' schedule: 0 = one GPU container per member, all at once, each "
+                               "waiting for Lean (the barrier schedule); N > 0 = N GPU containers that each "
+                               "evaluate their share of the members one after another, handing each member's "
+                               "proofs to Lean and going on (the pipelined schedule, docs/modal.md).", min=0)
+    es_members_per_gpu: int = _key(1, "Pipelined schedule only: members resident on one GPU at once, each its own "
+                                   "engine with 1/N of `sampling.gpu_memory_utilization`.", min=1, max=16)
     verify_cpus: float = _key(8.0, "CPU cores per verification container.", min=0.25)
     verify_memory_gb: int = _key(64, "Memory per verification container, GiB: at least `verify.workers` x "
                                  "`verify.memory_limit_gb` (4 x 16 by default), or the plan warns.", min=1)

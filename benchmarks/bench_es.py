@@ -3,7 +3,7 @@
     python benchmarks/bench_es.py                 # CPU
     python benchmarks/bench_es.py --device cuda   # the same on a GPU, with GB/s next to the device's bandwidth
 
-1. noise: our integer-hash noise (the fused kernel on CPU) vs torch.randn, same elements, same device
+1. noise: our integer-hash noise (the fused C pass on CPU) vs torch.randn, same elements, same device
 2. perturb + restore of every weight vs one clone() of them (an fp32 model of --params elements,
    and a bf16 model with its fp32 master), with the bytes moved per second
 3. update: one fused pass per tensor for all population/2 terms vs one clone
@@ -71,14 +71,14 @@ def device_bandwidth_gbs(device: str) -> str:
 def bench_noise(device: str, elements: int) -> None:
     import torch
 
-    from prover_cli.es import kernel
+    from prover_cli.es import fused_cpu
     from prover_cli.es.noise import noise, noise_eager, stream_key
     from prover_cli.es.noise_definition import GPU_CHUNK
 
-    from prover_cli.es import gpu_kernel
+    from prover_cli.es import fused_gpu
 
     key = stream_key(0, "bench")
-    fused = kernel.available() if device == "cpu" else gpu_kernel.available(device)
+    fused = fused_cpu.available() if device == "cpu" else fused_gpu.available(device)
     times = side_by_side({"ours": lambda: noise(key, 0, elements, device),
                           "randn": lambda: torch.randn(elements, device=device)})
     ours, randn = times["ours"], times["randn"]
@@ -86,7 +86,7 @@ def bench_noise(device: str, elements: int) -> None:
     slow = side_by_side({"eager": lambda: [noise_eager(key, s, min(s + step, elements), device)
                                            for s in range(0, elements, step)],
                          "randn": lambda: torch.randn(elements, device=device)}, repeats=2)
-    print(f"noise      {elements:,} fp32 on {device} ({('fused kernel' if device == 'cpu' else 'fused Triton kernel') if fused else 'eager torch ops'}): "
+    print(f"noise      {elements:,} fp32 on {device} ({('fused C pass' if device == 'cpu' else 'fused Triton pass') if fused else 'eager torch ops'}): "
           f"ours {ours * 1e3:.1f} ms, torch.randn {randn * 1e3:.1f} ms -> ratio {ours / randn:.2f}x "
           f"(eager ops: {slow['eager'] / slow['randn']:.2f}x; {elements * 4 / ours / 1e9:.1f} GB/s written)")
 
@@ -186,16 +186,16 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from prover_cli.es import kernel
+    from prover_cli.es import fused_cpu
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
 
-    print(f"kernel     fused CPU kernel: {kernel.status()}")
+    print(f"fused      fused CPU path: {fused_cpu.status()}")
     if args.device == "cuda":
-        from prover_cli.es import gpu_kernel
+        from prover_cli.es import fused_gpu
 
-        print(f"kernel     fused GPU kernel (Triton): {gpu_kernel.status('cuda')}")
+        print(f"fused      fused GPU path (Triton): {fused_gpu.status('cuda')}")
     bench_noise(args.device, args.elements)
     bench_perturb(args.device, args.params)
     if not args.skip_ledger:

@@ -4,8 +4,8 @@
 - `modal` calls the same function, declared as a Modal function in `prover_cli/on_modal/`,
   remotely. The call goes through `MODAL_RUNNER`, a seam that tests replace with a fake.
 
-Every command names its work by a key of `FUNCTIONS`; the value is "module:function". A stage
-whose module is not present fails with one honest sentence instead of an ImportError.
+Every command names its work by a key of `FUNCTIONS`; the value is "module:function", imported
+only when the command runs, so `prover --help` never imports torch, vLLM or Modal.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from prover_cli.errors import BackendError, NotBuiltError
+from prover_cli.errors import BackendError
 
 FUNCTIONS: dict[str, str] = {
     "prepare_data": "prover_cli.data:prepare_data",
@@ -48,15 +48,9 @@ def check_backend(value: str) -> str:
 
 
 def resolve(name: str) -> Callable[..., Any]:
+    """The library function of command `name`, imported now (lazily: heavy imports wait for a run)."""
     module_name, _, attr = FUNCTIONS[name].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (exc.name == module_name or module_name.startswith(exc.name + ".")):
-            raise NotBuiltError(f"`{name.replace('_', ' ')}` is not built in this version of prover "
-                                f"(module {module_name} is missing)") from None
-        raise
-    return getattr(module, attr)
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def run(backend: str, name: str, config: Any, /, **kwargs: Any) -> Any:
@@ -93,8 +87,6 @@ def modal_module(module_name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name == "modal":
             raise BackendError("--backend modal needs the `modal` package: pip install 'modal==1.6.*'") from None
-        if exc.name and exc.name.startswith("prover_cli.on_modal"):
-            raise NotBuiltError("--backend modal is not built in this version of prover") from None
         raise
 
 

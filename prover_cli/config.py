@@ -343,14 +343,20 @@ class ModalConfig:
     es_member_gpus: int = _key(0, "ES members' schedule: 0 = one GPU container per member, all at once, each "
                                "waiting for Lean (the barrier schedule); N > 0 = N GPU containers that each "
                                "evaluate their share of the members one after another, handing each member's "
-                               "proofs to Lean and going on (the pipelined schedule, docs/modal.md).", min=0)
+                               "proofs to Lean and going on (the pipelined schedule, docs/modal.md); the ES "
+                               "loop's own GPU container comes on top of the N.", min=0)
     es_members_per_gpu: int = _key(1, "Pipelined schedule only: members resident on one GPU at once, each its own "
-                                   "engine with 1/N of `sampling.gpu_memory_utilization`.", min=1, max=16)
-    verify_cpus: float = _key(8.0, "CPU cores per verification container.", min=0.25)
-    verify_memory_gb: int = _key(64, "Memory per verification container, GiB: at least `verify.workers` x "
+                                   "engine with 1/N of `generate.gpu_memory_utilization`.", min=1, max=16)
+    calibration: str = _key("", "A calibration file written by `prover doctor --backend modal` (docs/modal.md, "
+                            "*Calibration*): its measured figures replace the `modal.est_*` estimates in the plan. "
+                            "\"\" = the doctor's default output for this GPU and model, if there is one "
+                            "(`~/.cache/prover-cli/calibration/`, `PROVER_CALIBRATION_DIR` overrides); \"none\" = "
+                            "never. A named file measured on another GPU, model or config is refused.")
+    verify_cpus: float = _key(8.0, "CPU cores of a batch's worth of verification Sandboxes: each of its `verify.workers` REPL Sandboxes gets 1/workers of them.", min=0.25)
+    verify_memory_gb: int = _key(64, "Memory of a batch's worth of verification Sandboxes, GiB, shared out as the cores are: at least `verify.workers` x "
                                  "`verify.memory_limit_gb` (4 x 16 by default), or the plan warns.", min=1)
-    verify_batch_size: int = _key(64, "Proofs per verification call (each call is isolated).", min=1)
-    verify_max_containers: int = _key(100, "Upper bound on parallel verification containers.", min=1)
+    verify_batch_size: int = _key(64, "Proofs per batch: sets how many REPL Sandboxes a call gets (ceil(proofs / this), each worth `verify.workers` REPLs) and how many proofs a REPL Sandbox checks before it is recycled.", min=1)
+    verify_max_containers: int = _key(100, "Upper bound on batches verified at once (each `verify.workers` REPL Sandboxes).", min=1)
     timeout_min: int = _key(60, "Timeout of one remote call, minutes.", min=1)
     retries: int = _key(2, "Retries of a failed remote call.", min=0)
     models_volume: str = _key("prover-models", "Volume holding base model weights.")
@@ -385,6 +391,14 @@ class ModalConfig:
                                       min=0.0)
     est_pass_rate: float = _key(1.0, "Cost estimate: fraction of proofs the fast path calls verified; only those go "
                                 "through the kernel stage (1.0 = every proof: an upper bound).", min=0.0, max=1.0)
+    est_update_s: float = _key(30.0, "Cost estimate: seconds the ES loop spends after an iteration's last verdict "
+                               "(the fp32 update, the ledger write and commit) while every GPU waits; ASSUMED, not "
+                               "measured.", min=0.0)
+    est_resident_slowdown: float = _key(0.25, "Cost estimate, pipelined ES schedule: each further member generating "
+                                        "on the same GPU at once (`modal.es_members_per_gpu`) makes that GPU's "
+                                        "generation this fraction of one member's slower; ASSUMED (vLLM engines "
+                                        "sharing a GPU contend for its memory bandwidth), only a run on the GPU can "
+                                        "say.", min=0.0)
     est_replay_s_per_iteration: float = _key(25.0, "Cost estimate: seconds a cold ES member needs to replay one ledger "
                                              "iteration (noise, update, fingerprint of every weight) before it "
                                              "generates; the plan prints the worst case.", min=0.0)
@@ -464,6 +478,12 @@ class Config:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def check_problems_per_iteration(self, split_size: int) -> None:
+        """Validation once a run has read its training split (`split_size` problems of
+        `data.train_split`): es.problems_per_iteration cannot exceed it, since each iteration draws
+        that many distinct problems. The config checks itself, as load_config does the rest."""
+        _check_problems_per_iteration(self, split_size)
 
     def to_toml(self) -> str:
         """The resolved config as TOML (written into the run directory when a run starts)."""
@@ -703,9 +723,8 @@ def check_key(dotted: str, value: Any, where: str) -> Any:
     return _check_value(where, value, get_type_hints(cls)[key], meta)
 
 
-def check_problems_per_iteration(config: Config, split_size: int) -> None:
-    """es.problems_per_iteration cannot exceed the problems of `data.train_split` (checked when a
-    run has read them): each iteration draws that many distinct problems."""
+def _check_problems_per_iteration(config: Config, split_size: int) -> None:
+    """Config.check_problems_per_iteration (the validation that needs the training split's size)."""
     if config.es.problems_per_iteration > split_size:
         raise ConfigError(
             f"{_where(config, 'es.problems_per_iteration')}: more than the {split_size:,} problems of the training "

@@ -60,14 +60,14 @@ eval). Rows filtered on purpose (the reasons above) do not change the exit code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from prover_cli import streams
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import BadLine, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -707,10 +707,8 @@ def _map_rows(rows: list[Row], preset: str, label: str, config: Any, limit: int,
 
 
 def seeded_split(problem_id: str, seed: int, valid_fraction: float) -> str:
-    """`valid` or `train`, a pure function of (seed, id): stable when other rows come and go."""
-    digest = hashlib.sha256(f"prover-split:{seed}:{problem_id}".encode()).digest()
-    unit = int.from_bytes(digest[:8], "big") / 2**64
-    return "valid" if unit < valid_fraction else "train"
+    """`valid` or `train`, a pure function of (seed, id): stable when other rows come and go (stream `split`)."""
+    return "valid" if streams.split_unit(seed, problem_id) < valid_fraction else "train"
 
 
 _FIELD_ORDER = ("id", "formal_statement", "header", "informal_statement", "informal_prefix", "split", "source",
@@ -779,11 +777,3 @@ def _summary(report: Report, out: Path, label: str, preset: str, files: int) -> 
         "splits": dict(sorted(splits.items())),
         "tables": tables,
     }
-
-
-def iter_problems(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Problems of a problems.jsonl we wrote: (line, problem); a bad line is an InputError naming it."""
-    for line_no, obj in read_jsonl(path):
-        if isinstance(obj, BadLine):
-            raise InputError(f"{path}:{line_no}: {obj.reason}")
-        yield line_no, obj

@@ -52,7 +52,7 @@ def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
     from prover_cli.progress import NULL_REPORTER
     from prover_cli.samplers import load_sampler
 
-    sampler = load_sampler(config)
+    sampler = load_sampler(config.model, config.generate)
     return evaluate_base(sampler, config, heldout_problems(config), weights_sha256(sampler.model),
                          reporter=reporter or NULL_REPORTER)
 

@@ -50,22 +50,22 @@ def check_torch() -> list[Check]:
     return checks
 
 
-def check_es_kernels() -> list[Check]:
-    """The fused ES arithmetic: the C kernel on CPU, the Triton one on each visible GPU."""
+def check_es_fused() -> list[Check]:
+    """The fused ES arithmetic: the C pass on CPU (es/fused_cpu.py), the Triton one on each visible GPU."""
     if importlib.util.find_spec("torch") is None:
         return []
     import torch
 
-    from prover_cli.es import gpu_kernel, kernel
+    from prover_cli.es import fused_cpu, fused_gpu
 
-    checks = [Check("es kernel (cpu)", kernel.available(), kernel.status(),
-                    "" if kernel.available() else "install a C compiler (gcc) for the fused kernel; "
+    checks = [Check("es fused (cpu)", fused_cpu.available(), fused_cpu.status(),
+                    "" if fused_cpu.available() else "install a C compiler (gcc) for the fused path; "
                     "the eager torch path gives the same bits, slower")]
     if torch.cuda.is_available():
-        ok = gpu_kernel.available("cuda")
-        checks.append(Check("es kernel (cuda)", ok, gpu_kernel.status("cuda"),
+        ok = fused_gpu.available("cuda")
+        checks.append(Check("es fused (cuda)", ok, fused_gpu.status("cuda"),
                             "" if ok else "the eager torch path gives the same bits, slower; the fused "
-                            "kernel needs triton (it ships with CUDA builds of torch)"))
+                            "path needs triton (it ships with CUDA builds of torch)"))
     return checks
 
 
@@ -152,8 +152,9 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
 
 def check_kernel_checker(verify_config: Any) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
-    from prover_cli.verify.kernel import (CHECKER, checker_command, describe_installed_checker, pin_for, pin_warning,
-                                          toolchain_version)
+    from prover_cli.errors import ProverError
+    from prover_cli.verify.kernel import (CHECKER, checker_command, checker_manifest_problem, describe_installed_checker,
+                                          pin_for, pin_warning, toolchain_version)
 
     name = "kernel checker"
     if not verify_config.kernel_check:
@@ -181,6 +182,12 @@ def check_kernel_checker(verify_config: Any) -> Check:
     if info["commit"] != pin.commit:
         return Check(name, False, f"{where} (Lean {info['toolchain']}) is at {commit[:12]}, not the pinned "
                                   f"{pin.describe}", build)
+    try:
+        packages = checker_manifest_problem(verify_config, pin)
+    except ProverError as exc:
+        packages = str(exc)
+    if packages is not None:
+        return Check(name, False, f"{where}: {packages}", build)
     gap = pin_warning(verify_config)
     return Check(name, True, f"{where}: {pin.describe}" + (f"; warning: {gap}" if gap else ""))
 
@@ -217,7 +224,7 @@ def check_modal_credentials() -> Check:
 def run_doctor(config: Any) -> list[Check]:
     checks = [check_python()]
     checks += check_torch()
-    checks += check_es_kernels()
+    checks += check_es_fused()
     checks.append(check_package("transformers", "pip install 'transformers>=4.57'"))
     checks.append(check_package("trl", "pip install 'trl==1.16.*' (needed by `train grpo`)"))
     checks.append(check_package("vllm", "optional, GPU only: pip install 'prover-cli[gpu]'"))

@@ -43,10 +43,6 @@ class BackendError(ProverError):
     hint = "run `prover doctor` to see what this machine has"
 
 
-class NotBuiltError(ProverError):
-    """A stage that this version of prover does not provide yet."""
-
-
 class ReplayMismatchError(ProverError):
     """Replaying a seed ledger produced weights whose fingerprint differs from the record."""
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from prover_cli.errors import ConfigError, InputError, NotBuiltError
+from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
 from prover_cli.problems import eval_problems_path
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -308,7 +308,8 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
     if ledger is not None:
         if not ledger.is_file():
             raise InputError(f"{ledger}: ledger not found")
-        replay_seeds = _stage("prover_cli.es.replay", "replay_seeds")
+        from prover_cli.es.replay import replay_seeds  # torch: imported only when a ledger is given
+
         ledger_sha = hashlib.sha256(ledger.read_bytes()).hexdigest()
         model_dir = base / f"model-{ledger_sha[:12]}"
         reporter.log(f"rebuilding the weights of {ledger} into {model_dir}")
@@ -333,7 +334,8 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
                                  model_label=model_label, family_name=config.model.name if ledger else None,
                                  reporter=reporter, problems_label=str(problems_path))
     if config.data.task == "lean":
-        verify_file = _stage("prover_cli.verify", "verify_file")
+        from prover_cli.verify import verify_file
+
         verify_file(config, proofs_path=samples_path, out_path=verdicts_path, reporter=reporter)
     else:
         _score_with_task(config, samples_path, verdicts_path, reporter)
@@ -355,19 +357,6 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
         "tokens_per_s": generated["tokens_per_s"], "family": generated.get("family"),
     })
     return with_malformed(with_malformed(result, problems_path, bad_problems), verdicts_path, bad_verdicts)
-
-
-def _stage(module_name: str, attr: str) -> Any:
-    """Another stage's library function, imported when needed; its absence is one honest sentence."""
-    import importlib
-
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise NotBuiltError(f"eval needs {module_name}, which is not built in this version of prover") from None
-        raise
-    return getattr(module, attr)
 
 
 def _identity(config: Any, model_label: str) -> dict[str, Any]:

@@ -23,11 +23,11 @@ samples of a problem together but the problems of a chunk one after another.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
+from prover_cli import streams
 from prover_cli.errors import InputError
 from prover_cli.jsonl import ResumableWriter, fields_first
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -60,12 +60,6 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
     result = generate_samples(config, problems, out, n=config.generate.n, model=model, reporter=reporter,
                               problems_label=str(path), sampler=sampler)
     return with_malformed(result, path, malformed)
-
-
-def problem_seed(base_seed: int, problem_id: str) -> int:
-    """The sampling seed of one problem: a pure function of (generate.seed, problem id)."""
-    digest = hashlib.sha256(f"prover-generate:{base_seed}:{problem_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, n: int, model: str | None = None,
@@ -106,14 +100,14 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         start_time = time.monotonic()
         sampling_s = 0.0
         if todo:
-            sampler = sampler or load_sampler(config, model_path=model)
+            sampler = sampler or load_sampler(config.model, config.generate, model_path=model)
             sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
             batch_size = config.generate.batch_size
             with reporter.task("generate", total=len(todo) * n, unit="samples") as progress:
                 for start in range(0, len(todo), batch_size):
                     chunk = todo[start:start + batch_size]
-                    seeds = [problem_seed(config.generate.seed, problem["id"]) for problem in chunk]
-                    outputs = rollout.sample(sampler, task, chunk, sampling_params(config, n=n), family, seeds=seeds)
+                    seeds = [streams.generate_problem_seed(config.generate.seed, problem["id"]) for problem in chunk]
+                    outputs = rollout.sample(sampler, task, chunk, sampling_params(config.generate, n=n), family, seeds=seeds)
                     completion_tokens += _write_samples(writer, chunk, outputs, seeds, n, task_name,
                                                         family, model_label, counts)
                     sampling_s = time.monotonic() - sampling_start
@@ -196,7 +190,7 @@ def _check_resume(previous: dict[str, Any] | None, problem: dict[str, Any], base
                   out: Path) -> None:
     if previous is None:
         return
-    expected_seed = problem_seed(base_seed, problem["id"])
+    expected_seed = streams.generate_problem_seed(base_seed, problem["id"])
     if previous.get("seed") != expected_seed or previous.get("model") != model_label:
         raise InputError(
             f"{out}: samples of {problem['id']!r} were generated with model {previous.get('model')!r} and seed "

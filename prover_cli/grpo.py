@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import sys
 import time
@@ -62,6 +61,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from prover_cli import streams
 from prover_cli.errors import BackendError, ConfigError, InputError
 from prover_cli.progress import NULL_REPORTER
 
@@ -117,7 +117,7 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
     from transformers import PrinterCallback, ProgressCallback
 
     with reporter.task("grpo", total=config.grpo.steps, unit="steps") as progress, warnings.catch_warnings(), \
-            open_tracker(config, resumed_from=resumed_from) as tracker:
+            open_tracker(config.run, hyperparameters=config.to_dict(), resumed_from=resumed_from) as tracker:
         # TRL 1.16 still calls the old name inside the trainer; nothing for the user to change.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
         progress.advance(resumed_from)
@@ -461,19 +461,15 @@ def shuffle_in_groups(rewards: list[float], prompts: list[str], completions: lis
     TRL's sampler repeats each prompt `num_generations` times in a row and normalises advantages
     per such group, so a permutation inside a group keeps every group's rewards and removes
     their link to the completions. The permutation is seeded by the run seed and the group's
-    own texts: the same group gets the same permutation on a resumed run."""
-    import random
-
+    own texts: the same group gets the same permutation on a resumed run (stream `grpo-shuffle`)."""
     if len(rewards) % group:
         raise ValueError(f"{len(rewards)} rewards are not whole groups of {group}")
     out: list[float] = []
     for start in range(0, len(rewards), group):
         if len(set(prompts[start:start + group])) != 1:
             raise ValueError(f"completions {start}..{start + group - 1} are not one prompt's group")
-        digest = hashlib.sha256("\x00".join([f"grpo-shuffle|{run_seed}", prompts[start],
-                                             *completions[start:start + group]]).encode()).digest()
         order = list(range(start, start + group))
-        random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
+        streams.grpo_shuffle_rng(run_seed, prompts[start], completions[start:start + group]).shuffle(order)
         out.extend(rewards[i] for i in order)
     return out
 
@@ -590,12 +586,12 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype:
         shuffle_dataset=True,
         remove_unused_columns=False,  # the reward needs the problem columns
         # -- determinism, logging, saving ------------------------------------------------------
-        seed=config.run.seed,
-        data_seed=config.run.seed,
+        seed=streams.grpo_trainer_seed(config.run.seed),
+        data_seed=streams.grpo_trainer_seed(config.run.seed),
         logging_steps=1,
         **checkpointing(g.save_every),
         report_to=trackers or "none",  # TRL's own curves; ours go through prover_cli/tracking.py
-        run_name=run_name(config),
+        run_name=run_name(config.run.dir),
         project=project_name("trackio"),  # trackio resumes the run our tracker opened (same project+name)
         log_completions=False,
         disable_tqdm=True,  # progress goes through our reporter
@@ -649,7 +645,8 @@ class HeldOutEvaluation:
         if self.trainer is not None and self.config.grpo.use_vllm:
             sampler = colocated_vllm_sampler(self.trainer, self.config)
         else:
-            sampler = TransformersSampler(self.config, model=model, tokenizer=self.tokenizer)
+            sampler = TransformersSampler(self.config.model, self.config.generate, model=model,
+                                          tokenizer=self.tokenizer)
         device_type = next(model.parameters()).device.type
         # The autocast grpo_args gives the Trainer: bf16 anywhere, fp16 on CUDA only.
         autocasts = self.compute_dtype != model.dtype and (self.compute_dtype == torch.bfloat16 or device_type == "cuda")
@@ -686,7 +683,7 @@ def colocated_vllm_sampler(trainer: Any, config: Any) -> Any:
     if trainer.state.global_step != trainer._last_loaded_step:
         generation.sync_weights()
         trainer._last_loaded_step = trainer.state.global_step
-    return VLLMSampler.from_engine(config, generation.llm)
+    return VLLMSampler.from_engine(generation.llm)
 
 
 def place_trl_tensorboard(trainer: Any, run_dir: Path) -> None:

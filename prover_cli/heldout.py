@@ -59,9 +59,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from prover_cli import streams
 from prover_cli.problems import heldout_problems
 from prover_cli.progress import NULL_REPORTER
-from prover_cli.seeds import derive_seed
 
 EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_hi", "eval/greedy_verified_rate",
              "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate", "eval/reward_mean",
@@ -84,8 +84,7 @@ def heldout_params(config: Any):
     from prover_cli.samplers import SamplingParams
 
     return SamplingParams(n=config.run.eval_n, temperature=config.run.eval_temperature, top_p=config.generate.top_p,
-                          max_tokens=config.generate.max_tokens,
-                          seed=derive_seed("heldout-sampling", config.run.seed, bits=31))
+                          max_tokens=config.generate.max_tokens, seed=streams.heldout_sampling_seed(config.run.seed))
 
 
 @contextlib.contextmanager
@@ -179,7 +178,7 @@ def greedy_params(config: Any):
     from prover_cli.samplers import SamplingParams
 
     return SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=config.generate.max_tokens,
-                          seed=derive_seed("heldout-sampling", config.run.seed, bits=31))
+                          seed=streams.heldout_sampling_seed(config.run.seed))
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,8 +243,8 @@ def base_record(method: str, task: str, evaluation: dict[str, Any]) -> dict[str,
 
 
 def weights_sha256(model: Any) -> str:
-    """The fingerprint ES records for the base (es/weights.py), from a torch module: fp32-promoted parameters."""
-    from prover_cli.es.weights import fingerprint
+    """The fingerprint ES records for the base (model_dir.py), from a torch module: fp32-promoted parameters."""
+    from prover_cli.model_dir import fingerprint
 
     class Promoted(dict):  # one fp32 copy at a time, not the whole model twice
         def __getitem__(self, name: str) -> Any:

@@ -4,6 +4,8 @@
     same_weights(final, checkpoint)  # True when both hold the same tensors, bit for bit
     check_loaded_model(model, path, loading_info)   # after from_pretrained: no tensor missing, unexpected or NaN
     refuse_non_finite(named_tensors, out_dir)       # before a save: NonFiniteWeightsError, nothing written
+    fingerprint(tensors)             # sha256 of names, dtypes, shapes and bytes: what ledgers record
+    set_config_dtype(config_path, dtype)            # config.json says which dtype the weights are
 
 A corrupt, empty or missing file would otherwise surface as whatever transformers, tokenizers
 or safetensors raise (a JSONDecodeError, `HeaderTooSmall`, a TypeError deep in a tokenizer):
@@ -11,11 +13,13 @@ an "unexpected" error without a path. `check_model_dir` reads what loading reads
 (a JSON object with a string `model_type`), the weights (model.safetensors, a sharded index and
 its shards, or pytorch_model.bin; each safetensors header parsed and every tensor's bytes
 inside the file, as the format specifies), and the tokenizer's JSON files. Standard library
-only: no torch import to reject a broken directory.
+only: no torch import to reject a broken directory (torch is imported only by the functions that
+read tensors).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -31,10 +35,6 @@ TORCH_BIN_INDEX = "pytorch_model.bin.index.json"
 _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
                 "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
-
-
-def is_model_dir(path: str | Path) -> bool:
-    return Path(path).is_dir()
 
 
 def check_model_dir(path: str | Path) -> None:
@@ -327,3 +327,37 @@ def _equal(a: Any, b: Any) -> bool:
 
     b = b.detach().to("cpu")
     return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+
+
+# --------------------------------------------------------------------------------------------
+# Identity of weights and of their dtype: generic, used by ES, GRPO, held-out and the samplers
+# --------------------------------------------------------------------------------------------
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def fingerprint(tensors: dict[str, Any]) -> str:
+    """sha256 (hex) over name, dtype, shape and raw bytes of each tensor, in name order.
+
+    The bytes are read on the CPU, so the same weights give the same fingerprint on any device.
+    """
+    import torch
+
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}|{dtype_name(tensor.dtype)}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def set_config_dtype(config_path: Path, dtype: str) -> None:
+    """Make config.json's `dtype` (and the older `torch_dtype`, where present) name `dtype`."""
+    config = json.loads(config_path.read_text(encoding="utf-8-sig"))  # a BOM (a hand-edited file) is skipped
+    keys = [key for key in ("dtype", "torch_dtype") if key in config] or ["dtype"]
+    if "," in dtype:  # a mixed-dtype master: the widest one is what from_pretrained should load
+        dtype = "float32"
+    for key in keys:
+        config[key] = dtype
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

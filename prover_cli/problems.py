@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import re
 from pathlib import Path
 from typing import Any
 
+from prover_cli import streams
 from prover_cli.errors import InputError
 from prover_cli.progress import NULL_REPORTER
-from prover_cli.seeds import derive_seed
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,9 +52,10 @@ def generated_problems(config: Any, task: str | None = None, count: int = 0) -> 
     """Seeded problems of a task that needs no dataset (`task`, default `data.task`): `count` of them
     (0: the task's default, e.g. `data.countdown_problems`), from `run.seed`; None for a task whose
     problems come from a file (Lean). The task says which (prover_cli/tasks, `problems_from_seed`)."""
-    from prover_cli.tasks import problems_from_seed
+    from prover_cli.tasks import problem_generator
 
-    return problems_from_seed(config, task or config.data.task, count)
+    make = problem_generator(task or config.data.task)
+    return make(config, count) if make is not None else None
 
 
 def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
@@ -114,7 +114,7 @@ def select_train(train: list[dict[str, Any]], size: int, seed: int, source: Any 
     if size > len(train):
         raise InputError(f"{source}: data.train_size = {size} but the training split has {len(train)} problems",
                          hint=f"set data.train_size <= {len(train)} (0 = all of them)")
-    order = random.Random(derive_seed("train-problems", seed)).sample(range(len(train)), len(train))
+    order = streams.train_problems_rng(seed).sample(range(len(train)), len(train))
     return [train[i] for i in sorted(order[:size])]
 
 
@@ -180,7 +180,7 @@ def select_heldout(problems: list[dict[str, Any]], *, train_split: str, valid_sp
         raise InputError(f"{source}: every {valid_split!r} problem is also a {train_split!r} problem by content "
                          f"({overlap} rows): no held-out problem is left", hint="hold out problems the run does not train on")
     if 0 < count < len(kept):
-        rng = random.Random(derive_seed("heldout-problems", seed))
+        rng = streams.heldout_problems_rng(seed)
         kept = [kept[i] for i in sorted(rng.sample(range(len(kept)), count))]
     return HeldOutSet(kept, duplicates, overlap)
 

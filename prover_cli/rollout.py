@@ -5,7 +5,6 @@
     outputs = rollout.sample(sampler, task, problems, params, family)        # [problem][sample] Samples
     completions = rollout.texts(outputs)                                     # problem-major, flat
     rewards = rollout.score(task, problems, completions, config)             # one reward each, ONE task call
-    completions, rewards = rollout.rollout(sampler, task, problems, params, config)   # both
 
 Everyone who samples or scores goes through here: ES members (es/population.py, which the
 training loop, the probe and Modal's member workers run), the held-out evaluation both trainers
@@ -52,11 +51,3 @@ def score(task: Any, problems: Sequence[dict[str, Any]], completions: Sequence[s
     per_problem = len(completions) // len(problems)
     scored = [p for p in problems for _ in range(per_problem)]
     return [float(r) for r in task.rewards(scored, list(completions), config, reporter=reporter)]
-
-
-def rollout(sampler: Any, task: Any, problems: Sequence[dict[str, Any]], params: Any, config: Any, *,
-            family: str | None = None, seeds: Sequence[int] | None = None,
-            reporter: Any = None) -> tuple[list[str], list[float]]:
-    """(completions, rewards) of `problems`: `sample` then `score`; `family` defaults to `model.family`."""
-    completions = texts(sample(sampler, task, problems, params, family or config.model.family, seeds=seeds))
-    return completions, score(task, problems, completions, config, reporter=reporter)

@@ -1,8 +1,11 @@
 """Experiment tracking: the metrics.jsonl records of ES and GRPO streamed to TensorBoard, W&B, Trackio.
 
-    tracker = open_tracker(config, resumed_from=0)   # run.report_to; a no-op for "none"
+    tracker = open_tracker(config.run, hyperparameters=config.to_dict(), resumed_from=0)  # run.report_to
     tracker.log(record)                              # one metrics.jsonl line, step = record["iteration"]
-    tracker.close()
+    tracker.close()                                  # "none": all three do nothing
+
+It takes the `[run]` section (run.dir, run.report_to) and the hyperparameters W&B and Trackio
+record beside the run, not the whole config: what it reads is in its signature.
 
 One logger for both methods, so both stream exactly the same keys (`reward/mean`,
 `verify/verified`, `eval/verified_rate`, ...) on the same step axis (`iteration`). GRPO also passes
@@ -86,14 +89,13 @@ def release_files() -> None:
 class Tracker:
     """Streams metrics records to every tracker of `run.report_to` (none: does nothing)."""
 
-    def __init__(self, config: Any, names: list[str], *, resumed_from: int = 0):
+    def __init__(self, run_dir: Path, names: list[str], *, hyperparameters: dict[str, Any], resumed_from: int = 0):
         self.names = names
         self._sinks: list[Any] = []
-        run_dir = Path(config.run.dir)
         try:
             for name in names:
                 with _quiet(fd=True):
-                    self._sinks.append(_OPENERS[name](config, run_dir, resumed_from))
+                    self._sinks.append(_OPENERS[name](run_dir, hyperparameters, resumed_from))
         except BaseException:
             self.close()
             raise
@@ -147,9 +149,12 @@ def _quiet(fd: bool = False) -> Iterator[None]:
             os.close(saved)
 
 
-def open_tracker(config: Any, *, resumed_from: int = 0) -> Tracker:
-    """The run's tracker; `resumed_from` is the last iteration kept (events after it are redone)."""
-    return Tracker(config, parse_report_to(config.run.report_to), resumed_from=resumed_from)
+def open_tracker(run: Any, *, hyperparameters: dict[str, Any], resumed_from: int = 0) -> Tracker:
+    """The tracker of the run `run` (the `[run]` section: run.dir, run.report_to); `hyperparameters`
+    (the resolved config as a dict) go to W&B and Trackio; `resumed_from` is the last iteration
+    kept (events after it are redone)."""
+    return Tracker(Path(run.dir), parse_report_to(run.report_to), hyperparameters=hyperparameters,
+                   resumed_from=resumed_from)
 
 
 def _import(name: str, module: str) -> Any:
@@ -175,7 +180,7 @@ def summary_writer(log_dir: str, purge_step: int | None) -> Any:
 
 
 class _TensorBoard:
-    def __init__(self, config: Any, run_dir: Path, resumed_from: int):
+    def __init__(self, run_dir: Path, hyperparameters: dict[str, Any], resumed_from: int):
         _import("tensorboard", "tensorboard")  # torch's SummaryWriter needs the package
         self.log_dir = str(run_dir / TENSORBOARD_DIR)
         # purge_step hides events of steps > resumed_from written before a kill: they are redone.
@@ -199,7 +204,7 @@ class _TensorBoard:
 
 
 class _Wandb:
-    def __init__(self, config: Any, run_dir: Path, resumed_from: int):
+    def __init__(self, run_dir: Path, hyperparameters: dict[str, Any], resumed_from: int):
         self.wandb = _import("wandb", "wandb")
         id_path = run_dir / "wandb-run-id"
         if resumed_from and id_path.exists():
@@ -211,8 +216,8 @@ class _Wandb:
             write_text_atomic(id_path, run_id + "\n")  # whole or not at all: a resume reads it back
         if self.wandb.run is None:
             # $WANDB_DIR when set (outside a Modal Volume: wandb-core keeps its files open there)
-            self.wandb.init(project=project_name("wandb"), name=run_name(config), id=run_id, resume="allow",
-                            dir=os.environ.get("WANDB_DIR") or str(run_dir), config=config.to_dict())
+            self.wandb.init(project=project_name("wandb"), name=run_name(run_dir), id=run_id, resume="allow",
+                            dir=os.environ.get("WANDB_DIR") or str(run_dir), config=hyperparameters)
         self.wandb.define_metric("iteration")
         self.defined: set[str] = set()
 
@@ -228,9 +233,9 @@ class _Wandb:
 
 
 class _Trackio:
-    def __init__(self, config: Any, run_dir: Path, resumed_from: int):
+    def __init__(self, run_dir: Path, hyperparameters: dict[str, Any], resumed_from: int):
         self.trackio = _import("trackio", "trackio")
-        self.name, self.config = run_name(config), config.to_dict()
+        self.name, self.config = run_name(run_dir), hyperparameters
         self._open()
 
     def _open(self) -> None:
@@ -252,9 +257,9 @@ class _Trackio:
 _OPENERS = {"tensorboard": _TensorBoard, "wandb": _Wandb, "trackio": _Trackio}
 
 
-def run_name(config: Any) -> str:
-    """The tracker run name: the run directory's name (what `prover report` calls the run)."""
-    return Path(config.run.dir).resolve().name
+def run_name(run_dir: str | Path) -> str:
+    """The tracker run name: the name of the run directory `run_dir` (what `prover report` calls the run)."""
+    return Path(run_dir).resolve().name
 
 
 def project_name(name: str) -> str:

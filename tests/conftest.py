@@ -110,6 +110,22 @@ def bwrap_stand_in(tmp_path_factory):
     os.environ.pop("PROVER_TEST_REAL_PATH", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_calibration_from_this_machine(tmp_path_factory):
+    """Plans read the doctor's calibration from ~/.cache/prover-cli/calibration by default: a user
+    who ran `prover doctor --backend modal` here would change every plan a test pins. Tests start
+    from an empty calibration directory; a test that wants one sets PROVER_CALIBRATION_DIR itself."""
+    import os
+
+    previous = os.environ.get("PROVER_CALIBRATION_DIR")
+    os.environ["PROVER_CALIBRATION_DIR"] = str(tmp_path_factory.mktemp("no-calibration"))
+    yield
+    if previous is None:
+        os.environ.pop("PROVER_CALIBRATION_DIR", None)
+    else:
+        os.environ["PROVER_CALIBRATION_DIR"] = previous
+
+
 @pytest.fixture
 def no_modal_token(tmp_path, monkeypatch):
     """No Modal credentials anywhere: no token variables, and a HOME without ~/.modal.toml."""

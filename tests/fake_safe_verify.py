@@ -219,6 +219,19 @@ def replay_file_2026(path: str, disallow_partial: bool) -> tuple[dict, dict]:
     return decls, module
 
 
+def failure_json(failure: str | None, target: dict, mine: dict | None):
+    """`CheckFailure` as `deriving ToJson` writes it (SafeVerify/Types.lean at b291b588; Lean's
+    derive handler, `mkToJsonBodyForInduct`: a constructor without fields is its name as a string,
+    one with fields `{name: [fields]}`)."""
+    if failure is None:
+        return None
+    if failure.startswith("kind mismatch"):
+        return {"kind": [target["const"]["kind"], mine["const"]["kind"]]}
+    return {"declaration not found in submission": "notFound", "inductive type mismatch": "inductCheck",
+            "constructor mismatch": "ctorCheck", "theorem type mismatch": "thmType",
+            "definition type or value mismatch": "defnCheck", "uses disallowed axioms": "axioms"}[failure]
+
+
 def main_2026(args: list[str], version: str, allow_disproofs_flag: bool) -> int:
     flags = {"disallow_partial": False, "verbose": False, "save": None}
     positional = []
@@ -305,7 +318,7 @@ def main_2026(args: list[str], version: str, allow_disproofs_flag: bool) -> int:
         def info_json(info):
             return None if info is None else {"constInfo": {"kind": JSON_KIND[info["const"]["kind"]]},
                                               "axioms": info["axioms"]}
-        report = [[name, {"targetInfo": info_json(t), "solutionInfo": info_json(m), "failureMode": f}]
+        report = [[name, {"targetInfo": info_json(t), "solutionInfo": info_json(m), "failureMode": failure_json(f, t, m)}]
                   for name, t, m, f in outcomes]
         with open(flags["save"], "w", encoding="utf-8") as handle:
             handle.write(json.dumps(report))

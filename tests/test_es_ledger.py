@@ -17,7 +17,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def header(**es):
     config = config_from_dict({"model": {"name": "tiny"}, "data": {"task": "toy"}, "es": es})
-    return make_header(config, base_sha256="ab" * 32, dtype="bfloat16", problems_sha256="cd" * 32)
+    return make_header(config.es, model=config.model, generate=config.generate, run_seed=config.run.seed,
+                       task=config.data.task, base_sha256="ab" * 32, dtype="bfloat16", problems_sha256="cd" * 32)
 
 
 @pytest.mark.parametrize("reward, text", [(0.25, ".25"), (1.0, "1"), (0.0, "0"), (-0.0, "0"), (0.1236, ".124"),

@@ -125,14 +125,14 @@ class _FakeCudaTensor:
         return self._contiguous
 
 
-def test_cuda_tensors_take_the_gpu_kernel_only_after_it_passed_its_check(monkeypatch):
-    monkeypatch.setattr(noise, "_gpu_kernel_ready", lambda device: True)
+def test_cuda_tensors_take_the_fused_gpu_path_only_after_it_passed_its_check(monkeypatch):
+    monkeypatch.setattr(noise, "_fused_gpu_ready", lambda device: True)
     master = _FakeCudaTensor()
     assert noise._fused(master) == "gpu"
     assert noise._fused(master, _FakeCudaTensor(torch.bfloat16)) == "gpu"
-    assert noise._fused(master, _FakeCudaTensor(torch.float64)) is None  # not a live dtype the kernel writes
+    assert noise._fused(master, _FakeCudaTensor(torch.float64)) is None  # not a live dtype the fused path writes
     assert noise._fused(master, _FakeCudaTensor(contiguous=False)) is None
     assert noise._fused(_FakeCudaTensor(torch.bfloat16)) is None  # a bf16 master (version-1 ledgers): eager
     assert noise._fused(master, torch.empty(3)) is None  # live on another device than the master
-    monkeypatch.setattr(noise, "_gpu_kernel_ready", lambda device: False)  # no triton, or a failed self-check
+    monkeypatch.setattr(noise, "_fused_gpu_ready", lambda device: False)  # no triton, or a failed self-check
     assert noise._fused(master) is None

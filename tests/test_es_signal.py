@@ -92,15 +92,16 @@ def test_spearman_brown_samples():
 def test_the_warning_waits_for_a_window_and_names_every_knob_and_a_budget():
     config = config_from_dict({"es": {"problems_per_iteration": 8, "samples_per_problem": 1, "sigma": 0.01,
                                       "member_temperature": 0.7}})
+    es = config.es  # the warning reads the [es] section only
     noisy, clean = (0.1, 0.9), (0.9, 0.1)                   # shares 0.1 and 0.9
-    assert noise_warning([], config) is None and noise_warning([clean] * WINDOW, config) is None
-    assert noise_warning([noisy] * (WINDOW - 1), config) is None  # not "the last few iterations" yet
-    assert noise_warning([noisy], config, minimum=1) is not None  # the run summary of a short run
-    text = noise_warning([clean] * 10 + [noisy, None] * WINDOW, config)  # the last WINDOW defined parts
+    assert noise_warning([], es) is None and noise_warning([clean] * WINDOW, es) is None
+    assert noise_warning([noisy] * (WINDOW - 1), es) is None  # not "the last few iterations" yet
+    assert noise_warning([noisy], es, minimum=1) is not None  # the run summary of a short run
+    text = noise_warning([clean] * 10 + [noisy, None] * WINDOW, es)  # the last WINDOW defined parts
     for knob in ("signal share 0.10 over the last 5 iterations", "es.problems_per_iteration",
                  "es.samples_per_problem", "es.member_temperature = 0.7", "es.sigma", "--probe", "= 8 now", "about 72"):
         assert knob in text, knob
-    assert "no signal at all" in noise_warning([(-0.1, 0.5)] * WINDOW, config)
+    assert "no signal at all" in noise_warning([(-0.1, 0.5)] * WINDOW, es)
     assert progress_field([noisy], text) == "0.10 NOISE" and progress_field([noisy], None) == "0.10"
     assert progress_field([], None) == "-" and progress_field([None], None) == "-"
 
@@ -148,7 +149,7 @@ def readout_sampler(config, direction_seed=0):
             value = float(((self.model.get_parameter(name).detach() - base) * direction).sum()) / config.es.sigma
             return [[Sample(repr(value), "stop", 0, 0) for _ in range(params.n)] for _ in prompts]
 
-    sampler = ReadoutSampler(config)
+    sampler = ReadoutSampler(config.model, config.generate)
     name, tensor = next(iter(sampler.model.named_parameters()))
     base = tensor.detach().clone()
     direction = torch.randn(tensor.shape, generator=torch.Generator().manual_seed(direction_seed))

@@ -229,7 +229,7 @@ def test_es_raises_the_toy_reward_within_seconds(tmp_path, cache_dir):
     prompts = [task.build_prompt(p, None, "plain") for p in problems]
 
     def greedy_reward(model_path):
-        outputs = load_sampler(config, model_path=model_path).generate(prompts, SamplingParams(1, 0.0, 1.0, 8, 0))
+        outputs = load_sampler(config.model, config.generate, model_path=model_path).generate(prompts, SamplingParams(1, 0.0, 1.0, 8, 0))
         return sum(task.rewards(problems, [o[0].text for o in outputs])) / len(problems)
 
     before, after = greedy_reward(None), greedy_reward(str(config.run_dir / "final"))
@@ -396,13 +396,13 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
     assert [sorted(k for k in m if k.startswith("eval/")) for m in [base, *metrics]] == \
         [sorted(EVAL_KEYS), [], [], sorted(EVAL_KEYS), sorted(EVAL_KEYS)]
     assert base["iteration"] == 0 and base["method"] == "es" and "reward/mean" not in base
-    of_base = evaluate_heldout(load_sampler(config), config, heldout_problems(config))  # the base model, anew
+    of_base = evaluate_heldout(load_sampler(config.model, config.generate), config, heldout_problems(config))  # the base model, anew
     for key in ("eval/verified_rate", "eval/greedy_verified_rate", "eval/by_problem", "eval/samples"):
         assert base[key] == of_base[key], key
     problems = heldout_problems(config)
     assert len(problems) == 6 and {p["split"] for p in problems} == {"valid"}
     assert problems == heldout_problems(config)  # a fixed subset
-    final = evaluate_heldout(load_sampler(config, model_path=str(config.run_dir / "final")), config, problems)
+    final = evaluate_heldout(load_sampler(config.model, config.generate, model_path=str(config.run_dir / "final")), config, problems)
     for key in ("eval/reward_mean", "eval/verified_rate", "eval/samples", "eval/problems"):
         assert metrics[-1][key] == final[key], key
 

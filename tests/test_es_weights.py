@@ -9,7 +9,8 @@ from safetensors.torch import save_file
 from prover_cli.errors import InputError
 from prover_cli.es.noise import fp32, noise, perturbed, stream_key, updated
 from prover_cli.es.vllm_worker import ESWorkerExtension
-from prover_cli.es.weights import NamedWeights, fingerprint, save_model_dir
+from prover_cli.es.weights import NamedWeights, save_model_dir
+from prover_cli.model_dir import fingerprint
 from prover_cli.samplers.vllm_sampler import VLLMWeights
 
 

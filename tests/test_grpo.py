@@ -822,7 +822,7 @@ def test_grpo_trains_on_the_prompt_ids_the_sampler_uses_with_a_bos_adding_tokeni
                 for i in range(2)]
 
     # What the samplers feed the model (generate, ES, held-out evaluation): one BOS, from the prompt text.
-    sampler = TransformersSampler(config, model=model, tokenizer=tokenizer)
+    sampler = TransformersSampler(config.model, config.generate, model=model, tokenizer=tokenizer)
     seen = []
     original = model.generate
 

@@ -1,7 +1,10 @@
-"""The package's layers: no module imports a trainer except the command layer (issue #24).
+"""The package's layers: no module imports a trainer except the command layer (issue #24), and
+code outside prover_cli/es/ reaches ES only through its entry points (issue #34).
 
 A trainer (`grpo.py`, `es/train.py`) is the algorithm and its glue; what others need from it lives
-a layer down (problems.py, rollout.py, es/population.py, metrics.py, ...). Imports are read with
+a layer down (problems.py, rollout.py, es/population.py, metrics.py, ...). Generic helpers (a
+model directory, its fingerprint, its config.json's dtype) live in model_dir.py, not in es/, so
+held-out evaluation, GRPO and the samplers never climb into ES for them. Imports are read with
 `ast`, lazy ones inside functions included.
 """
 
@@ -37,6 +40,53 @@ def test_no_module_below_the_command_layer_imports_a_trainer():
             continue
         offenders.update((name, trainer) for trainer in imported(path) & TRAINERS)
     assert offenders == set()
+
+
+# What a module outside prover_cli/es/ may import from it: module -> names ("*": the module itself).
+ES_ENTRY_POINTS = {
+    "prover_cli.es.train": {"train_es"},                     # `prover train es` (command layer only, above)
+    "prover_cli.es.probe": {"probe_es"},                     # `prover train es --probe`
+    "prover_cli.es.replay": {"replay_seeds"},                # `prover replay-seeds`, `prover eval --ledger`
+    "prover_cli.es.member": {"MemberEvaluator", "heldout_at"},  # ES members and held-out away from the loop (Modal)
+    "prover_cli.es.signal": {"NOISE_BELOW", "WINDOW"},       # `prover report`'s signal-share diagnostics
+    "prover_cli.es.weights": {"NamedWeights", "save_model_dir"},  # a sampler's weights perturbed in place, saved
+    "prover_cli.es.fused_cpu": {"*"},                        # `prover doctor`: is the fused path there
+    "prover_cli.es.fused_gpu": {"*"},
+}
+
+
+def es_imports(path: Path) -> set[tuple[str, str]]:
+    """(module of prover_cli.es, name) for each thing `path` imports from ES; "*" for a whole module."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update((alias.name, "*") for alias in node.names if alias.name.startswith("prover_cli.es."))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "prover_cli.es":
+                found.update((f"prover_cli.es.{alias.name}", "*") for alias in node.names)
+            elif node.module.startswith("prover_cli.es."):
+                found.update((node.module, alias.name) for alias in node.names)
+            elif node.module == "prover_cli" and any(alias.name == "es" for alias in node.names):
+                found.add(("prover_cli.es", "*"))
+    return found
+
+
+def test_code_outside_es_imports_only_its_entry_points():
+    offenders = set()
+    for path in PACKAGE.rglob("*.py"):
+        if module_name(path).startswith("prover_cli.es"):
+            continue
+        offenders.update((module_name(path), module, name) for module, name in es_imports(path)
+                         if name not in ES_ENTRY_POINTS.get(module, set()))
+    assert offenders == set()
+
+
+def test_the_es_scan_sees_a_generic_helper_taken_from_es(tmp_path):
+    sample = tmp_path / "m.py"
+    sample.write_text("def f():\n    from prover_cli.es.weights import fingerprint\n    from prover_cli.es import noise\n"
+                      "    import prover_cli.es.ledger\n")
+    assert es_imports(sample) == {("prover_cli.es.weights", "fingerprint"), ("prover_cli.es.noise", "*"),
+                                  ("prover_cli.es.ledger", "*")}
 
 
 def test_the_scan_sees_lazy_and_package_relative_imports(tmp_path):

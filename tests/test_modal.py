@@ -27,7 +27,7 @@ from prover_cli.on_modal import plan as modal_plan
 from prover_cli.cli import app
 from prover_cli.config import Config, config_from_dict, load_config
 from prover_cli.verify.kernel import PINS
-from prover_cli.errors import BackendError, InputError, NotBuiltError
+from prover_cli.errors import BackendError, InputError
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_REPL = REPO / "tests" / "fake_repl.py"
@@ -159,7 +159,8 @@ def test_with_options_applies_the_callers_modal_section():
     assert functions.options("es_member", config) == dict(
         gpu="A100:2", cpu=8.0, memory=65536, timeout=300, retries=1, max_containers=7,
         scaledown_window=modal_plan.es_member_scaledown_window_s(config))
-    assert sandbox.sandbox_arguments(config)["cpu"] == (4.0, 4.0)  # the Lean Sandboxes follow [modal] too
+    # the Lean Sandboxes follow [modal] too: one REPL's share of modal.verify_cpus (verify.workers = 4)
+    assert sandbox.sandbox_arguments(config)["cpu"] == (1.0, 1.0)
     # eval and replay_seeds are CPU functions that get the GPU only when they need it
     assert "gpu" not in functions.options("eval", config)
     assert functions.options("eval", config, gpu=True)["gpu"] == "A100:2"
@@ -271,16 +272,9 @@ def test_train_es_then_replay_seeds_local(volume, tiny, prepared):
 
 
 @pytest.mark.slow
-def test_es_member_local_or_names_the_missing_building_block(volume, tiny, prepared):
+def test_es_member_local_gives_one_completion_per_problem(volume, tiny, prepared):
     member = functions.ESMember(config_json=json.dumps(tiny))
     problems = lines(volume / "data/problems.jsonl")[:2]
-    try:
-        functions.building_block("es_member")
-    except NotBuiltError as exc:
-        assert "prover_cli.es.train:MemberEvaluator" in str(exc)
-        with pytest.raises(NotBuiltError):
-            member.completions.local(1, 0, problems)
-        return
     completions = member.completions.local(1, 0, problems)
     assert len(completions) == len(problems) * 1 and all(isinstance(c, str) for c in completions)
 
@@ -302,7 +296,7 @@ def test_train_grpo_local(volume, tiny, prepared):
 
 
 @pytest.mark.slow
-def test_verify_local_shards_through_the_real_library_with_the_repl_stand_in(volume, tiny):
+def test_verify_local_runs_the_real_library_with_the_repl_stand_in(volume, tiny):
     config = json.loads(json.dumps(tiny))
     config["verify"] = {"repl_command": [sys.executable, str(FAKE_REPL)], "workers": 1, "timeout_s": PATIENCE_S,
                         "header_timeout_s": PATIENCE_S, "memory_limit_gb": 0.0}  # the hang guard: nothing hangs
@@ -315,8 +309,8 @@ def test_verify_local_shards_through_the_real_library_with_the_repl_stand_in(vol
     (volume / "proofs/in.jsonl").write_text("".join(json.dumps(p) + "\n" for p in proofs), encoding="utf-8")
     result = functions.verify.local(config, {"proofs_path": "proofs/in.jsonl", "out_path": "proofs/out.jsonl"})
     verdicts = lines(volume / "proofs/out.jsonl")
-    assert [v["id"] for v in verdicts] == ["p0", "p1", "p2"] and result["shards"] == 2
-    assert {v["verdict"] for v in verdicts} == {"verified"} and result["ok"]
+    assert sorted(v["id"] for v in verdicts) == ["p0", "p1", "p2"] and result["proofs"] == 3
+    assert {v["verdict"] for v in verdicts} == {"verified"} and result["ok"] and result["verified"] == 3
 
 
 def test_fan_out_on_modal_uses_starmap_with_the_requested_exception_policy(monkeypatch):
@@ -366,30 +360,32 @@ def test_es_members_fail_the_iteration_instead_of_returning_exceptions(monkeypat
     assert seen["autoscaler"] == {"scaledown_window": 2}
 
 
-def test_routing_sends_lean_verification_to_sandboxes_and_restores(monkeypatch):
-    fake_verify = types.ModuleType("prover_cli.verify")
-    fake_verify.verify_records = original_records = object()
-    fake_verify.verify_file = original_file = object()
-    monkeypatch.setitem(sys.modules, "prover_cli.verify", fake_verify)
-    monkeypatch.setattr(sys.modules["prover_cli"], "verify", fake_verify, raising=False)
+def test_routing_places_lean_verification_in_sandboxes_and_restores():
+    """The library's own functions stay in place (no attribute of prover_cli.verify is swapped);
+    only the placement, where their processes run, changes inside the block."""
+    import prover_cli.verify as verify_module
+    from prover_cli.verify import placement
+
+    library = (verify_module.verify_records, verify_module.verify_file)
     lean = config_from_dict({"data": {"task": "lean"}})
     with functions.verification_in_sandboxes(lean):
-        assert fake_verify.verify_records is not original_records
-        assert fake_verify.verify_records.__qualname__.startswith("verify_records_in_sandboxes")
-        assert fake_verify.verify_file.__qualname__.startswith("verify_file_in_sandboxes")
-    assert fake_verify.verify_records is original_records and fake_verify.verify_file is original_file
+        here = placement.current()
+        assert here.where == "modal sandboxes" and here.transport_factory and here.kernel_runner
+        assert (verify_module.verify_records, verify_module.verify_file) == library
+    assert placement.current() is placement.LOCAL
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "countdown"}})):
-        assert fake_verify.verify_records is original_records  # Python-checked tasks never reach Lean
+        assert placement.current() is placement.LOCAL  # Python-checked tasks never reach Lean
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
                                                                "verify": {"backend": "kimina",
                                                                           "kernel_check": False}})):
-        assert fake_verify.verify_records is original_records  # a Kimina server is its own sandbox
+        assert placement.current() is placement.LOCAL  # a Kimina server is its own sandbox
     with functions.verification_in_sandboxes(config_from_dict({"data": {"task": "lean"},
                                                                "verify": {"backend": "kimina"}})):
         # ...but the kernel stage's steps need Lean, which only the Lean image has: Sandboxes
-        assert fake_verify.verify_records.__qualname__.startswith("kernel_stage_in_sandboxes")
-        assert fake_verify.verify_file.__qualname__.startswith("kernel_stage_in_sandboxes")
-    assert fake_verify.verify_records is original_records and fake_verify.verify_file is original_file
+        here = placement.current()
+        assert here.where == "modal kernel sandboxes" and here.kernel_runner and here.transport_factory is None
+    assert placement.current() is placement.LOCAL
+    assert (verify_module.verify_records, verify_module.verify_file) == library
 
 
 def test_a_retried_training_call_resumes_from_the_ledger(tmp_path, monkeypatch):
@@ -502,8 +498,10 @@ def test_cli_without_credentials_fails_with_one_sentence(no_modal_token, monkeyp
 # --------------------------------------------------------------------------------------------
 
 def test_dry_run_kimina_es_on_modal(fake_runner):
+    # the barrier schedule (modal.es_member_gpus = 0), worked by hand; kimina-es.toml's pipelined
+    # one is checked in tests/test_modal_plan_fixes.py
     result = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"),
-                                 "--backend", "modal", "--dry-run", "--json"])
+                                 "--backend", "modal", "--dry-run", "--json", "--set", "modal.es_member_gpus=0"])
     assert result.exit_code == 0, result.stderr
     plan = json.loads(result.stdout)
     assert fake_runner == []  # a plan runs nothing remotely
@@ -517,7 +515,8 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     kernel_s = math.ceil(64 / 16) * 4.5 + 2 * 5
     per_pass = 4.5 + 2 * 5 / 64                       # a pass's share of its batch's imports: 4.65625 s
     batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 168 s
-    wall_s = generation_s + batch_s           # one wave of 30 members (30 containers), one of 4 Sandboxes
+    # one wave of 30 members (30 containers), one of 4 Sandboxes, then the update (modal.est_update_s = 30 s)
+    wall_s = generation_s + batch_s + 30
     # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
     # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 64 GiB;
     # the kernel stage's Sandboxes: 240 passes x 4.65625 s, each one REPL's share (2 cores, 16 GiB).
@@ -541,11 +540,14 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     once = 30 * 1908 * (3.9492 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
-    # 64 problems x (4 sampled + 1 greedy) = 320 proofs: two generation calls (163.84 s), 5 Sandboxes of
-    # 64 proofs (168 s each with their kernel stage, one wave) and 320 kernel passes of 4.65625 s; the
-    # loop and its 30 warm members stay up for those 331.84 s.
-    eval_s = 2 * 8192 / 100 + batch_s
-    eval_usd = (31 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 5 * batch_s * (8 * 0.142 + 64 * 0.024)
+    # 64 problems x (4 sampled + 1 greedy) = 320 proofs, on one GPU container of its own: it replays
+    # at most 10 iterations from the newest snapshot (250 s), makes two generation calls (163.84 s),
+    # then its 4 REPL Sandboxes (2 cores, 16 GiB) import the header and check 80 proofs each (60 +
+    # 400 s), the last verdict a kernel pass (4.5 s) and a checker import (5 s) later; 320 kernel
+    # passes of 4.65625 s; the loop and its 30 warm members wait those 883.34 s with it.
+    lean_s = 60 + 80 * 5 + 4.5 + 5
+    eval_s = 250 + 2 * 8192 / 100 + lean_s
+    eval_usd = (32 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 4 * lean_s * (2 * 0.142 + 16 * 0.024)
                 + 320 * per_pass * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
@@ -561,7 +563,8 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["images"]["lean"]["apt_packages"] == ["curl", "git", "ca-certificates"]
 
     human = runner.invoke(app, ["train", "es", "--config", str(REPO / "configs/kimina-es.toml"),
-                                "--backend", "modal", "--dry-run"], env={"COLUMNS": "160"})
+                                "--backend", "modal", "--dry-run", "--set", "modal.es_member_gpus=0"],
+                          env={"COLUMNS": "160"})
     assert human.exit_code == 0 and human.stdout == ""
     for text in ("ESMember", "verify Sandbox", "kernel Sandbox", "H100 x 1", "leanprover/lean4:v4.15.0",
                  "mathlib4 v4.15.0", "vllm==0.31.0", "est_usd_per_iteration", "scaledown_window", "kernel stage",
@@ -754,21 +757,22 @@ def test_eval_of_the_lean_task_verifies_in_sandboxes(volume, tiny, sandbox_stand
                             for v in verdicts if "backend" not in v["verifier"])
     assert all(v["verifier"]["lean_toolchain"] == "leanprover/lean4:v4.15.0" for v in lean_ran)
     assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in lean_ran)  # the image's REPL
-    shards = sorted((volume / (result["verdicts"] + ".shards")).glob("lines-*.verdicts.jsonl"))
-    assert [s.name for s in shards] == ["lines-0000001-0000003.verdicts.jsonl", "lines-0000004-0000004.verdicts.jsonl"]
-    assert functions.UNROUTED == {}  # routing undone when the function returns
+    from prover_cli.verify import placement
+
+    assert placement.current() is placement.LOCAL  # the placement is left when the function returns
 
 
 @pytest.mark.slow
 def test_train_es_on_the_lean_task_scores_rewards_in_sandboxes(volume, tiny, monkeypatch):
-    batches = []
-    real_verify_batch = sandbox.verify_batch
+    pools = []
+    real_concurrency = sandbox.sandbox_concurrency
 
-    def counting_batch(config, records, verify_config):
-        batches.append(len(records))
-        return real_verify_batch(config, records, verify_config)
+    def counting_pools(config, verify_config, proofs):
+        placed = real_concurrency(config, verify_config, proofs)
+        pools.append((proofs, placed.workers))
+        return placed
 
-    monkeypatch.setattr(sandbox, "verify_batch", counting_batch)
+    monkeypatch.setattr(sandbox, "sandbox_concurrency", counting_pools)
     config = json.loads(json.dumps(tiny))
     config["data"].update({"task": "lean", "source": "examples", "preset": "auto", "problems": "data/lean.jsonl",
                            "train_split": "train"})
@@ -778,9 +782,10 @@ def test_train_es_on_the_lean_task_scores_rewards_in_sandboxes(volume, tiny, mon
     functions.prepare_data.local(config, {"source": None, "out_path": None, "limit": None, "preset": None})
 
     result = functions.train_es.local(config, {"resume": False})
-    # 2 members x 2 problems x 1 sample = 4 proofs, in batches of 3, each batch in its own Sandbox
-    # (created only when a proof reaches Lean: the tiny model's text rarely gets past the checks)
-    assert result["ok"] and batches == [3, 1]
+    # 2 members x 2 problems x 1 sample = 4 proofs through the library's verify_records, its pool
+    # sized as 2 batches of 3 x verify.workers = 1 (a REPL's Sandbox is created only when a proof
+    # reaches Lean: the tiny model's text rarely gets past the checks)
+    assert result["ok"] and pools == [(4, 2)]
     metrics = lines(volume / "runs/lean-es/metrics.jsonl")
     assert metrics[0]["samples"] == 4 and metrics[0]["task"] == "lean"
 

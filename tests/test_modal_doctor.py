@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from modal_standin import SANDBOXES, VolumeStandIn, sandboxes_running
 from prover_cli.cli import app
-from prover_cli.on_modal import doctor, functions, images, plan, remote, sandbox
+from prover_cli.on_modal import calibration, doctor, functions, images, plan, remote, sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_REPL = REPO / "tests" / "fake_repl.py"
@@ -31,6 +31,7 @@ def standins(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MODAL_TOKEN_ID", "ak-standin")
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-standin")
+    monkeypatch.setenv(calibration.DIR_ENV, str(tmp_path / "calibration"))   # never the user's cache
     runs, models = VolumeStandIn(tmp_path / "runs-volume"), VolumeStandIn(tmp_path / "models-volume", "prover-models")
     monkeypatch.setattr(functions, "RUNS_MOUNT", str(runs._mount))
     monkeypatch.setattr(functions, "MODELS_MOUNT", str(models._mount))
@@ -60,7 +61,8 @@ def standins(tmp_path, monkeypatch):
 
 
 ARGS = ["doctor", "--backend", "modal", "--set", "model.name=tiny", "--set", "model.device=cpu",
-        "--set", "model.dtype=float32", "--set", "generate.backend=transformers"]
+        "--set", "model.dtype=float32", "--set", "generate.backend=transformers",
+        "--set", "generate.max_tokens=16", "--set", "es.problems_per_iteration=2"]
 
 
 def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
@@ -70,7 +72,7 @@ def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
     steps = {s["name"]: s for s in out["steps"]}
     assert list(steps) == ["images", "lean sandbox", "gpu model", "volumes"]
     assert all(s["result"] == "ok" for s in steps.values()) and out["ok"] is True
-    assert sorted(standins["built"]) == ["gpu", "lean", "orchestrator", "trl"]
+    assert sorted(standins["built"]) == sorted(images.IMAGES) and {"gpu", "lean", "orchestrator", "trl"} <= set(images.IMAGES)
     assert "lean im-standin-lean" in steps["images"]["detail"] and steps["images"]["usd"] == "not priced"
     # one Sandbox, created exactly as verification creates them, terminated after the canary; then
     # the kernel canary, each step in a fresh Sandbox as the kernel stage creates them
@@ -79,10 +81,11 @@ def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
     config = load_config(None, [a for a in ARGS if "=" in a])
     box, *later = SANDBOXES.created
     assert box._kwargs == sandbox.sandbox_arguments(config) and box.poll() == 137
-    # the kernel canary: its fooled case through one more REPL Sandbox, every step in its own
+    # the kernel canary: its fooled case through one more REPL Sandbox, every step in its own; the
+    # calibration's warm-REPL measurement in one more
     kernel_boxes = [k for k in later if k._kwargs == sandbox.kernel_sandbox_arguments(config)]
     repl_boxes = [k for k in later if k._kwargs == sandbox.sandbox_arguments(config)]
-    assert kernel_boxes and len(repl_boxes) == 1 and len(kernel_boxes) + 1 == len(later)
+    assert kernel_boxes and len(repl_boxes) == 2 and len(kernel_boxes) + 2 == len(later)
     assert all(k.poll() == 137 for k in later)
     assert "canaries as expected" in steps["lean sandbox"]["detail"]
     # 5 kernel canaries and the 5 public attacks (kernel.KERNEL_ATTACKS) the default pin is held to
@@ -101,9 +104,27 @@ def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
         expected = containers * seconds * (r.gpu_count * prices["gpu"] + r.cpu * prices["cpu"]
                                            + r.memory_mb / 1024 * prices["memory"]) / 3600
         assert steps[name]["usd"] == pytest.approx(expected, rel=0.02, abs=1e-4)
+    # the calibration: the Lean figures measured on the stand-ins (the REPL and kernel stand-ins'
+    # seconds and memory, not Lean's), written where the plan looks; no decode speed, because the
+    # "GPU" container's device was no GPU at all
+    written = out["calibration"]["path"]
+    assert written == str(calibration.default_path(config)) and Path(written).is_file()
+    assert set(out["calibration"]["figures"]) == {"header_s", "verify_s_per_proof", "kernel_check_s_per_proof",
+                                                  "kernel_import_s", "kernel_peak_memory_gib"}
+    assert out["calibration"]["figures"]["verify_s_per_proof"]["samples"] >= doctor.WARM_PROOFS_MIN
+    assert out["calibration"]["figures"]["kernel_check_s_per_proof"]["samples"] == doctor.KERNEL_PROOFS
+    assert out["calibration"]["figures"]["kernel_peak_memory_gib"]["value"] > 0   # a real ru_maxrss, of a stand-in
+    assert "decode speed not recorded" in steps["gpu model"]["detail"] and "no CUDA device" in steps["gpu model"]["detail"]
+    body = json.loads(Path(written).read_text(encoding="utf-8"))
+    assert body["fingerprint"] == calibration.fingerprint(config)
+    assert all(item["measured"] is True for item in body["figures"].values())
+    p = plan.plan(config, command="train_es", backend="modal")
+    assert p["figures"]["verify_s_per_proof"]["source"].startswith("measured (doctor, ")
+    assert p["figures"]["verify_s_per_proof"]["value"] == body["figures"]["verify_s_per_proof"]["value"]
+    assert p["figures"]["decode_tokens_per_s"]["source"] == "default (assumption)"
     human = runner.invoke(app, ARGS, env={"COLUMNS": "200"})
     assert human.exit_code == 0
-    for text in ("lean sandbox", "gpu model", "volumes", "seconds", "USD", "not priced"):
+    for text in ("lean sandbox", "gpu model", "volumes", "seconds", "USD", "not priced", "calibration"):
         assert text in human.stderr
 
 
@@ -146,10 +167,14 @@ def test_dry_run_lists_the_steps_and_their_cost_and_starts_nothing(tmp_path):
     assert [s["name"] for s in result["steps"]] == ["images", "lean sandbox", "gpu model", "volumes"]
     steps = {s["name"]: s for s in result["steps"]}
     assert "H100:1" in steps["gpu model"]["where"] and "Kimina-Prover-Preview-Distill-1.5B" in steps["gpu model"]["what"]
-    # the Sandbox: 60 s header + 5 s per canary on 8 cores, 64 GiB (4 REPLs x 16 GiB) at the Sandbox prices
+    # the GPU step generates one ES member's call at the configured lengths (8 x up to 8192 tokens), not 16 tokens
+    assert "8 sequences of up to 8192 tokens" in steps["gpu model"]["what"]
+    assert steps["gpu model"]["est"] == f"~{180 + 8192 / 100:.0f} s"
+    # the Sandbox: 60 s header + 5 s per canary on 8 cores, 64 GiB (4 REPLs x 16 GiB) at the Sandbox prices,
+    # twice: the canary, then the calibration's warm-REPL run (and the kernel stage's measurement)
     from prover_cli.verify.canary import CANARIES
 
-    seconds = 60 + 5 * len(CANARIES)
+    seconds = 2 * (60 + 5 * len(CANARIES))
     assert steps["lean sandbox"]["est"] == f"~{seconds} s"
     assert steps["lean sandbox"]["est_usd"] == pytest.approx(seconds * (8 * 0.142 + 64 * 0.024) / 3600, abs=1e-4)
     assert steps["images"]["est_usd"] == "not priced"

@@ -214,24 +214,71 @@ def test_every_exec_and_subprocess_argv_in_on_modal_names_a_program_its_image_ha
             f"{file}:{line} runs {program!r} in the {image} image, which does not list it (plan.py)"
 
 
-def test_the_kernel_checker_build_is_confined_and_compares_the_manifests(tmp_path):
-    """Its steps cannot fail the Lean image (a failure leaves the marker and the log); SafeVerify's
-    manifest check fails the checker's build when a shared package's revision differs."""
-    import json
+def test_the_kernel_checker_is_built_in_its_own_image_only():
+    """The fast path's Lean image holds no checker step (a checker that does not build cannot fail
+    it); the kernel image is the same toolchain and Mathlib layers, then the checker, no REPL; the
+    kernel stage's Sandboxes use the kernel image, the REPLs' the Lean image."""
+    runs = {name: [c.value[0] for layer in layers(images.IMAGES[name], BUILDER_VERSIONS[-1])
+                   for c in parse(layer) if c.cmd == "RUN"] for name in ("lean", "kernel")}
+    checker_steps = set(images.KERNEL_CHECKER_STEPS)
+    assert checker_steps and not checker_steps & set(runs["lean"]) and checker_steps <= set(runs["kernel"])
+    assert not set(images.REPL_STEPS) & set(runs["kernel"]) and set(images.REPL_STEPS) <= set(runs["lean"])
+    base = [step for _, steps in images.LEAN_BASE_STEPS for step in steps]
+    first = runs["lean"].index(base[0])   # after the apt layer, the same toolchain and Mathlib layers
+    assert runs["lean"][:first + len(base)] == runs["kernel"][:first + len(base)]
+    assert runs["lean"][first:first + len(base)] == base
+    assert sandbox.kernel_sandbox_arguments(Config())["image"] is images.kernel_image
+    assert sandbox.sandbox_arguments(Config())["image"] is images.lean_image
+    assert "repl" not in images.SPECS["kernel"].executables and "lake" in images.SPECS["kernel"].executables
 
-    assert images.KERNEL_CHECKER_STEPS[-1].endswith(f"|| touch {images.KERNEL_CHECKER_FAILED}")
-    assert images.LEAN_BUILD_STEPS[-1] == ("kernel checker", images.KERNEL_CHECKER_STEPS)
+
+def _local(step: str, tmp_path: Path) -> str:
+    """A build step with its /opt and /usr/local/bin paths moved under tmp_path, `python` as this one."""
+    import sys
+
+    return (step.replace("/opt/", f"{tmp_path}/opt/").replace("/usr/local/bin/", f"{tmp_path}/bin/")
+            .replace("python -c", f"{shlex.quote(sys.executable)} -c"))
+
+
+def test_a_checker_that_does_not_build_leaves_a_program_that_says_so(tmp_path):
+    """The failure branch, run by /bin/sh as the builder runs a RUN line: the marker, and in the
+    checker's place a program whose every run is an `error` of the kernel stage naming the log."""
+    from prover_cli.verify.isolated import RunResult
+    from prover_cli.verify.kernel import read_batch
+
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "opt" / "kernel-checker-build.sh").write_text("echo compiling\necho 'error: unknown constant'\nexit 1\n")
+    subprocess.run(["/bin/sh", "-c", _local(images.KERNEL_CHECKER_STEPS[-1], tmp_path)], check=True)
+    assert (tmp_path / "opt" / "kernel-checker-FAILED").exists()
+    done = subprocess.run([str(tmp_path / "bin" / images.KERNEL_PIN.program), "pairs.txt"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.startswith(
+        "uncaught exception: the kernel checker did not build in the kernel image (")
+    assert "error: unknown constant" in done.stderr and "kernel-checker-build.log" in done.stderr
+    answer = read_batch(RunResult(exit_code=1, stderr=done.stderr), ["t"], frozenset(), "x")
+    assert isinstance(answer, str) and "did not build in the kernel image" in answer   # never a pass
+    # a build that succeeded leaves neither the marker nor the stand-in program
+    (tmp_path / "opt" / "kernel-checker-FAILED").unlink()
+    (tmp_path / "bin" / images.KERNEL_PIN.program).unlink()
+    (tmp_path / "opt" / "kernel-checker-build.sh").write_text("exit 0\n")
+    subprocess.run(["/bin/sh", "-c", _local(images.KERNEL_CHECKER_STEPS[-1], tmp_path)], check=True)
+    assert not (tmp_path / "opt" / "kernel-checker-FAILED").exists() and not list((tmp_path / "bin").iterdir())
+
+
+def test_the_safeverify_build_compares_the_manifests_naming_both_files_and_revisions(tmp_path):
+    """Real-format manifests (tests/test_kernel_manifest.py: SafeVerify's at b291b588)."""
+    from test_kernel_manifest import write_manifest
+
     script = "\n".join(images.KERNEL_CHECKER_SCRIPT)
     assert "lake build prover_check" in script and '"verdict":"passed"' in script   # the default pin: ours
-    project, checker = tmp_path / "project.json", tmp_path / "checker.json"
-    project.write_text(json.dumps({"packages": [{"name": "mathlib", "rev": "a"}, {"name": "batteries", "rev": "b"}]}))
-    check = images.MANIFEST_CHECK.split(" /opt/")[0]
-    for revs, ok in (({"batteries": "b", "Cli": "c"}, True), ({"batteries": "x"}, False)):
-        checker.write_text(json.dumps({"packages": [{"name": n, "rev": r} for n, r in revs.items()]}))
-        done = subprocess.run(["/bin/sh", "-c", f"{check.replace('python ', 'python3 ', 1)} {checker} {project}"],
-                              capture_output=True, text=True)
+    project = write_manifest(tmp_path / "opt" / "lean-project" / "lake-manifest.json")
+    checker = tmp_path / "opt" / "safeverify" / "lake-manifest.json"
+    for revs, ok in (({}, True), ({"batteries": "0123456789abcdef0123456789abcdef01234567"}, False)):
+        write_manifest(checker, **revs)
+        done = subprocess.run(["/bin/sh", "-c", _local(images.MANIFEST_CHECK, tmp_path)], capture_output=True, text=True)
         assert (done.returncode == 0) == ok, done.stderr
-    assert "batteries" in done.stderr
+    assert f"batteries 0123456789ab in {checker}, b25b36a7caf8 in {project}" in done.stderr
 
 
 def test_every_image_takes_the_package_with_its_data_files():
@@ -243,7 +290,8 @@ def test_every_image_takes_the_package_with_its_data_files():
     from prover_cli.on_modal import images
 
     source = Path(images.__file__).read_text(encoding="utf-8")
-    assert source.count('.add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)') == len(images.IMAGES)
+    # one call per image; the Lean image and the kernel image come from one `_lean_image`
+    assert source.count('.add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)') == len(images.IMAGES) - 1
     assert '.add_local_python_source("prover_cli")' not in source
     ignored = FilePatternMatcher(*images.PACKAGE_IGNORE)
     package = Path(images.__file__).resolve().parents[1]

@@ -2,8 +2,10 @@
 
 The stand-in (tests/modal_standin.py) has modal 1.6's `Sandbox.create` / `exec` / stream / `poll`
 / `terminate` interface and runs the REPL stand-in (tests/fake_repl.py) as local processes, so
-the library's own pool, deadlines and verdict rules run unchanged over `SandboxTransport`. This
-is not Modal: no real Sandbox has been created by these tests.
+the library's own `verify_records` / `verify_file`, pool, deadlines and verdict rules run
+unchanged, placed in Sandboxes (`sandbox.verification_placement`). This is not Modal: no real
+Sandbox has been created by these tests. That the summary and verdicts equal a local run's is
+tests/test_verify_same_across_backends.py.
 """
 
 import json
@@ -21,6 +23,8 @@ from modal_standin import SANDBOXES, SandboxStandIn, sandboxes_running
 from prover_cli.config import config_from_dict
 from prover_cli.errors import BackendError
 from prover_cli.on_modal import images, plan, sandbox
+from prover_cli.verify import engine
+from prover_cli.verify.placement import verification_at
 
 FAKE_REPL = Path(__file__).resolve().parent / "fake_repl.py"
 
@@ -52,10 +56,26 @@ def record(name, tactic="  norm_num"):
             "proof": tactic}
 
 
-def library_verify_file():
-    from prover_cli.verify import engine
+def on_modal(config):
+    """The placement functions.verification_in_sandboxes enters for this config."""
+    return verification_at(sandbox.verification_placement(config))
 
-    return engine.verify_file
+
+def verify_records_on_modal(config, records):
+    with on_modal(config):
+        return engine.verify_records(records, config.verify, keep_warm=True)   # as tasks/lean.py calls it
+
+
+def repl_starts(standin):
+    """REPL processes started in any Sandbox (the wrapper exec'ing the image's REPL)."""
+    return [argv for argv in standin.ran if tuple(argv[-len(images.REPL_COMMAND):]) == tuple(images.REPL_COMMAND)]
+
+
+def assert_one_sandbox_per_repl(standin, config):
+    boxes = repl_boxes(standin, config)
+    assert len(boxes) == len(repl_starts(standin))
+    assert all(len(box._processes) == 1 for box in boxes)   # never a second process in a REPL's Sandbox
+    assert all(box.poll() is not None for box in boxes)     # each ended with its process
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,6 +89,9 @@ def test_sandbox_arguments_isolate_the_batch_and_bound_it():
     assert arguments["block_network"] is True
     assert arguments["volumes"] == {} and arguments["secrets"] == []
     assert arguments["cpu"] == (4.0, 4.0) and arguments["memory"] == (16 * 1024, 16 * 1024)  # hard limits
+    # one REPL per Sandbox: its share of a batch's cores and memory (here verify.workers = 1)
+    shared = sandbox.sandbox_arguments(make_config(verify={"workers": 4}, verify_cpus=8.0, verify_memory_gb=64))
+    assert shared["cpu"] == (2.0, 2.0) and shared["memory"] == (16 * 1024, 16 * 1024)
     assert arguments["timeout"] == plan.verify_batch_timeout_s(config)
     assert arguments["workdir"] == images.LEAN_PROJECT_DIR
     # every argument is one the real `modal.Sandbox.create` takes (the stand-in refuses others)
@@ -77,30 +100,43 @@ def test_sandbox_arguments_isolate_the_batch_and_bound_it():
         SandboxStandIn.create(block_netwrok=True)
 
 
-def test_records_in_batches_each_in_its_own_sandbox_read_back(standin):
+def test_each_repl_process_runs_in_a_sandbox_of_its_own(standin):
     config = make_config()
     records = [record("a"), record("b"), record("c", "  fake_error"), record("d"), record("e")]
-    verify = sandbox.verify_records_in_sandboxes(config)
-    verdicts = verify(records, config.verify)
+    verdicts = verify_records_on_modal(config, records)
     assert [(v["id"], v["verdict"]) for v in verdicts] == [
         ("a", "verified"), ("b", "verified"), ("c", "rejected"), ("d", "verified"), ("e", "verified")]
-    assert len(repl_boxes(standin, config)) == 3  # ceil(5 / 2) batches, one Sandbox each
+    # ceil(5 / 2) batches x verify.workers = 1: 3 REPL processes at once, each recycled after the 2
+    # proofs one REPL of a batch checks; however the 5 proofs fall on them, 3 or 4 processes start
+    assert_one_sandbox_per_repl(standin, config)
+    assert 3 <= len(repl_boxes(standin, config)) <= 4
     # the kernel stage: each of the 4 passes re-elaborated, each target compiled once (8 steps),
-    # and the checker (prover_check: passes that queued while it ran go in one process; how many
-    # queue depends on timing, so between one run per batch, 3, and one per pass, 4), every step
-    # in a fresh Sandbox
+    # and the checker (prover_check: passes that queued while it ran go in one process, so 1 to 4
+    # runs), every step in a fresh Sandbox
     checker_runs = len(kernel_boxes(standin, config)) - 4 * 2
-    assert 3 <= checker_runs <= 4
-    assert len(standin.created) == 3 + 4 * 2 + checker_runs
+    assert 1 <= checker_runs <= 4
+    assert len(standin.created) == len(repl_boxes(standin, config)) + 4 * 2 + checker_runs
     for box in standin.created:
-        assert box.poll() is not None  # terminated once its batch (or step) is done
+        assert box.poll() is not None  # terminated once its process (or step) is done
     assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in verdicts)
     assert all(v["reason"].endswith(f"kernel check passed (prover_check {images.KERNEL_PIN.commit[:8]})")
                for v in verdicts if v["verdict"] == "verified")
 
 
+def test_the_pool_is_sized_as_the_plans_batches():
+    """verify.workers REPLs per batch of modal.verify_batch_size proofs, at most
+    modal.verify_max_containers batches at once; each REPL recycled after its share of a batch."""
+    config = make_config(verify={"workers": 4, "max_proofs_per_process": 200}, verify_batch_size=64,
+                         verify_max_containers=3)
+    placed = sandbox.verification_placement(config)
+    assert [placed.configure(config.verify, n).workers for n in (1, 64, 65, 192, 10_000, None)] == [4, 4, 8, 12, 12, 12]
+    assert placed.configure(config.verify, 10).max_proofs_per_process == 16     # 64 / 4
+    assert placed.configure(config.verify, 10).kernel_check_workers == 4        # 0 = verify.workers, per batch
+    assert placed.keep_warm is False and config.verify.workers == 4             # the caller's config is untouched
+
+
 class FirstCreates:
-    """A barrier for the first `n` Sandboxes only (the batches'); later ones (the kernel stage's) pass."""
+    """A barrier for the first `n` Sandboxes only (the REPLs'); later ones (the kernel stage's) pass."""
 
     def __init__(self, n: int):
         self.barrier, self.n, self.count, self.lock = threading.Barrier(n, timeout=PATIENCE_S), n, 0, threading.Lock()
@@ -113,17 +149,16 @@ class FirstCreates:
             self.barrier.wait()
 
 
-def test_batches_fan_out_concurrently(standin):
-    """Three batches: each create() waits until all three Sandboxes are being created at once."""
+def test_repl_sandboxes_start_concurrently(standin):
+    """Three batches' worth of REPLs: each create() waits until all three Sandboxes are being created at once."""
     standin.barrier = FirstCreates(3)
     config = make_config()
-    verify = sandbox.verify_records_in_sandboxes(config)
-    verdicts = verify([record(n) for n in "abcdef"], config.verify)
+    verdicts = verify_records_on_modal(config, [record(n) for n in "abcdef"])
     assert [v["verdict"] for v in verdicts] == ["verified"] * 6
 
 
 # --------------------------------------------------------------------------------------------
-# A dying Sandbox takes only its in-flight proofs, which are checked once more in a fresh one
+# A dying Sandbox takes only its in-flight proof, which is checked once more in a fresh one
 # --------------------------------------------------------------------------------------------
 
 def bodies_sent(name):
@@ -134,79 +169,85 @@ def bodies_sent(name):
 
 def test_a_sandbox_that_dies_costs_only_its_in_flight_proof_a_retry(standin):
     standin.die_on, standin.deaths_left = b'"cmd": "theorem boom :', 1
-    config = make_config(verify_batch_size=3)
+    config = make_config(verify_batch_size=3)   # one batch: one REPL, the proofs in input order
     records = [record("a"), record("boom"), record("c", "  fake_error")]
-    verdicts = sandbox.verify_records_in_sandboxes(config)(records, config.verify)
+    verdicts = verify_records_on_modal(config, records)
     assert [(v["id"], v["verdict"]) for v in verdicts] == [("a", "verified"), ("boom", "verified"),
                                                              ("c", "rejected")]
     assert bodies_sent("a") == 1          # done before the death: not checked again
     assert bodies_sent("boom") == 2       # in flight: once in the dead Sandbox, once in a fresh one
-    assert len(repl_boxes(standin, config)) >= 2
+    assert len(repl_boxes(standin, config)) == 2
+    assert_one_sandbox_per_repl(standin, config)
 
 
 def test_a_proof_whose_sandbox_dies_twice_gets_an_error_verdict_naming_it(standin):
     standin.die_on, standin.deaths_left = b'"cmd": "theorem boom :', 10
     config = make_config(verify_batch_size=2)
     records = [record("ok"), record("boom"), record("later")]
-    verdicts = sandbox.verify_records_in_sandboxes(config)(records, config.verify)
+    verdicts = verify_records_on_modal(config, records)
     got = {v["id"]: v for v in verdicts}
     assert got["ok"]["verdict"] == "verified" and got["later"]["verdict"] == "verified"
     assert got["boom"]["verdict"] == "error" and "Sandbox ended" in got["boom"]["reason"]
+    assert "twice" in got["boom"]["reason"]
     assert bodies_sent("boom") == 2       # retried once, never more
 
 
-def test_verify_file_shards_resume_a_dead_sandbox_shard_once(standin, tmp_path):
+def test_verify_file_on_modal_is_the_librarys_and_resumes_from_its_verdict_file(standin, tmp_path):
     standin.die_on, standin.deaths_left = b'"cmd": "theorem boom :', 1
     config = make_config(verify_batch_size=2)
     ids = ["a", "boom", "c", "d", "e"]
     proofs = tmp_path / "in.jsonl"
     proofs.write_text("".join(json.dumps(record(i)) + "\n" for i in ids))
-    result = sandbox.verify_file_in_sandboxes(config, library_verify_file())(
-        config, proofs_path=proofs, out_path=tmp_path / "out.jsonl")
+    with on_modal(config):
+        result = engine.verify_file(config, proofs_path=proofs, out_path=tmp_path / "out.jsonl")
     verdicts = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert [v["id"] for v in verdicts] == ids  # input order, across shards
-    assert {v["verdict"] for v in verdicts} == {"verified"} and result["ok"] and result["shards"] == 3
+    assert sorted(v["id"] for v in verdicts) == sorted(ids)   # one line per proof, written as known
+    assert {v["verdict"] for v in verdicts} == {"verified"}
+    assert (result["ok"], result["proofs"], result["verified"], result["checked"], result["resumed"]) == \
+        (True, 5, 5, 5, 0)
     assert bodies_sent("a") == 1 and bodies_sent("boom") == 2
+    assert not list(tmp_path.glob("*.shards"))   # no second implementation's files
+    before = len(standin.created)
+    with on_modal(config):
+        again = engine.verify_file(config, proofs_path=proofs, out_path=tmp_path / "out.jsonl")
+    assert (again["resumed"], again["checked"], again["verified"]) == (5, 0, 5)
+    assert len(standin.created) == before   # nothing to check: no Sandbox
 
 
-def test_a_shard_that_cannot_start_becomes_error_verdicts_and_the_rest_goes_on(standin, tmp_path, monkeypatch):
+def test_sandboxes_that_cannot_start_stop_the_run_and_claim_nothing(standin, tmp_path, monkeypatch):
+    """No capacity: the run fails with the reason (as a local REPL that cannot start), the verdict
+    file records no verdict for those proofs, the reward is never a silent 0; a rerun checks them."""
     real_create = SandboxStandIn.create.__func__
-    calls = {"n": 0}
+    capacity = {"gone": True, "refused": 0}
 
     def create(cls, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] in (1, 2):  # the first shard's Sandbox, and its retry
+        if capacity["gone"] and kwargs == sandbox.sandbox_arguments(config):
+            capacity["refused"] += 1
             raise modal.exception.Error("no capacity")
         return real_create(cls, *args, **kwargs)
 
     monkeypatch.setattr(SandboxStandIn, "create", classmethod(create))
-    monkeypatch.setattr(sandbox.SandboxBox, "ensure", _serialised(sandbox.SandboxBox.ensure))
-    config = make_config(verify_batch_size=2, verify_max_containers=1)  # shards one after another
+    config = make_config(verify_batch_size=2)
     proofs = tmp_path / "in.jsonl"
     proofs.write_text("".join(json.dumps(record(i)) + "\n" for i in "abc"))
-    result = sandbox.verify_file_in_sandboxes(config, library_verify_file())(
-        config, proofs_path=proofs, out_path=tmp_path / "out.jsonl")
-    verdicts = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert [v["verdict"] for v in verdicts] == ["error", "error", "verified"]
-    assert "cannot create a verification Sandbox" in verdicts[0]["reason"]
-    assert result["ok"] is False and result["failed_shards"] == 1
+    out = tmp_path / "out.jsonl"
+    with on_modal(config), pytest.raises(BackendError, match=r"cannot create a verification Sandbox \(2 tries\).*no capacity"):
+        engine.verify_file(config, proofs_path=proofs, out_path=out)
+    assert capacity["refused"] >= 2 and (not out.exists() or out.read_text() == "")
+    with pytest.raises(BackendError, match="cannot create a verification Sandbox"):
+        verify_records_on_modal(config, [record("a")])
+    capacity["gone"] = False
+    with on_modal(config):
+        result = engine.verify_file(config, proofs_path=proofs, out_path=out)
+    assert (result["verified"], result["checked"], result["resumed"]) == (3, 3, 0)
 
 
-def _serialised(function):
-    lock = threading.Lock()
-
-    def wrapper(*args, **kwargs):
-        with lock:
-            return function(*args, **kwargs)
-
-    return wrapper
-
-
-def test_lean_versions_other_than_the_image_fail_closed():
+def test_lean_versions_other_than_the_image_fail_closed(standin):
     config = make_config()
     config.verify.lean_toolchain = "leanprover/lean4:v4.16.0"
     with pytest.raises(BackendError, match="v4.16.0.*the Lean image has 'leanprover/lean4:v4.15.0'"):
-        sandbox.verify_records_in_sandboxes(config)([record("a")], config.verify)
+        verify_records_on_modal(config, [record("a")])
+    assert standin.created == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,6 +296,22 @@ def test_transport_memory_limit_is_an_address_space_limit_inside_the_sandbox(sta
     assert f"{1 << 29}" in next(line for line in limits.splitlines() if line.startswith("Max address space"))
     transport.kill()
     box.terminate()
+
+
+def test_a_repl_with_a_sandbox_of_its_own_ends_it_and_restarts_in_a_fresh_one(standin):
+    from prover_cli.verify.repl import ReplProcess
+
+    proc = ReplProcess(sandbox.repl_sandboxes(make_config())())
+    proc.start()
+    assert proc.request({"cmd": "import Mathlib"}, time.monotonic() + PATIENCE_S)["env"] == 0
+    proc.kill()   # a recycle: the process and its Sandbox end
+    assert standin.created[0].poll() == 137 and not proc.alive and proc.exit_signal() is None
+    proc.start()
+    assert len(standin.created) == 2 and proc.request({"cmd": "import Mathlib"}, time.monotonic() + PATIENCE_S)["env"] == 0
+    standin.created[1]._end(137)   # Modal ends it under the REPL: a kill from outside, which the pool retries
+    assert not proc.alive and proc.exit_signal() == signal.SIGKILL
+    proc.kill()
+    assert not any("os.killpg" in " ".join(argv) for argv in standin.ran)   # ending the Sandbox ends the group
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,7 +385,7 @@ FORGING_REPL = Path(__file__).resolve().parent / "forging_repl.py"
 def test_kernel_sandboxes_are_isolated_and_sized_as_one_repl():
     config = make_config(verify={"workers": 4}, verify_cpus=8.0, verify_memory_gb=32)
     arguments = sandbox.kernel_sandbox_arguments(config)
-    assert arguments["image"] is images.lean_image and arguments["block_network"] is True
+    assert arguments["image"] is images.kernel_image and arguments["block_network"] is True   # the checker's own image
     assert arguments["volumes"] == {} and arguments["secrets"] == []
     assert arguments["cpu"] == (2.0, 2.0) and arguments["memory"] == (8 * 1024, 8 * 1024)
     assert arguments["timeout"] == int(config.verify.kernel_check_timeout_s + 300)
@@ -352,7 +409,7 @@ def test_forged_fast_path_answers_are_rejected_through_the_sandbox_transport(sta
     config = make_config(verify_batch_size=4)
     records = [record("honest"), record("hidden", "  nlinarith [fake_error]"),
                record("sorryax", "  exact fake_axiom_sorryAx"), record("skipped", "  exact fake_forge_skip_kernel")]
-    verdicts = {v["id"]: v for v in sandbox.verify_records_in_sandboxes(config)(records, config.verify)}
+    verdicts = {v["id"]: v for v in verify_records_on_modal(config, records)}
     assert verdicts["honest"]["verdict"] == "verified", verdicts["honest"]["reason"]
     for key in ("hidden", "sorryax", "skipped"):
         assert verdicts[key]["verdict"] == "rejected" and verdicts[key]["reason"].startswith("kernel check"), \
@@ -363,30 +420,29 @@ def test_forged_fast_path_answers_are_rejected_through_the_sandbox_transport(sta
     assert checker_steps and all("pairs.txt" in inputs and all(re.fullmatch(r"[TP]\d+\.olean", name)
                                                                 for name in inputs - {"pairs.txt"})
                                  for inputs in checker_steps)
-    assert len(kernel_boxes(standin, config)) == len(seen) and len(repl_boxes(standin, config)) == 1
+    assert len(kernel_boxes(standin, config)) == len(seen)
+    assert_one_sandbox_per_repl(standin, config)
 
 
 def test_a_kernel_sandbox_that_dies_is_an_error_never_a_pass(standin):
     standin.die_on, standin.deaths_left = b'"timeout_s"', 1   # the first step's Sandbox ends as it starts
     config = make_config()
-    [verdict] = sandbox.verify_records_in_sandboxes(config)([record("a")], config.verify)
+    [verdict] = verify_records_on_modal(config, [record("a")])
     assert verdict["verdict"] == "error" and "SIGKILL" in verdict["reason"], verdict["reason"]
 
 
 def test_the_kimina_backend_on_modal_runs_the_kernel_stage_in_sandboxes(standin, monkeypatch):
-    """Kimina elaborates (its stand-in server, its REPLs forging their answers); the routed
-    verify_records gives the kernel stage Sandboxes from the Lean image."""
+    """Kimina elaborates (its stand-in server, its REPLs forging their answers); the placement
+    gives the library's kernel stage Sandboxes from the Lean image."""
     import sys
 
     import test_verify_kimina
-    from prover_cli.verify import engine
 
     monkeypatch.setattr(test_verify_kimina, "fake_repl_command", lambda *args: [sys.executable, str(FORGING_REPL), *args])
     with test_verify_kimina.FakeKimina() as server:
         config = make_config(verify={"backend": "kimina", "kimina_url": server.url})
-        routed = sandbox.kernel_stage_in_sandboxes(config, engine.verify_records, "records")
         records = [record("honest"), record("hidden", "  nlinarith [fake_error]")]
-        verdicts = {v["id"]: v for v in routed(records, config.verify)}
+        verdicts = {v["id"]: v for v in verify_records_on_modal(config, records)}
     assert verdicts["honest"]["verdict"] == "verified", verdicts["honest"]["reason"]
     assert verdicts["hidden"]["verdict"] == "rejected" and "fresh Lean process" in verdicts["hidden"]["reason"]
     assert repl_boxes(standin, config) == [] and len(kernel_boxes(standin, config)) == 5  # 2 targets, 2 + 1 steps

@@ -198,7 +198,7 @@ def test_a_generator_engine_child_process_does_not_block_the_next_reload(tmp_pat
 
     import prover_cli.samplers as samplers
 
-    monkeypatch.setattr(samplers, "load_sampler", lambda config, model_path=None: EngineLikeSampler())
+    monkeypatch.setattr(samplers, "load_sampler", lambda model_config, generate_config, model_path=None: EngineLikeSampler())
     monkeypatch.setattr(functions, "resolve", lambda name: generate_file)
     config = config_from_dict({"run": {"dir": "runs/g"}}).to_dict()
     try:

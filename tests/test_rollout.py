@@ -45,7 +45,8 @@ class Config:
 
 def test_completions_are_problem_major_and_scored_in_one_call_with_their_own_problem():
     sampler, task = EchoSampler(), CountingTask()
-    completions, rewards = rollout.rollout(sampler, task, PROBLEMS, PARAMS, Config)
+    completions = rollout.texts(rollout.sample(sampler, task, PROBLEMS, PARAMS, Config.model.family))
+    rewards = rollout.score(task, PROBLEMS, completions, Config)
     assert completions == ["plain:a#0@7", "plain:a#1@7", "plain:b#0@7", "plain:b#1@7"]
     assert sampler.calls == [(["plain:a", "plain:b"], None)]  # one call, seeded by params.seed
     assert task.batches == [[("a", completions[0]), ("a", completions[1]), ("b", completions[2]), ("b", completions[3])]]

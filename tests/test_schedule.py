@@ -63,3 +63,25 @@ def test_members_resident_together_finish_together_and_pay_the_stated_slowdown()
     assert r.generation_end_s == 40.0 and r.iteration_s == 41.0 and r.gpu_busy_s == 40.0
     best = cheapest_pipeline(work, PRICES, max_iteration_s=1e9, gpu_options=[1], resident_options=(1, 2, 5))
     assert best.schedule.resident == 5   # 10 x (1 + 0.5 x 4) = 30 s beats 40 s and 50 s
+
+
+def test_batches_wait_for_a_free_sandbox_and_are_billed_for_their_lifetime():
+    # 4 GPUs: every member ends at 10; 8 proofs in batches of 3 (3, 3, 2), each Sandbox 20 s, 2 at
+    # a time: two batches 10..30, the third 30..50; 3 batches x 20 s billed at the Sandbox price
+    work = IterationWork(members=4, generation_s=10.0, proofs_per_member=2, proof_s=5.0, header_s=3.0,
+                         proofs_per_batch=3, batch_s=20.0)
+    prices = Prices(gpu_per_hour=3600.0, lean_worker_per_hour=0.0, sandbox_per_hour=36.0)
+    r = simulate(work, Schedule("b", gpus=4, lean_workers=1, barrier=True, proofs_per_header=0, sandboxes=2), prices)
+    assert (r.generation_end_s, r.iteration_s, r.batches, r.lean_billed_s) == (10.0, 50.0, 3, 60.0)
+    assert r.usd == pytest.approx(4 * 50 * 1.0 + 60 * 0.01)
+
+
+def test_member_containers_catch_up_first_and_verdicts_wait_for_the_kernel_stage():
+    # GPU 0 is the loop's (no catch-up), GPU 1 applies the last update for 5 s first: members end at
+    # 10, 15, 20, 25; one proof each, 1 s on one warm worker, its kernel verdict 2 s later: 28 s
+    work = IterationWork(members=4, generation_s=10.0, proofs_per_member=1, proof_s=1.0, header_s=0.0,
+                         catch_up_s=5.0, kernel_latency_s=2.0)
+    r = simulate(work, Schedule("p", gpus=2, lean_workers=1, barrier=False, proofs_per_header=0, warm_lean=True,
+                                loop_generates=True), PRICES)
+    assert (r.generation_end_s, r.iteration_s, r.gpu_busy_s, r.gpu_billed_s) == (25.0, 28.0, 45.0, 56.0)
+    assert r.lean_billed_s == 28.0 and r.usd == pytest.approx(56 * 1.0 + 28 * 0.1)

@@ -127,8 +127,8 @@ def test_builtin_tasks_answer_fields_generation_and_reward_range_through_the_reg
         "`numbers` is list, expected a non-empty list of integers (data.task = 'countdown')"
     assert "prompt_style" in tasks.problem_defect({"numbers": [1], "target": 1, "prompt_style": "long"}, "countdown")
     assert tasks.problem_defect({"prompt": "x"}, "lean") == "lacks `formal_statement`, needed by data.task = 'lean'"
-    assert len(tasks.problems_from_seed(config, "countdown", 0)) == 8
-    assert tasks.problems_from_seed(config, "lean", 0) is None and not tasks.generates_problems("lean")
+    assert len(tasks.problem_generator("countdown")(config, 0)) == 8
+    assert tasks.problem_generator("lean") is None and not tasks.generates_problems("lean")
     assert [tasks.reward_range(name) for name in ("lean", "countdown", "toy")] == [(0.0, 1.0)] * 3
     assert tasks.reward_range("never-registered") is None  # a ledger of a task this process lacks: finite only
 
@@ -141,7 +141,8 @@ def test_the_ledger_holds_rewards_to_the_task_range(tmp_path, registry):
         name, problem_fields, reward_range = "wide", {}, (0.0, 4.0)
 
     config = load_config(None, ["model.name=tiny", "data.task=wide", "es.population=2"])
-    header = make_header(config, base_sha256="ab" * 32, dtype="float32", problems_sha256="cd" * 32)
+    header = make_header(config.es, model=config.model, generate=config.generate, run_seed=config.run.seed,
+                         task=config.data.task, base_sha256="ab" * 32, dtype="float32", problems_sha256="cd" * 32)
     write_ledger(tmp_path / "wide.json", header, [make_record(1, ["3.5", "0"], "ab" * 8, False)])
     assert read_ledger(tmp_path / "wide.json")[1][0]["rewards"] == [3.5, 0.0]
     write_ledger(tmp_path / "wider.json", header, [make_record(1, ["4.5", "0"], "ab" * 8, False)])

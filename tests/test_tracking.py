@@ -46,14 +46,14 @@ def read_scalars(log_dir, key):
 
 def test_tensorboard_events_hold_every_record_and_a_resume_purges_redone_steps(tmp_path):
     config = load_config(None, ["run.report_to=tensorboard", f"run.dir={tmp_path}"])
-    with open_tracker(config) as tracker:
+    with open_tracker(config.run, hyperparameters=config.to_dict()) as tracker:
         for record in records([1, 2, 3]):
             tracker.log(record)
     assert read_scalars(tmp_path / "tensorboard", "reward/mean") == [(1, 0.1), (2, 0.2), (3, 0.3)]
     assert "method" not in str(read_scalars(tmp_path / "tensorboard", "es/skipped"))
 
     # Killed after step 3 with only 2 kept (metrics.jsonl cut back): steps 3.. are logged again.
-    with open_tracker(config, resumed_from=2) as tracker:
+    with open_tracker(config.run, hyperparameters=config.to_dict(), resumed_from=2) as tracker:
         for record in records([3, 4]):
             tracker.log({**record, "reward/mean": record["reward/mean"] + 1})
     assert read_scalars(tmp_path / "tensorboard", "reward/mean") == [(1, 0.1), (2, 0.2), (3, 1.3), (4, 1.4)]
@@ -61,7 +61,7 @@ def test_tensorboard_events_hold_every_record_and_a_resume_purges_redone_steps(t
 
 def test_none_writes_nothing(tmp_path):
     config = load_config(None, [f"run.dir={tmp_path}"])
-    with open_tracker(config) as tracker:
+    with open_tracker(config.run, hyperparameters=config.to_dict()) as tracker:
         tracker.log(records([1])[0])
     assert list(tmp_path.iterdir()) == []
 
@@ -78,8 +78,34 @@ def test_a_missing_tracker_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib, "import_module", lambda name: no_trackio(name), raising=False)
     config = load_config(None, ["run.report_to=trackio", f"run.dir={tmp_path}"])
     with pytest.raises(BackendError, match="run.report_to asks for trackio, but `trackio` is not installed") as error:
-        open_tracker(config)
+        open_tracker(config.run, hyperparameters=config.to_dict())
     assert "pip install trackio" in error.value.hint
+
+
+def test_the_tracker_reads_the_run_section_and_hands_wandb_the_hyperparameters_it_is_given(tmp_path, monkeypatch):
+    """open_tracker takes config.run and the hyperparameters, not the whole config. What reaches
+    `wandb.init` is recorded by a recorder, not by W&B (the offline test below runs the real one)."""
+    import prover_cli.tracking as tracking
+
+    calls = []
+
+    class Recorder:  # only the attributes _Wandb touches; nothing is answered beyond `run`
+        run = None
+
+        def init(self, **kwargs):
+            calls.append(("init", kwargs))
+
+        def define_metric(self, *args, **kwargs):
+            calls.append(("define_metric", args))
+
+    monkeypatch.setattr(tracking, "_import", lambda name, module: Recorder())
+    config = load_config(None, ["run.report_to=wandb", f"run.dir={tmp_path / 'run-b'}", "run.seed=7"])
+    tracker = open_tracker(config.run, hyperparameters=config.to_dict())
+    tracker.close()
+    init = calls[0][1]
+    assert init["name"] == "run-b" and init["config"] == config.to_dict() and init["config"]["run"]["seed"] == 7
+    assert init["resume"] == "allow" and len(init["id"]) == 16
+    assert (tmp_path / "run-b" / "wandb-run-id").read_text().strip() == init["id"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb (optional extra) not installed")
@@ -87,13 +113,13 @@ def test_wandb_offline_run_logs_locally_and_resume_reuses_the_run_id(tmp_path, m
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     config = load_config(None, ["run.report_to=wandb", f"run.dir={tmp_path / 'run'}"])
-    with open_tracker(config) as tracker:
+    with open_tracker(config.run, hyperparameters=config.to_dict()) as tracker:
         for record in records([1, 2]):
             tracker.log(record)
     run_id = (tmp_path / "run" / "wandb-run-id").read_text().strip()
     offline = list((tmp_path / "run" / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
-    with open_tracker(config, resumed_from=2) as tracker:
+    with open_tracker(config.run, hyperparameters=config.to_dict(), resumed_from=2) as tracker:
         tracker.log(records([3])[0])
     assert (tmp_path / "run" / "wandb-run-id").read_text().strip() == run_id
 
@@ -103,7 +129,7 @@ import json, sys
 from prover_cli.config import load_config
 from prover_cli.tracking import open_tracker
 config = load_config(None, ["run.report_to=trackio", "run.dir=" + sys.argv[1]])
-with open_tracker(config) as tracker:
+with open_tracker(config.run, hyperparameters=config.to_dict()) as tracker:
     for i in (1, 2):
         tracker.log({"iteration": i, "method": "es", "reward/mean": i / 10, "es/skipped": i == 2})
 from trackio.sqlite_storage import SQLiteStorage

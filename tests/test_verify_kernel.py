@@ -110,18 +110,20 @@ def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin
     # code run during elaboration wrote the module; the checker alone must say no
     ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
     ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
+    # (the stand-in forges the module's last theorem: the fast path's `_prover_same`, whose value
+    # is the target, written `_root_._prover_same` in the model; {} is its name)
     ("axiom", ["depends on axioms outside propext, Quot.sound, Classical.choice: #[prover_forged_ax]",
-               "f used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
-    ("retype", ["theorem f has another type than the trusted target's", "declaration f: theorem type mismatch"]),
-    ("drop", ["theorem f of the trusted target is not in the submission",
-              "declaration f: declaration not found in submission"]),
-    ("unsafe", ["unsafe constant f in the submission", "unsafe constant f detected"]),
+               "{} used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
+    ("retype", ["theorem {} has another type than the trusted target's", "declaration {}: theorem type mismatch"]),
+    ("drop", ["theorem {} of the trusted target is not in the submission",
+              "declaration {}: declaration not found in submission"]),
+    ("unsafe", ["unsafe constant {} in the submission", "unsafe constant {} detected"]),
 ])
 def test_a_forged_olean_is_rejected_by_the_checker(stage, pin, forge, expect):
     statement = "theorem f : 2 + 2 = 5 := by" if forge == "ignore_errors" else "theorem f : 2 + 2 = 4 := by"
     [result] = stage(pin).check([job(f"{statement}\n  exact fake_forge_{forge}", statement)], STANDARD)
     assert result.status == "rejected", result.reason
-    assert any(e in result.reason for e in expect), result.reason
+    assert any(e.format("_root_._prover_same") in result.reason for e in expect), result.reason
     assert result.reason.startswith(f"kernel check ({pin.checker} {pin.commit[:8]})")
 
 
@@ -456,6 +458,11 @@ def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, mo
     sv = fake_checkout(tmp_path / "sv", "v4.27.0", PIN_2026.commit)   # SafeVerify, for 4.27
     monkeypatch.setenv("PATH", f"{sv.parent}:/usr/bin:/bin")
     config.lean_toolchain = "leanprover/lean4:v4.27.0"
+    assert "no lake-manifest.json beside the kernel checker" in check_kernel_checker(config).detail
+    from test_kernel_manifest import write_manifest
+
+    write_manifest(tmp_path / "sv" / "lake-manifest.json")      # the checkout's, and the same in the project
+    config.project_dir = str(write_manifest(tmp_path / "project" / "lake-manifest.json").parent)
     found = check_kernel_checker(config)
     assert found.ok and "main, Lean v4.27.0" in found.detail and "accepts a proof module that imports more" in found.detail
 
@@ -816,3 +823,162 @@ def test_passes_queue_while_a_batch_runs_and_go_together_never_waiting_for_a_ful
         second.finish(lambda *a: reported.append(a))
     assert sizes == [1, 3, 2]   # the first at once; then at most batch_size, as they queued
     assert sorted(key for key, _, _ in reported) == list(range(6))
+
+
+# -- one environment in both stages (issue #32) -------------------------------------------------
+# A payload that branches on the environment (`(← getEnv).contains `_prover_trusted` in a tactic)
+# sees what is declared before it. The stand-in of that payload is `declared_before`: the names,
+# in order, that the source model (tests/fake_kernel_model.py, "what Lean declares") finds in the
+# text that precedes the payload, which is all a Lean tactic can see.
+
+PAYLOAD = "theorem t : 2 + 2 = 4 := by\n  decide -- probe"
+
+
+def declared(text: str) -> list[str]:
+    import fake_kernel_model
+
+    return [c["name"] for c in fake_kernel_model.parse_module(text)[1]]
+
+
+def declared_before(text: str, payload: str = PAYLOAD) -> tuple[list[str], list[str]]:
+    """(names declared before the payload, names declared after it) in one file's text."""
+    at = text.index(payload)
+    return declared(text[:at]), [n for n in declared(text) if n not in declared(text[:at + len(payload)])]
+
+
+class RecordingRunner:
+    """The stage's local runner, keeping every source `lean -o` was given."""
+
+    def __init__(self, config):
+        from prover_cli.verify.isolated import local_runner
+
+        self.runner = local_runner(config)
+        self.sources: list[str] = []
+
+    def run(self, argv, inputs, outputs, timeout_s, what=""):
+        if "Proof.lean" in inputs:
+            self.sources.append(inputs["Proof.lean"].decode("utf-8"))
+        return self.runner.run(argv, inputs, outputs, timeout_s, what=what)
+
+
+@pytest.mark.parametrize("header", [HEADER, HEADER + "\nnamespace Game\n\ndef solution : ℕ := 3\n"],
+                         ids=["root", "namespace-left-open"])
+def test_the_body_sees_the_same_declarations_in_both_stages(verify_config, tmp_path, header):
+    """The REPL session (its env chain, as the REPL stand-in logged what it received) and the
+    kernel stage's `lean -o` module declare the same names in the same order before the body and
+    after it; the trusted target has the same ones around its statement."""
+    import json
+
+    from prover_cli.verify.engine import fast_path_once
+    from prover_cli.verify.statement import Candidate
+
+    log = tmp_path / "repl.jsonl"
+    config = verify_config(workers=1, repl_args=["--log", str(log)], lean_command=FAKE_LEAN,
+                           kernel_checker_command=list(FAKE_CHECKER), kernel_check_timeout_s=PATIENCE_S)
+    statement = "theorem t : 2 + 2 = 4 := by"
+    candidate = Candidate(id="c", header=header, body=PAYLOAD, target="t", statement=statement)
+    assert fast_path_once(config, candidate).status == "verified"
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    chain = [e["cmd"] for e in sent if e.get("kind") in ("header", "trusted", "cmd", "alias")]
+    assert [e["kind"] for e in sent if e.get("kind") in ("header", "trusted", "cmd", "alias")] == \
+        ["header", "trusted", "cmd", "alias"]
+    repl_before, repl_after = declared_before("\n\n".join(chain))
+
+    runner = RecordingRunner(config)
+    [result] = KernelStage(config, runner=runner).check([job(PAYLOAD, statement, header)], STANDARD)
+    assert result.status == "passed", result.reason
+    [target_source] = [s for s in runner.sources if PAYLOAD not in s]
+    [module] = [s for s in runner.sources if PAYLOAD in s]
+    kernel_before, kernel_after = declared_before(module)
+    assert (kernel_before, kernel_after) == (repl_before, repl_after)
+    namespace = "Game." if "namespace Game" in header else ""
+    assert [n for n in kernel_before if "_prover" in n] == [f"{namespace}_prover_hole", f"{namespace}_prover_trusted"]
+    assert kernel_after and all("_prover_same" in n for n in kernel_after)
+    assert declared(target_source) == kernel_before + [f"{namespace}t"] + kernel_after
+
+
+def test_main_lean_and_its_stand_in_name_the_fast_paths_declarations():
+    """checker/Main.lean `isTrustedAux` and tests/fake_checker.py name what rules.py declares."""
+    import re
+
+    from prover_cli.verify.kernel import OWN_CHECKER_DIR
+    from prover_cli.verify.rules import HOLE, TRUSTED
+
+    main = (OWN_CHECKER_DIR / "Main.lean").read_text(encoding="utf-8")
+    body = main[main.index("def isTrustedAux"):main.index("def isTrustedAux") + 200]
+    assert set(re.findall(r's == "(\w+)"', body)) == {HOLE, TRUSTED} == set(fake_checker.TRUSTED_AUX)
+
+
+def _aux_modules(trusted_value: str = "_prover_hole", trusted_type: str = ": 2 + 2 = 4"):
+    """(target, submission) in the model: the fast path's declarations, then the target theorem."""
+    def aux(value, type_text):
+        return [fake_checker.const("_prover_hole", "axiom", "{p : Prop} : p"),
+                fake_checker.const("_prover_trusted", "theorem", type_text, value)]
+    theorem = fake_checker.const("t", "theorem", ": 2 + 2 = 4", "decide")
+    return (fake_checker.module(["Init", "Mathlib"], [*aux("_prover_hole", ": 2 + 2 = 4"), {**theorem, "value": "sorry"}]),
+            fake_checker.module(["Init", "Mathlib"], [*aux(trusted_value, trusted_type), theorem]))
+
+
+def _run_checker(tmp_path, target: bytes, submission: bytes):
+    import json
+    import subprocess
+
+    (tmp_path / "T.olean").write_bytes(target)
+    (tmp_path / "P.olean").write_bytes(submission)
+    (tmp_path / "pairs.txt").write_text("T.olean\tP.olean\n")
+    done = subprocess.run([*FAKE_CHECKER, str(tmp_path / "pairs.txt")], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[0])
+
+
+@pytest.mark.parametrize("value, type_text, passes", [
+    ("_prover_hole", ": 2 + 2 = 4", True),      # as the fast path declares it: held to the target's, no axiom check
+    ("by decide", ": 2 + 2 = 4", False),        # another value than the trusted target's
+    ("_prover_hole", ": 2 + 2 = 5", False),     # another type
+])
+def test_the_checker_takes_the_fast_paths_declarations_from_the_target_never_from_the_submission(
+        tmp_path, value, type_text, passes):
+    answer = _run_checker(tmp_path, *_aux_modules(value, type_text))
+    assert (answer["verdict"] == "passed") == passes, answer
+    if passes:
+        assert set(answer["axioms"]) == {"t"}   # `_prover_trusted` is not reported as a target theorem
+    else:
+        assert "_prover_trusted" in answer["reason"] and "than the trusted target's" in answer["reason"]
+
+
+def test_a_target_that_uses_the_fast_paths_trusted_theorem_is_rejected(stage):
+    """`_prover_trusted` is proved by the hole axiom: a proof through it depends on `_prover_hole`."""
+    for pin in (PIN_OWN, PIN_2026):
+        [result] = stage(pin).check([job("theorem t : 2 + 2 = 4 := by\n  exact _prover_trusted")], STANDARD)
+        assert result.status == "rejected" and "_prover_hole" in result.reason, (pin.dialect, result.reason)
+
+
+SAFEVERIFY_FAILED = "uncaught exception: SafeVerify check failed. For more diagnostic information about failures, " \
+                    "run safe_verify with the -v (or --verbose) flag.\n"
+
+
+def _safeverify_run(violations: list[str], failures: dict[str, object]) -> RunResult:
+    """A 2026 run that ended in `SafeVerify check failed.`, in the shape of Main.lean at b291b588
+    (`runSafeVerify`, then the `--save` report, then the throw)."""
+    import json
+
+    report = [[name, {"targetInfo": {"constInfo": {"kind": "theorem"}, "axioms": []},
+                      "solutionInfo": {"constInfo": {"kind": "theorem"}, "axioms": ["propext"]},
+                      "failureMode": failures.get(name)}] for name in ("_prover_trusted", "t", "_prover_same")]
+    stderr = "Replaying /d/Proof.olean\n------------------\n" + "".join(v + "\n" for v in violations) + SAFEVERIFY_FAILED
+    return RunResult(exit_code=1, stderr=stderr, files={"report.json": json.dumps(report).encode()})
+
+
+@pytest.mark.parametrize("violations, failures, status", [
+    (["_prover_trusted used disallowed axioms. #[_prover_hole]"], {"_prover_trusted": "axioms"}, "passed"),
+    (["Game._prover_trusted used disallowed axioms. #[propext, Game._prover_hole]"],
+     {"_prover_trusted": "axioms"}, "rejected"),        # the violation is not the report's `_prover_trusted`
+    (["_prover_trusted used disallowed axioms. #[_prover_hole]", "h used disallowed axioms. #[sorryAx]"],
+     {"_prover_trusted": "axioms"}, "rejected"),        # another declaration of the submission failed too
+    (["_prover_trusted used disallowed axioms. #[_prover_hole, sorryAx]"], {"_prover_trusted": "axioms"}, "rejected"),
+    (["_prover_trusted used disallowed axioms. #[_prover_hole]"], {"_prover_trusted": "thmType"}, "rejected"),
+    (["_prover_trusted used disallowed axioms. #[_prover_hole]"], {"_prover_trusted": "axioms", "t": "axioms"},
+     "rejected"),
+])
+def test_safeverify_failing_on_the_fast_paths_trusted_theorem_alone_is_read_as_its_pass(violations, failures, status):
+    result = read_checker(PIN_2026, _safeverify_run(violations, failures), "t", frozenset(STANDARD))
+    assert result.status == status, result.reason

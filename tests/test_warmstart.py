@@ -22,7 +22,7 @@ def warm_cache(tmp_path_factory):
 def weights_fingerprint(model_dir):
     from safetensors.torch import load_file
 
-    from prover_cli.es.weights import fingerprint
+    from prover_cli.model_dir import fingerprint
 
     return fingerprint(load_file(str(model_dir / "model.safetensors")))
 

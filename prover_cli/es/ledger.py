@@ -55,9 +55,11 @@ RESUMABLE_CHANGES = ("es.iterations", "created_by")
 LATER_KEYS = {"es.shuffle_rewards": False}
 
 
-def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: str,
-                master_dtype: str = MASTER_DTYPE) -> dict[str, Any]:
-    es, model, gen = config.es, config.model, config.generate
+def make_header(es: Any, *, model: Any, generate: Any, run_seed: int, task: str, base_sha256: str, dtype: str,
+                problems_sha256: str, master_dtype: str = MASTER_DTYPE) -> dict[str, Any]:
+    """The header of a run with the [es], [model] and [generate] sections, run.seed and data.task
+    given: all the config it pins (a resume must match it, replay reads it)."""
+    gen = generate
     base = {"name": model.name, "revision": model.revision, "sha256": base_sha256}
     from prover_cli.built_models import BUILT_NAMES
 
@@ -71,8 +73,8 @@ def make_header(config: Any, *, base_sha256: str, dtype: str, problems_sha256: s
         "base_model": base,
         "dtype": dtype,
         "master_dtype": master_dtype,
-        "run_seed": config.run.seed,
-        "task": config.data.task,
+        "run_seed": run_seed,
+        "task": task,
         "problems_sha256": problems_sha256,
         "es": {
             "population": es.population, "sigma": es.sigma, "learning_rate": es.learning_rate,

@@ -1,4 +1,4 @@
-"""One ES member evaluated away from the training loop (a Modal GPU worker, one per member).
+"""ES members, and the held-out evaluation, away from the training loop (Modal GPU workers).
 
 A worker keeps theta between calls: on each call it reads the ledger the loop has committed,
 applies only the iterations it has not applied yet (checking each fingerprint, as replay does),
@@ -6,6 +6,11 @@ then perturbs, samples and restores with the same code the local loop runs
 (`population.member_completions`). So a worker that joins late, or restarts, catches up from the
 newest snapshot in the ledger (`es.snapshot_every`; the base model if none) and the ledger's
 later iterations alone.
+
+`heldout_at(config, iteration, record)` evaluates theta_iteration in a fresh process the same way:
+the ledger's earlier iterations plus `record`, the loop's record of `iteration` that the ledger
+file does not hold yet (it is written after the iteration's metrics line), then the library's
+held-out evaluation (heldout.py) on the rebuilt weights.
 """
 
 from __future__ import annotations
@@ -29,10 +34,18 @@ class MemberEvaluator:
         self.applied = 0  # iterations of the ledger already in self.weights
         self.base_sha256 = self.weights.fingerprint()
 
-    def catch_up(self, iteration: int) -> None:
-        """Bring the weights to theta_{iteration-1}: the state every member of `iteration` perturbs."""
+    def catch_up(self, iteration: int, pending: dict[str, Any] | None = None) -> None:
+        """Bring the weights to theta_{iteration-1}: the state every member of `iteration` perturbs.
+
+        `pending`: the loop's record of iteration - 1, not in the ledger file yet; its fingerprint
+        is checked like every other, so the weights are the loop's or this raises."""
         ledger_path = self.config.run_dir / LEDGER_FILE
         header, records = read_ledger(ledger_path)
+        if pending is not None:
+            if pending.get("i") != iteration - 1 or len(records) < iteration - 2:
+                raise ReplayMismatchError(f"{ledger_path}: a pending record of iteration {pending.get('i')} "
+                                          f"asked for with iteration {iteration} and {len(records)} in the ledger")
+            records = records[:iteration - 2] + [pending]
         if header["base_model"]["sha256"] != self.base_sha256:
             raise ReplayMismatchError(f"{ledger_path}: this worker's base weights differ from the ledger's base model")
         if len(records) < iteration - 1:
@@ -53,3 +66,17 @@ class MemberEvaluator:
             raise ReplayMismatchError(f"iteration {iteration} asked for after iteration {self.applied} was applied")
         self.catch_up(iteration)
         return member_completions(self.sampler, self.weights, self.task, problems, self.config, iteration, member)
+
+
+def heldout_at(config: Any, iteration: int, record: dict[str, Any], *, reporter: Any = None) -> dict[str, Any]:
+    """`evaluate_heldout` of theta_iteration, rebuilt here from the base (or the newest snapshot),
+    the ledger and `record` (the loop's record of `iteration`): the same problems, sampling and
+    numbers as the loop's own evaluation of its live weights (es/train.py)."""
+    from prover_cli.heldout import evaluate_heldout
+    from prover_cli.problems import heldout_problems
+    from prover_cli.progress import NULL_REPORTER
+
+    evaluator = MemberEvaluator(config)
+    evaluator.catch_up(iteration + 1, pending=record)
+    return evaluate_heldout(evaluator.sampler, config, heldout_problems(config), task=evaluator.task,
+                            reporter=reporter or NULL_REPORTER)

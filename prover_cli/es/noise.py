@@ -5,11 +5,11 @@ integer arithmetic and applied with elementwise fp32 operations: es/noise_defini
 construction and the definition (its names are re-exported here), docs/ledger.md the statistics.
 
 Three implementations, one definition: the eager torch ops of es/noise_definition.py
-(`noise_eager`, `perturbed`, `updated`: the definition, on any device), on CPU the fused C kernel
-of es/kernel.py, and on CUDA the fused Triton kernels of es/gpu_kernel.py (each one pass, each
+(`noise_eager`, `perturbed`, `updated`: the definition, on any device), on CPU the fused C pass
+of es/fused_cpu.py, and on CUDA the fused Triton pass of es/fused_gpu.py (each one pass, each
 checked against `reference_noise` and the eager ops on its device before it is used). `noise`,
 `perturb_many`, `restore_many`, `update_many` (and the one-tensor `perturb_into`,
-`update_in_place`) pick a kernel when one applies, the eager ops otherwise.
+`update_in_place`) pick a fused path when one applies, the eager ops otherwise.
 """
 
 from __future__ import annotations
@@ -22,59 +22,59 @@ from prover_cli.es.noise_definition import (NOISE_NAME, NOISE_VERSION, SCALE, VA
 
 
 def noise(key: int, start: int, stop: int, device="cpu"):
-    """fp32 noise of flat elements start..stop-1 of the stream `key` (a fused kernel where one applies)."""
-    if str(device) == "cpu" and _kernel_ready():
-        from prover_cli.es import kernel
+    """fp32 noise of flat elements start..stop-1 of the stream `key` (a fused path where one applies)."""
+    if str(device) == "cpu" and _fused_cpu_ready():
+        from prover_cli.es import fused_cpu
 
-        return kernel.noise(key, start, stop)
-    if str(device).startswith("cuda") and _gpu_kernel_ready(device):
-        from prover_cli.es import gpu_kernel
+        return fused_cpu.noise(key, start, stop)
+    if str(device).startswith("cuda") and _fused_gpu_ready(device):
+        from prover_cli.es import fused_gpu
 
-        return gpu_kernel.noise(key, start, stop, device)
+        return fused_gpu.noise(key, start, stop, device)
     return noise_eager(key, start, stop, device)
 
 
-def _kernel_ready() -> bool:
-    from prover_cli.es import kernel
+def _fused_cpu_ready() -> bool:
+    from prover_cli.es import fused_cpu
 
-    return kernel.available()
+    return fused_cpu.available()
 
 
-def _gpu_kernel_ready(device) -> bool:
-    from prover_cli.es import gpu_kernel
+def _fused_gpu_ready(device) -> bool:
+    from prover_cli.es import fused_gpu
 
-    return gpu_kernel.available(device)
+    return fused_gpu.available(device)
 
 
 # ---------------------------------------------------------------------------------------------
-# In place, as NamedWeights uses them: the fused kernel where it applies, else the eager ops
+# In place, as NamedWeights uses them: the fused path where it applies, else the eager ops
 # ---------------------------------------------------------------------------------------------
 
 _HALF_OR_FULL = ("float32", "bfloat16", "float16")
 
 
 def _fused(master, out=None) -> str | None:
-    """Which fused kernel takes this (master, live) pair: "cpu", "gpu", or None (the eager ops)."""
+    """Which fused path takes this (master, live) pair: "cpu", "gpu", or None (the eager ops)."""
     def ok(tensor, dtypes):
         return str(tensor.dtype).removeprefix("torch.") in dtypes and tensor.is_contiguous()
 
     if not ok(master, ("float32",)) or (out is not None and (out.device != master.device or not ok(out, _HALF_OR_FULL))):
         return None
     if master.device.type == "cpu":
-        return "cpu" if _kernel_ready() else None
+        return "cpu" if _fused_cpu_ready() else None
     if master.device.type == "cuda":
-        return "gpu" if _gpu_kernel_ready(master.device) else None
+        return "gpu" if _fused_gpu_ready(master.device) else None
     return None
 
 
-def _kernel_module(kind: str):
+def _fused_module(kind: str):
     if kind == "cpu":
-        from prover_cli.es import kernel
+        from prover_cli.es import fused_cpu
 
-        return kernel
-    from prover_cli.es import gpu_kernel
+        return fused_cpu
+    from prover_cli.es import fused_gpu
 
-    return gpu_kernel
+    return fused_gpu
 
 
 def perturb_into(master, key: int, scale32: float, out) -> None:
@@ -83,12 +83,12 @@ def perturb_into(master, key: int, scale32: float, out) -> None:
 
 
 def perturb_many(items: Sequence[tuple], scale32: float) -> None:
-    """`perturb_into` for every (master, key, out): the fused ones in one kernel call per thread."""
+    """`perturb_into` for every (master, key, out): the fused ones in one call per thread."""
     kinds = [_fused(master, out) for master, _, out in items]
     for kind in ("cpu", "gpu"):
         batch = [(master, key, out.view(-1)) for (master, key, out), k in zip(items, kinds) if k == kind]
         if batch:
-            _kernel_module(kind).perturb_many(batch, scale32)
+            _fused_module(kind).perturb_many(batch, scale32)
     for (master, key, out), kind in zip(items, kinds):
         if kind is None:
             out.copy_(perturbed(master, key, scale32).view(out.shape))  # copy_ casts: round to nearest even
@@ -97,13 +97,13 @@ def perturb_many(items: Sequence[tuple], scale32: float) -> None:
 def restore_many(items: Sequence[tuple]) -> None:
     """out := cast(master) (round to nearest even) for every (master, out).
 
-    The CPU kernel does it in one call per thread; elsewhere torch's copy_ is already one pass.
+    The fused CPU path does it in one call per thread; elsewhere torch's copy_ is already one pass.
     """
     fused = [(master, out.view(-1)) for master, out in items if _fused(master, out) == "cpu"]
     if fused:
-        from prover_cli.es import kernel
+        from prover_cli.es import fused_cpu
 
-        kernel.cast_many(fused)
+        fused_cpu.cast_many(fused)
     for master, out in items:
         if _fused(master, out) != "cpu":
             out.copy_(master)
@@ -121,12 +121,12 @@ def update_many(items: Sequence[tuple], coefficients: Sequence[float]) -> list[f
     """
     kinds = [_fused(master) for master, _ in items]
     norms = [0.0] * len(items)
-    batches: dict[tuple[str, str], list[int]] = {}  # one kernel call per (kernel, device)
+    batches: dict[tuple[str, str], list[int]] = {}  # one fused call per (path, device)
     for index, kind in enumerate(kinds):
         if kind is not None:
             batches.setdefault((kind, str(items[index][0].device)), []).append(index)
     for (kind, _), batch in batches.items():
-        results = _kernel_module(kind).update_many([(items[i][0].view(-1), items[i][1]) for i in batch], coefficients)
+        results = _fused_module(kind).update_many([(items[i][0].view(-1), items[i][1]) for i in batch], coefficients)
         for index, norm in zip(batch, results):
             norms[index] = norm
     for index, ((master, keys), kind) in enumerate(zip(items, kinds)):

@@ -20,15 +20,15 @@ Construction (NOISE_VERSION 1; docs/ledger.md has the statistics):
    Mean 0 exactly (S is symmetric), variance 1 - 4e-8, support |eps| <= 3.4641, excess kurtosis
    -0.3: P(|eps| > 2) = 0.0425 and P(|eps| > 3) = 0.00043 (Gaussian: 0.0455 and 0.0027).
 
-Applying it exactly: `perturbed` and `updated` use one elementwise op per kernel (multiply, then
+Applying it exactly: `perturbed` and `updated` use one elementwise torch op per step (multiply, then
 add: never `add(alpha=)`, `addcmul` or anything that may fuse into an FMA, never a reduction), in
 fp32, and cast to the weight dtype once (round-to-nearest-even on CPU and CUDA alike). Large
 tensors are processed in chunks of flat indices, which changes nothing in the values.
 
 This module is the definition: the constants, `reference_noise` (pure Python) and the eager torch
-ops (`noise_eager`, `perturbed`, `updated`, on any device). The fused kernels (es/kernel.py on
-CPU, es/gpu_kernel.py on CUDA) check themselves against it before they are used, and es/noise.py
-picks a kernel or these ops; this module imports neither, so the three form no circle.
+ops (`noise_eager`, `perturbed`, `updated`, on any device). The fused paths (es/fused_cpu.py on
+CPU, es/fused_gpu.py on CUDA) check themselves against it before they are used, and es/noise.py
+picks a fused path or these ops; this module imports neither, so the three form no circle.
 """
 
 from __future__ import annotations

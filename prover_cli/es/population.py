@@ -13,24 +13,13 @@ on all of them at once.
 
 from __future__ import annotations
 
-import random
+import math
 from typing import Any
 
-from prover_cli import rollout
+from prover_cli import rollout, streams
 from prover_cli.es.noise import fp32
 from prover_cli.es.update import member_noise
 from prover_cli.progress import Reporter
-from prover_cli.seeds import derive_seed
-
-
-# ---------------------------------------------------------------------------------------------
-# Seeds: every random choice is a pure function of (run seed, iteration, member); a member's
-# noise seed (member_noise) lives with the update in es/update.py, which replay shares
-# ---------------------------------------------------------------------------------------------
-
-def sampling_seed(run_seed: int, iteration: int) -> int:
-    """Shared by every member of the iteration (common random numbers); 31 bits suit any sampler."""
-    return derive_seed("es-sampling", run_seed, iteration, bits=31)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -38,9 +27,8 @@ def sampling_seed(run_seed: int, iteration: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int, count: int) -> list[dict[str, Any]]:
-    """The iteration's problems, the same for every member."""
-    rng = random.Random(derive_seed("es-problems", run_seed, iteration))
-    return rng.sample(problems, min(count, len(problems)))
+    """The iteration's problems, the same for every member (stream `es-problems`, prover_cli/streams.py)."""
+    return streams.es_problems_rng(run_seed, iteration).sample(problems, min(count, len(problems)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,7 +47,7 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
 
     es, gen = config.es, config.generate
     if seed is None:
-        seed = sampling_seed(config.run.seed, iteration)
+        seed = streams.es_sampling_seed(config.run.seed, iteration)  # shared by every member
     params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=gen.top_p,
                             max_tokens=gen.max_tokens, seed=seed)
     noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
@@ -77,26 +65,48 @@ def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[
     """(mean reward of each member, reward of every sample); `completions_out`, when given, receives
     every sample's completion text in the rewards' order (the trainer counts their tokens).
 
-    `generate_population(iteration, batch) -> [completions of member 0, 1, ...]` lets a backend
-    sample the members elsewhere (Modal fans them out to GPU workers, `es/member.py`); the
-    rewards, the update and the ledger stay here either way.
+    `generate_population(iteration, batch) -> [member 0, member 1, ...]` lets a backend sample the
+    members elsewhere (Modal fans them out to GPU workers, `es/member.py`). Each member is either
+    its completions (the barrier schedule: every sample is scored here, in one task call) or
+    `{"completions": [...], "rewards": [...]}`, already scored by the same `rollout.score` where it
+    was sampled (the pipelined schedule, on_modal/pipeline.py). A task's reward of a sample depends
+    on that sample alone, so both give the same rewards; the update and the ledger stay here.
     """
     es = config.es
     if generate_population is None:
-        per_member = [member_completions(sampler, weights, task, batch, config, iteration, member)
-                      for member in range(es.population)]
+        per_member: list[Any] = [member_completions(sampler, weights, task, batch, config, iteration, member)
+                                 for member in range(es.population)]
     else:
         per_member = generate_population(iteration, batch)
     expected = len(batch) * es.samples_per_problem
-    if len(per_member) != es.population or any(len(c) != expected for c in per_member):
+    scored = [isinstance(m, dict) for m in per_member]
+    texts = [m["completions"] if isinstance(m, dict) else m for m in per_member]
+    if len(per_member) != es.population or any(len(c) != expected for c in texts):
         raise RuntimeError(f"iteration {iteration}: expected {es.population} members x {expected} samples")
-    completions = [text for member in per_member for text in member]  # member-major, then problem-major
+    completions = [text for member in texts for text in member]  # member-major, then problem-major
     if completions_out is not None:
         completions_out.extend(completions)
-    rewards = rollout.score(task, batch * es.population, completions, config, reporter=reporter)
-    per_member = len(rewards) // es.population
-    means = [sum(rewards[m * per_member:(m + 1) * per_member]) / per_member for m in range(es.population)]
+    if all(scored):
+        rewards = [r for m in per_member for r in _checked_rewards(task, m["rewards"], expected, iteration)]
+    elif any(scored):
+        raise RuntimeError(f"iteration {iteration}: some members came back scored and some not")
+    else:
+        rewards = rollout.score(task, batch * es.population, completions, config, reporter=reporter)
+    per_member_count = len(rewards) // es.population
+    means = [sum(rewards[m * per_member_count:(m + 1) * per_member_count]) / per_member_count
+             for m in range(es.population)]
     return means, rewards
+
+
+def _checked_rewards(task: Any, rewards: Any, expected: int, iteration: int) -> list[float]:
+    """Rewards scored in another container, refused unless they are what `rollout.score` returns:
+    `expected` finite floats inside the task's `reward_range` (fail closed: never coerce)."""
+    low, high = task.reward_range or (-math.inf, math.inf)
+    if (not isinstance(rewards, list) or len(rewards) != expected
+            or not all(type(r) is float and math.isfinite(r) and low <= r <= high for r in rewards)):
+        raise RuntimeError(f"iteration {iteration}: a member's rewards are not {expected} finite floats in "
+                           f"[{low}, {high}]: {str(rewards)[:200]}")
+    return rewards
 
 
 def load_es_sampler(config: Any) -> Any:
@@ -106,5 +116,5 @@ def load_es_sampler(config: Any) -> Any:
     if config.generate.backend == "vllm":
         from prover_cli.samplers.vllm_sampler import ES_WORKER_EXTENSION
 
-        return load_sampler(config, worker_extension_cls=ES_WORKER_EXTENSION)
-    return load_sampler(config)
+        return load_sampler(config.model, config.generate, worker_extension_cls=ES_WORKER_EXTENSION)
+    return load_sampler(config.model, config.generate)

@@ -41,10 +41,10 @@ from typing import Any, Sequence
 
 from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
                                   share_error, single_scoring_share)
-from prover_cli.es.population import load_es_sampler, member_completions, pick_problems, sampling_seed
+from prover_cli.es.population import load_es_sampler, member_completions, pick_problems
 from prover_cli.problems import train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
-from prover_cli import rollout
+from prover_cli import rollout, streams
 from prover_cli.tasks import get_task
 
 DEFAULT_SEEDS = 4
@@ -81,7 +81,7 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
     with reporter.task("probe es", total=seeds * cost["scorers"], unit="member") as bar:
         for scoring in range(1, seeds + 1):  # the problems and sampling seed of training iteration `scoring`
             batch = pick_problems(problems, config.run.seed, scoring, es.problems_per_iteration)
-            seed = sampling_seed(config.run.seed, scoring)
+            seed = streams.es_sampling_seed(config.run.seed, scoring)
             scorers = [(0.0, 0)] + [(sigma, m) for sigma in sigmas for m in range(es.population)]
             texts = []
             for sigma, member in scorers:  # sigma 0: the center, cast(master) exactly

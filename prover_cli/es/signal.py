@@ -147,14 +147,13 @@ def samples_for_share(share: float, samples: int, target: float = NOISE_BELOW) -
     return math.ceil(samples * target * (1 - share) / (share * (1 - target)))
 
 
-def noise_warning(parts: Sequence[Parts | None], config: Any, minimum: int = WINDOW) -> str | None:
+def noise_warning(parts: Sequence[Parts | None], es: Any, minimum: int = WINDOW) -> str | None:
     """The warning when the pooled share of the last WINDOW iterations (at least `minimum` of them)
-    is below NOISE_BELOW, naming the knobs that raise signal; None otherwise."""
+    is below NOISE_BELOW, naming the knobs that raise signal (from `es`, the `[es]` section); None otherwise."""
     pooled = [p for p in parts if p is not None][-WINDOW:]
     share = pooled_share(pooled)
     if len(pooled) < max(1, minimum) or share is None or share >= NOISE_BELOW:
         return None
-    es = config.es
     samples = es.problems_per_iteration * es.samples_per_problem
     needed = samples_for_share(share, samples)
     estimate = (f"about {needed} would reach {NOISE_BELOW} by this estimate" if needed is not None

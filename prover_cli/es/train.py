@@ -45,7 +45,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prover_cli.config import check_problems_per_iteration
 from prover_cli.errors import ConfigError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
@@ -78,18 +77,23 @@ from prover_cli.tracking import open_tracker
 # ---------------------------------------------------------------------------------------------
 
 def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER,
-             generate_population: Any = None) -> dict[str, Any]:
+             generate_population: Any = None, heldout_at: Any = None) -> dict[str, Any]:
+    """`generate_population`: es/population.py, evaluate_population. `heldout_at(iteration, record)
+    -> eval/* keys`: a backend's held-out evaluation of theta_iteration elsewhere (Modal: one GPU
+    container that rebuilds it from the ledger and `record`, es/member.py heldout_at); None
+    evaluates the live weights here."""
     es = config.es
     ledger_path = config.run_dir / LEDGER_FILE
     run = Run.open(config, "es", total=es.iterations, total_key="es.iterations", resume=resume,
                    markers=[ledger_path], refusal="a ledger already exists", reporter=reporter)
     task = get_task(config.data.task)
     problems = train_problems(config)
-    check_problems_per_iteration(config, len(problems))  # before the model loads: names the key and the split size
+    config.check_problems_per_iteration(len(problems))  # before the model loads: names the key and the split size
     sampler = load_es_sampler(config)
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
-    header = make_header(config, base_sha256=weights.fingerprint(), dtype=weights.dtype,
+    header = make_header(es, model=config.model, generate=config.generate, run_seed=config.run.seed,
+                         task=config.data.task, base_sha256=weights.fingerprint(), dtype=weights.dtype,
                          master_dtype=weights.master_dtype, problems_sha256=problems_sha256)
     point = run.resume(lambda: _resume(ledger_path, header, weights, reporter))
     records: list[dict[str, Any]] = point.state if point is not None else []
@@ -105,7 +109,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
 
     with reporter.task("train es", total=es.iterations, unit="it") as bar, \
-            open_tracker(config, resumed_from=resumed_from) as tracker:
+            open_tracker(config.run, hyperparameters=config.to_dict(), resumed_from=resumed_from) as tracker:
         if run.base_line_due(heldout):  # the weights are the base now
             run.write_metrics(base_record("es", config.data.task,
                                           evaluate_base(sampler, config, heldout, header["base_model"]["sha256"],
@@ -148,12 +152,15 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
                 metrics.update({"es/signal_var": signal_parts[-1][0], "es/noise_var": signal_parts[-1][1]})
             if share is not None:
                 metrics["es/signal_share"] = share
-            if eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
+            record = make_record(iteration, texts, fingerprint, skipped, snapshot)
+            if eval_due(config, iteration, es.iterations) and heldout_at is not None:
+                metrics.update(heldout_at(iteration, record))  # the ledger holds it only after the metrics line
+            elif eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
                 metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
             run.write_metrics(metrics, tracker)
-            records.append(make_record(iteration, texts, fingerprint, skipped, snapshot))
+            records.append(record)
             write_ledger(ledger_path, header, records)
-            alert = noise_warning(signal_parts, config)
+            alert = noise_warning(signal_parts, es)
             if alert and not warning:  # said once each time it starts; the progress line flags it throughout
                 reporter.log(f"Warning (iteration {iteration}): {alert}")
             warning = alert
@@ -166,7 +173,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     else:
         run.save_final(sampler.save_pretrained)
     last = run.last_record()
-    summary_warning = noise_warning(signal_parts, config, minimum=1)  # however short the run
+    summary_warning = noise_warning(signal_parts, es, minimum=1)  # however short the run
     return {
         "ok": True,
         "iterations": len(records),

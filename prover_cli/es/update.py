@@ -11,21 +11,21 @@ the ledger alone. Everything here is a pure function of (run seed, iteration, me
 from __future__ import annotations
 
 import math
-import random
 from typing import Any, Sequence
 
+from prover_cli import streams
 from prover_cli.es.noise import fp32
-from prover_cli.seeds import derive_seed
 
 
 # ---------------------------------------------------------------------------------------------
-# Seeds: every random choice is a pure function of (run seed, iteration, member)
+# Seeds: every random choice is a pure function of (run seed, iteration, member), by its stream
+# in prover_cli/streams.py (`es-noise`, `es-shuffle`)
 # ---------------------------------------------------------------------------------------------
 
 def member_noise(run_seed: int, iteration: int, member: int, antithetic: bool) -> tuple[int, int]:
     """(noise seed, sign) of a member: with antithetic pairs, members 2k and 2k+1 share eps_k."""
-    index, sign = (member // 2, 1 - 2 * (member % 2)) if antithetic else (member, 1)
-    return derive_seed("es-noise", run_seed, iteration, index), sign
+    pair, sign = (member // 2, 1 - 2 * (member % 2)) if antithetic else (member, 1)
+    return streams.es_noise_seed(run_seed, iteration, pair), sign
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def update_terms(fitness: Sequence[float], run_seed: int, iteration: int, antith
 def shuffled(rewards: Sequence[float], run_seed: int, iteration: int) -> list[float]:
     """The null control's rewards: a permutation of the iteration's, drawn from (run seed, iteration)."""
     order = list(range(len(rewards)))
-    random.Random(derive_seed("es-shuffle", run_seed, iteration)).shuffle(order)
+    streams.es_shuffle_rng(run_seed, iteration).shuffle(order)
     return [rewards[i] for i in order]
 
 

@@ -2,7 +2,7 @@
 
 One class serves every place weights live:
 - transformers (and replay): `NamedWeights.from_module(model)` writes straight into the
-  parameters (`live`), through the fused CPU kernel where it applies.
+  parameters (`live`), through the fused CPU path where it applies.
 - vLLM: the worker extension (es/vllm_worker.py) builds one over the checkpoint's tensors on the
   GPU, and `write` is the engine's own `model.load_weights`, which fuses q/k/v and gate/up.
 
@@ -22,36 +22,16 @@ on how a model happens to register its modules.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from prover_cli.errors import InputError
 from prover_cli.es.noise import perturb_into, perturb_many, restore_many, stream_key, update_many
+from prover_cli.model_dir import dtype_name, fingerprint, set_config_dtype
 
 Write = Callable[[Iterable[tuple[str, Any]]], None]
 MASTER_DTYPE = "float32"  # what new runs keep; ledgers record it (docs/ledger.md)
-
-
-def dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def fingerprint(tensors: dict[str, Any]) -> str:
-    """sha256 (hex) over name, dtype, shape and raw bytes of each tensor, in name order.
-
-    The bytes are read on the CPU, so the same weights give the same fingerprint on any device.
-    """
-    import torch
-
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().to("cpu").contiguous()
-        digest.update(f"{name}|{dtype_name(tensor.dtype)}|{list(tensor.shape)}|".encode())
-        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _master_of(tensor: Any, master_dtype: str | None) -> Any:
@@ -97,7 +77,7 @@ class NamedWeights:
 
         if self._live is not None:
             with torch.no_grad():
-                # every contiguous tensor in one kernel call per thread; the rest one by one
+                # every contiguous tensor in one fused call per thread; the rest one by one
                 perturb_many([(master, stream_key(noise_seed, name), self._live[name])
                               for name, master in self.base.items() if self._live[name].is_contiguous()], scale32)
                 for name, master in self.base.items():
@@ -131,7 +111,7 @@ class NamedWeights:
         """master += sum_k c_k * eps(seed_k) for terms [(noise seed, fp32 c_k)]; returns the L2 norm.
 
         Each chunk is read and written once with every term's noise generated on the fly (the
-        fused kernel on CPU); the sum runs in term order from +0 in fp32, as docs/ledger.md says.
+        fused CPU path); the sum runs in term order from +0 in fp32, as docs/ledger.md says.
         """
         import torch
 
@@ -196,14 +176,3 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
     model.save_pretrained(out_dir, state_dict=state)
     set_config_dtype(out_dir / "config.json", weights.master_dtype)
     save_tokenizer(tokenizer, out_dir)  # as loaded: no padding state from sampling
-
-
-def set_config_dtype(config_path: Path, dtype: str) -> None:
-    """Make config.json's `dtype` (and the older `torch_dtype`, where present) name `dtype`."""
-    config = json.loads(config_path.read_text(encoding="utf-8-sig"))  # a BOM (a hand-edited file) is skipped
-    keys = [key for key in ("dtype", "torch_dtype") if key in config] or ["dtype"]
-    if "," in dtype:  # a mixed-dtype master: the widest one is what from_pretrained should load
-        dtype = "float32"
-    for key in keys:
-        config[key] = dtype
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

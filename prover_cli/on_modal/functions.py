@@ -6,8 +6,6 @@
 
 # No `from __future__ import annotations`: Modal reads the class parameters' types at runtime.
 import contextlib
-import importlib
-import inspect
 import json
 import os
 import sys
@@ -18,10 +16,9 @@ import modal
 
 from prover_cli.backends import resolve
 from prover_cli.config import config_from_dict
-from prover_cli.errors import NotBuiltError
 from prover_cli.on_modal import sandbox
 from prover_cli.on_modal.images import DEFAULTS, IMAGES, app, mounts, models_volume, runs_volume
-from prover_cli.on_modal.plan import DOCTOR_PROMPT_TOKENS, MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
+from prover_cli.on_modal.plan import MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
 
 # The decorators below declare the resources of the default config; `remote.run_remote` applies
 # yours with `.with_options()` (GPU type, containers, timeouts, retries, CPUs, memory).
@@ -114,10 +111,6 @@ def _as_sent(value: Any) -> Any:
     return value
 
 
-def _accepts(function: Callable[..., Any], parameter: str) -> bool:
-    return parameter in inspect.signature(function).parameters
-
-
 def options(name: str, config: Any, *, gpu: bool = False) -> dict[str, Any]:
     """`.with_options()` arguments that apply the caller's [modal] section to a declared function."""
     r = resources(config)[name]
@@ -145,57 +138,27 @@ def fan_out(function: Any, inputs: list[tuple[Any, ...]], *, return_exceptions: 
     return list(function.starmap(inputs, order_outputs=True, return_exceptions=return_exceptions))
 
 
-# Library pieces the Modal functions need beyond `backends.FUNCTIONS`, resolved lazily like them.
-BUILDING_BLOCKS = {
-    # MemberEvaluator(config).completions(iteration=, member=, problems=) -> list[str]: theta_{t-1}
-    # from the newest snapshot (or the base) + <run.dir>/ledger.json, replaying only iterations
-    # it has not applied yet, plus member `member`'s perturbation.
-    "es_member": "prover_cli.es.member:MemberEvaluator",
-}
-
-
-def building_block(key: str) -> Any:
-    module_name, _, attr = BUILDING_BLOCKS[key].partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ModuleNotFoundError, AttributeError):
-        raise NotBuiltError(f"--backend modal needs {BUILDING_BLOCKS[key]}, which this version of prover "
-                            "does not provide") from None
-
-
 # ## Verification goes to Lean Sandboxes
 #
-# GPU and orchestrator images have no Lean. While this is active, the library's two entry points
-# to Lean, `prover_cli.verify.verify_records` (the RL reward, through tasks/lean.py) and
-# `verify_file` (`prover verify`, `prover eval`), run their REPLs in Sandboxes (sandbox.py).
-# Where the REPLs run changes; what is computed does not. Python-checked tasks (countdown, toy)
-# never reach a Sandbox; with the Kimina backend (a server of its own) only the kernel stage's
-# steps do, each in a fresh Sandbox from the Lean image (this container has no Lean).
-
-UNROUTED: dict[str, Any] = {}  # the library's own functions while this process routes them
-
+# GPU and orchestrator images have no Lean. While this is active, the library's own two entry
+# points to Lean, `verify_records` (the RL reward, through tasks/lean.py) and `verify_file`
+# (`prover verify`, `prover eval`), run where the placement says (prover_cli/verify/placement.py,
+# sandbox.verification_placement): every REPL process in a Sandbox of its own, every kernel-stage
+# step in another. Where the processes run changes; what is computed (verdicts, summary, resume)
+# does not. Python-checked tasks (countdown, toy) never reach a Sandbox; with the Kimina backend
+# (a server of its own) only the kernel stage's steps do (this container has no Lean).
 
 @contextlib.contextmanager
 def verification_in_sandboxes(config: Any, *, always: bool = False) -> Iterator[None]:
     lean = config.data.task == "lean" or always
     kimina_kernel = config.verify.backend != "repl" and config.verify.kernel_check
-    if not lean or (config.verify.backend != "repl" and not kimina_kernel) or UNROUTED:
+    if not lean or (config.verify.backend != "repl" and not kimina_kernel):
         yield
         return
-    import prover_cli.verify as verify_module
+    from prover_cli.verify.placement import verification_at
 
-    UNROUTED.update(verify_records=verify_module.verify_records, verify_file=verify_module.verify_file)
-    if kimina_kernel:
-        verify_module.verify_records = sandbox.kernel_stage_in_sandboxes(config, UNROUTED["verify_records"], "records")
-        verify_module.verify_file = sandbox.kernel_stage_in_sandboxes(config, UNROUTED["verify_file"], "file")
-    else:
-        verify_module.verify_records = sandbox.verify_records_in_sandboxes(config)
-        verify_module.verify_file = sandbox.verify_file_in_sandboxes(config, UNROUTED["verify_file"])
-    try:
+    with verification_at(sandbox.verification_placement(config)):
         yield
-    finally:
-        verify_module.verify_records = UNROUTED.pop("verify_records")
-        verify_module.verify_file = UNROUTED.pop("verify_file")
 
 
 def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, needs_model: bool = False,
@@ -261,7 +224,7 @@ def prepare_data(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, An
     return _call_library("prepare_data", config, kwargs)
 
 
-@app.function(**_declared("verify"))  # drives the Sandboxes; shards resume, so a retry redoes no proof
+@app.function(**_declared("verify"))  # drives the Sandboxes; the verdict file resumes, so a retry redoes no proof
 def verify(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("verify", config, kwargs, route_verification=True)
 
@@ -293,23 +256,16 @@ class Generator:
     def load(self) -> None:
         config = json.loads(self.config_json)
         self.config = _config(config)
-        self.sampler = None
-        if not _accepts(resolve("generate"), "sampler"):
-            return  # the library loads its own sampler per call
         _ensure_model(config)
         from prover_cli.samplers import load_sampler
 
         model = _paths_in({"model": self.model})["model"] if self.model else None
-        self.sampler = load_sampler(self.config, model_path=model)
+        self.sampler = load_sampler(self.config.model, self.config.generate, model_path=model)
 
     @modal.method()
     def generate_file(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         _reload(runs_volume)
-        if self.sampler is None:
-            _ensure_model(json.loads(self.config_json))
-        arguments = _paths_in(kwargs)
-        if self.sampler is not None:
-            arguments["sampler"] = self.sampler
+        arguments = {**_paths_in(kwargs), "sampler": self.sampler}
         result = resolve("generate")(self.config, **arguments)
         _commit(runs_volume)
         return _as_sent(result)
@@ -327,6 +283,13 @@ class Generator:
 # commits the ledger before each fan-out, and members reload before reading it. A member that
 # fails after its retries fails the iteration (a missing member would bias the update); the
 # loop's own retry then resumes from the last ledger entry, which was written atomically.
+#
+# Two schedules (`modal.es_member_gpus`, docs/modal.md): 0, the barrier: one `completions` call
+# per member, all at once, and the loop scores every sample when the last one is back; N > 0,
+# the pipeline: N `share` calls, each container evaluating its share member after member
+# (`modal.es_members_per_gpu` engines at once) and verifying each member's samples while it
+# generates the next (on_modal/pipeline.py), so its GPU never waits for Lean. The held-out
+# evaluation goes to one `es_heldout` container that rebuilds theta from the ledger.
 
 @app.cls(**_declared("es_member"))  # a member is a pure function of (ledger, t, i): retries are safe
 class ESMember:
@@ -339,22 +302,43 @@ class ESMember:
         _reload(runs_volume)
         if not modal.is_local():
             os.environ["HF_HUB_OFFLINE"] = "1"  # the loop fetched the weights; never 30 downloads at once
-        self.evaluator = building_block("es_member")(self.config)
+        # theta_{t-1} from the newest snapshot (or the base) + <run.dir>/ledger.json, replaying only
+        # the iterations it has not applied yet; torch is imported here, inside the member container.
+        from prover_cli.on_modal.pipeline import MemberPipeline
+
+        self.pipeline = MemberPipeline(self.config)  # `modal.es_members_per_gpu` engines when pipelined, else one
+        self.evaluator = self.pipeline.engines[0]
 
     @modal.method()
     def completions(self, iteration: int, member: int, problems: list[dict[str, Any]]) -> list[str]:
         _reload(runs_volume)  # the loop committed the ledger of iteration - 1
         return self.evaluator.completions(iteration=iteration, member=member, problems=problems)
 
+    @modal.method()
+    def share(self, iteration: int, members: list[int], problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pipelined schedule: these members' completions and rewards, verified as each arrives."""
+        _reload(runs_volume)
+        with verification_in_sandboxes(self.config):  # the GPU image has no Lean
+            return self.pipeline.evaluate(iteration, members, problems)
+
 
 MIN_SCALEDOWN_WINDOW_S = 2  # Modal's smallest scaledown_window
 
 
-def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[list[str]]]:
+def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[Any]]:
     members = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
 
-    def generate_population(iteration: int, problems: list[dict[str, Any]]) -> list[list[str]]:
+    def generate_population(iteration: int, problems: list[dict[str, Any]]) -> list[Any]:
         _commit(runs_volume)
+        if config.modal.es_member_gpus:  # pipelined: one share per GPU container, scored where sampled
+            from prover_cli.on_modal.pipeline import shares
+
+            inputs = [(iteration, share, problems) for share in shares(config.es.population, config.modal.es_member_gpus)]
+            scored = {m["member"]: m for done in fan_out(members.share, inputs, return_exceptions=False) for m in done}
+            if sorted(scored) != list(range(config.es.population)):
+                raise RuntimeError(f"iteration {iteration}: the shares came back with members {sorted(scored)}")
+            return [{"completions": scored[i]["completions"], "rewards": scored[i]["rewards"]}
+                    for i in range(config.es.population)]
         inputs = [(iteration, member, problems) for member in range(config.es.population)]
         return fan_out(members.completions, inputs, return_exceptions=False)
 
@@ -377,14 +361,10 @@ LEDGER_FILE = "ledger.json"
 def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
     def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments = resume_after_retry(cfg, arguments)
-        if _accepts(resolve("train_es"), "generate_population"):
-            generate_population = population_on_modal(cfg, config_dict)
-            arguments["generate_population"] = generate_population
-            arguments["_finally"] = getattr(generate_population, "release_members", None)
-        else:
-            print("ES members run one after another in this container: prover_cli.es.train.train_es "
-                  "takes no generate_population hook", file=sys.stderr)
-        return arguments
+        generate_population = population_on_modal(cfg, config_dict)
+        return {**arguments, "generate_population": generate_population, "heldout_at": heldout_on_modal(cfg, config_dict),
+                # a wrapped hook (tests/test_modal_volume.py) may not carry it: nothing to release then
+                "_finally": getattr(generate_population, "release_members", None)}
 
     return before
 
@@ -409,6 +389,33 @@ def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
 @app.function(**_declared("train_es"))  # exactly one writer of a run's ledger; a retry resumes from it
 def train_es(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("train_es", config, kwargs, needs_model=True, before=es_arguments(config))
+
+
+# `eval`'s resources with a GPU: one container, up for one evaluation (no long scaledown window);
+# it only reads the run directory, so a retry recomputes the same numbers
+@app.function(**_declared("eval"))
+def es_heldout(config: dict[str, Any], iteration: int, record: dict[str, Any]) -> dict[str, Any]:
+    """The held-out evaluation of theta_iteration: the ledger + the loop's pending `record` (es/member.py)."""
+    cfg = _config(config)
+    _reload(models_volume)
+    _reload(runs_volume)  # the loop committed the ledger and any snapshot of `iteration`
+    if not modal.is_local():
+        os.environ["HF_HUB_OFFLINE"] = "1"  # the loop fetched the weights
+    from prover_cli.es.member import heldout_at
+
+    with verification_in_sandboxes(cfg):
+        return heldout_at(cfg, iteration, record)
+
+
+def heldout_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    evaluation = es_heldout.with_options(**options("eval", config, gpu=True))
+
+    def heldout_at(iteration: int, record: dict[str, Any]) -> dict[str, Any]:
+        _commit(runs_volume)  # this iteration's snapshot, if any, and the ledger of iteration - 1
+        return evaluation.local(config_dict, iteration, record) if modal.is_local() else \
+            evaluation.remote(config_dict, iteration, record)
+
+    return heldout_at
 
 
 # ## GRPO, replay and eval
@@ -440,7 +447,10 @@ DOCTOR_PROMPT = "theorem doctor_probe : 1 + 1 = 2 := by"
 
 @app.function(**_declared("doctor_gpu"))
 def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
-    """Load the configured model with the configured sampler on this container's GPU, generate once."""
+    """Load the configured model with the configured sampler on this container's GPU and generate one
+    ES member's call as training makes it: es.problems_per_iteration prompts x es.samples_per_problem
+    sequences, up to generate.max_tokens each, at es.member_temperature (the calibration's
+    decode speed: the longest sequence's tokens over the call's seconds)."""
     import time
 
     cfg = _config(config)
@@ -449,11 +459,14 @@ def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
     from prover_cli.samplers import SamplingParams, load_sampler
 
     started = time.monotonic()
-    sampler = load_sampler(cfg)
+    sampler = load_sampler(cfg.model, cfg.generate)
     loaded = time.monotonic()
-    [[sample]] = sampler.generate([DOCTOR_PROMPT], SamplingParams(n=1, temperature=0.0, top_p=1.0,
-                                                                 max_tokens=DOCTOR_PROMPT_TOKENS, seed=0))
+    params = SamplingParams(n=cfg.es.samples_per_problem, temperature=cfg.es.member_temperature, top_p=cfg.generate.top_p,
+                            max_tokens=cfg.generate.max_tokens, seed=0)
+    groups = sampler.generate([DOCTOR_PROMPT] * cfg.es.problems_per_iteration, params)
     done = time.monotonic()
+    samples = [sample for group in groups for sample in group]
+    sample = samples[0]
     gpu = "no CUDA device"
     try:
         import torch
@@ -463,7 +476,8 @@ def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
     except ImportError:
         pass
     return {"model": cfg.model.name, "sampler": cfg.generate.backend, "gpu": gpu, "load_s": round(loaded - started, 1),
-            "generate_s": round(done - loaded, 2), "completion_tokens": sample.completion_tokens,
+            "generate_s": round(done - loaded, 3), "completion_tokens": sample.completion_tokens,
+            "sequence_tokens": [s.completion_tokens for s in samples], "max_tokens": cfg.generate.max_tokens,
             "text": sample.text[:80]}
 
 

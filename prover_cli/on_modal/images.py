@@ -4,6 +4,7 @@
 # here runs anything: Modal builds the images on the first `modal deploy` / `app.run()`.
 
 # No `from __future__ import annotations`: Modal reads the class parameters' types at runtime.
+import dataclasses
 import os
 import shlex
 from typing import Any
@@ -150,7 +151,8 @@ MATHLIB_STEPS = [
     f"cd {LEAN_PROJECT_DIR} && lake env lean /tmp/check.lean",
 ]
 
-# The kernel stage's checker (prover_cli/verify/kernel.py), the one pinned for this toolchain:
+# The kernel image: the same toolchain and Mathlib layers as the Lean image, then the kernel
+# stage's checker (prover_cli/verify/kernel.py), the one pinned for this toolchain:
 # - Lean 4.9 - 4.21: `prover_check`, our own program (prover_cli/verify/checker: Main.lean and
 #   lakefile.lean, written into the image line by line); Lean core only, so it builds without
 #   Mathlib, and reads the project's Mathlib from `lake env`'s search path when it runs.
@@ -159,11 +161,12 @@ MATHLIB_STEPS = [
 # Either is linked into /usr/local/bin. The build then runs the whole stage once on a two-line
 # module (a target with `sorry`, a proof, each `lean -o` under the same module name), so a checker
 # that cannot read this toolchain's .olean files does not count as built.
-# The checker's build is CONFINED: its steps run from one script whose failure only leaves
-# KERNEL_CHECKER_FAILED (and the log beside it) in the image, so the REPL fast path still builds and
-# works; the kernel stage then cannot start its checker, and `prover doctor --backend modal` says
-# that the kernel checker did not build (the log's path included). No pin: no checker at all
-# (verify.kernel_check = true then refuses).
+# The checker's build is CONFINED twice: it happens in the kernel image only (the Lean image, which
+# the fast path's REPLs run in, never holds it), and its steps run from one script whose failure
+# leaves KERNEL_CHECKER_FAILED, the log beside it, and in place of the checker a program that says
+# so (`uncaught exception: the kernel checker did not build …` with the log's last line, exit 1):
+# every kernel step that runs the checker ends in that `error`, and `prover doctor --backend
+# modal`'s kernel canary reports it. No pin: no checker at all (verify.kernel_check = true refuses).
 SAFEVERIFY_DIR = "/opt/safeverify"
 OWN_CHECKER_DIR = "/opt/prover-check"
 KERNEL_CHECKER_LOG = "/opt/kernel-checker-build.log"
@@ -213,44 +216,69 @@ def _checker_build_lines() -> list[str]:
 
 # SafeVerify is built against its own lake-manifest.json and then reads the project's .olean
 # files: every package both manifests name must be at the same revision, or the build fails (its
-# confined way). prover_check requires no package, so it has nothing to compare.
+# confined way), naming both files and both revisions (kernel.py `manifest_mismatch` is the same
+# rule for a local checker). prover_check requires no package, so it has nothing to compare.
 MANIFEST_CHECK = ("python -c " + shlex.quote(
     "import json, sys; revs = [{p['name']: p.get('rev') for p in json.load(open(f))['packages']} "
     "for f in sys.argv[1:]]; bad = sorted(n for n in revs[0] if n in revs[1] and revs[0][n] != revs[1][n]); "
-    "sys.exit('the checker and the project pin other revisions of: ' + ', '.join(bad) if bad else 0)")
+    "sys.exit('the kernel checker was built against other packages than the project\\'s: ' + '; '.join("
+    "f'{n} {revs[0][n][:12]} in {sys.argv[1]}, {revs[1][n][:12]} in {sys.argv[2]}' for n in bad) if bad else 0)")
     + f" {SAFEVERIFY_DIR}/lake-manifest.json {LEAN_PROJECT_DIR}/lake-manifest.json")
 
 
 # One script (`set -e`: its first failing line ends it), written by one step and run by another.
 KERNEL_CHECKER_SCRIPT = ["set -ex", *_checker_build_lines(), *_stage_check_lines()] if KERNEL_PIN else []
+# What stands in for the checker when its build failed: the marker, and a program of the checker's
+# name that fails every run with the log's last line (the reason: a compile error, the manifests).
+KERNEL_CHECKER_MISSING = ("python -c " + shlex.quote(
+    "import os, shlex, sys; open(sys.argv[1], 'w').close(); "
+    "lines = [l for l in open(sys.argv[2], errors='replace').read().splitlines() if l.strip()][-1:]; "
+    "why = 'uncaught exception: the kernel checker did not build in the kernel image (' + sys.argv[2] + ': ' "
+    "+ ''.join(lines)[:300] + ')'; "
+    "open(sys.argv[3], 'w').write('#!/bin/sh\\necho ' + shlex.quote(why) + ' >&2\\nexit 1\\n'); "
+    "os.chmod(sys.argv[3], 0o755)")
+    + f" {KERNEL_CHECKER_FAILED} {KERNEL_CHECKER_LOG} /usr/local/bin/{KERNEL_PIN.program if KERNEL_PIN else ''}")
 KERNEL_CHECKER_STEPS = [
     write_file_step("/opt/kernel-checker-build.sh", KERNEL_CHECKER_SCRIPT),
-    f"sh /opt/kernel-checker-build.sh > {KERNEL_CHECKER_LOG} 2>&1 || touch {KERNEL_CHECKER_FAILED}",
+    f"sh /opt/kernel-checker-build.sh > {KERNEL_CHECKER_LOG} 2>&1 || {KERNEL_CHECKER_MISSING}",
 ] if KERNEL_PIN is not None else []
 
-# The Lean image's build, layer by layer, in order. Add a layer by appending (name, steps);
-# every program a new step or new code runs in the image goes into plan.LEAN_EXECUTABLES too.
-LEAN_BUILD_STEPS: list[tuple[str, list[str]]] = [
-    ("elan", ELAN_STEPS),
-    ("repl", REPL_STEPS),
-    ("mathlib", MATHLIB_STEPS),
-    *([("kernel checker", KERNEL_CHECKER_STEPS)] if KERNEL_CHECKER_STEPS else []),
-]
+# The two Lean images' builds, layer by layer, in order: the same toolchain and Mathlib layers
+# first (built once, shared), then the REPL (the fast path's Lean image) or the checker (the
+# kernel image). Add a layer by appending (name, steps); every program a new step or new code runs
+# in an image goes into plan.LEAN_EXECUTABLES too.
+LEAN_BASE_STEPS: list[tuple[str, list[str]]] = [("elan", ELAN_STEPS), ("mathlib", MATHLIB_STEPS)]
+LEAN_BUILD_STEPS: list[tuple[str, list[str]]] = [*LEAN_BASE_STEPS, ("repl", REPL_STEPS)]
+KERNEL_BUILD_STEPS: list[tuple[str, list[str]]] = [
+    *LEAN_BASE_STEPS, *([("kernel checker", KERNEL_CHECKER_STEPS)] if KERNEL_CHECKER_STEPS else [])]
 
-lean_image = (
-    modal.Image.debian_slim(python_version=PYTHON_VERSION)
-    .apt_install(*SPECS["lean"].apt_packages)  # elan, lake and `cache get` download over https
-    .env({"ELAN_HOME": ELAN_HOME,
-          "PATH": f"{ELAN_HOME}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
-)
-for _layer, _steps in LEAN_BUILD_STEPS:
-    lean_image = lean_image.run_commands(*one_line(_steps))
-lean_image = (
-    lean_image
-    .uv_pip_install(*SPECS["lean"].python_packages)
-    .env({**SETTINGS, "PROVER_IMAGE": "lean", "PROVER_IMAGE_LEAN_TOOLCHAIN": LEAN_TOOLCHAIN,
-          "PROVER_IMAGE_MATHLIB_REV": MATHLIB_REV})
-    .add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)
-)
 
-IMAGES = {"orchestrator": orchestrator_image, "gpu": gpu_image, "trl": trl_image, "lean": lean_image}
+def _lean_image(build_steps: list[tuple[str, list[str]]], name: str) -> Any:
+    image = (
+        modal.Image.debian_slim(python_version=PYTHON_VERSION)
+        .apt_install(*SPECS["lean"].apt_packages)  # elan, lake and `cache get` download over https
+        .env({"ELAN_HOME": ELAN_HOME,
+              "PATH": f"{ELAN_HOME}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+    )
+    for _layer, steps in build_steps:
+        image = image.run_commands(*one_line(steps))
+    return (
+        image
+        .uv_pip_install(*SPECS["lean"].python_packages)
+        .env({**SETTINGS, "PROVER_IMAGE": name, "PROVER_IMAGE_LEAN_TOOLCHAIN": LEAN_TOOLCHAIN,
+              "PROVER_IMAGE_MATHLIB_REV": MATHLIB_REV})
+        .add_local_python_source("prover_cli", ignore=PACKAGE_IGNORE)
+    )
+
+
+lean_image = _lean_image(LEAN_BUILD_STEPS, "lean")   # the fast path's REPL Sandboxes
+# The kernel stage's Sandboxes run `lean -o` and the checker here, so a checker that does not
+# build breaks this image's kernel steps only, never the fast path's Lean image.
+kernel_image = _lean_image(KERNEL_BUILD_STEPS, "kernel")
+# The kernel image has the Lean image's packages and programs but the REPL, and the checker
+# (plan.LEAN_EXECUTABLES lists both images' programs together).
+SPECS["kernel"] = dataclasses.replace(
+    SPECS["lean"], executables={k: v for k, v in SPECS["lean"].executables.items() if k != "repl"})
+
+IMAGES = {"orchestrator": orchestrator_image, "gpu": gpu_image, "trl": trl_image, "lean": lean_image,
+          "kernel": kernel_image}

@@ -18,9 +18,17 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
   Sandbox: the header once per REPL (`modal.est_header_s`), then `modal.est_verify_s_per_proof`
   per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
   `modal.verify_memory_gb` GiB;
-- the ES loop container is up for the whole iteration; each warm ES member container is up for
-  the whole iteration too (it generates, then waits idle, inside its `scaledown_window`, while
-  the proofs are verified and the loop updates), so its idle time is billed as well.
+- an ES iteration is laid out by `schedule.simulate` as `modal.es_member_gpus` says: the barrier
+  (0: every member at once, then the batch Sandboxes) or the pipelined schedule (N member
+  containers each running its share while their REPL workers check each member's proofs); the
+  loop container and every member container are billed for the whole iteration, idle time
+  included; `benchmarks/bench_pipeline.py` prints these same figures (`es_iteration_cost`);
+- the ES held-out evaluation is one GPU container's work (`es_eval`), the loop and the members
+  billed while they wait for it; GRPO's runs in the trainer's container;
+- per method, the same unit: the GPU-busy share of billed GPU-seconds and USD per 1,000 samples.
+The `modal.est_*` timings are replaced by measured ones where a calibration file of
+`prover doctor --backend modal` matches the config (on_modal/calibration.py); the plan says, per
+figure, which it used.
 A GPU is priced at Modal's list price of `modal.gpu` (config.MODAL_GPUS) unless
 `modal.gpu_price_per_hour` is set; GPU containers reserve `modal.gpu_container_cpus` cores and
 `modal.gpu_container_memory_gb` GiB. Sandboxes' CPU and memory are priced by their own keys
@@ -318,6 +326,10 @@ def resources(config: Any) -> dict[str, Resources]:
         # the verification Sandbox, verify.kernel_check_workers at a time per batch.
         "kernel_sandbox": Resources("lean", None, *kernel_step_size(config), kernel_step_timeout_s(config), 0,
                                     m.verify_max_containers * kernel_workers(config.verify), ()),
+        # The pipelined ES schedule (modal.es_member_gpus > 0): one REPL per Sandbox, warm for the
+        # whole run (the header imported once), verify.workers of them per generating GPU.
+        "lean_worker": Resources("lean", None, *kernel_step_size(config), MAX_TIMEOUT_S, 1,
+                                 max(1, es_lean_workers(config)), ()),
         # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
         # on the first verification); it reports the image's Lean and Mathlib versions.
         "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
@@ -325,6 +337,9 @@ def resources(config: Any) -> dict[str, Resources]:
         # the Volumes' commit/reload round trip between two small containers (doctor_plan below).
         "doctor_gpu": Resources("gpu", gpu, *host, 30 * MINUTES, 0, 1, both),
         "doctor_volumes": Resources("orchestrator", None, 1.0, 1024, 10 * MINUTES, 0, 1, both),
+        # The ES held-out evaluation: one GPU container with the current weights (base + ledger), not
+        # the whole population held (docs/modal.md); one call per evaluation.
+        "es_eval": Resources("gpu", gpu, *host, call_timeout_s, m.retries, 1, both),
         # vLLM loads once per container; modal.gpu_container_cpus cores and gpu_container_memory_gb
         # GiB of host RAM stage the weights and run the tokenizer and the engine's CPU side. One
         # call per `prover generate`.
@@ -406,6 +421,7 @@ class _Timings:
     iteration_s: float        # wall time of one iteration / step
     kernel_passes: int = 0    # fast-path passes per iteration, each through the kernel stage
     kernel_s: float = 0.0     # one batch's kernel stage, wall (its passes, verify.workers at a time)
+    es: Any = None            # ES: the simulated iteration (schedule.Result), which sets iteration_s
 
 
 def _timings(config: Any, command: str, work: _Work) -> _Timings:
@@ -428,8 +444,133 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
     batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
     verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
     iteration_s = gen_waves * generation_s + verify_waves * batch_s
-    return _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
-                    iteration_s, kernel_passes, kernel_s)
+    t = _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
+                 iteration_s, kernel_passes, kernel_s)
+    if command != "train_es":
+        return t
+    from dataclasses import replace
+
+    from prover_cli.on_modal.schedule import simulate
+
+    result = simulate(*es_simulation_inputs(config, work, t))
+    return replace(t, iteration_s=result.iteration_s, es=result, batches=result.batches,
+                   gen_containers=es_member_containers(config))
+
+
+# --------------------------------------------------------------------------------------------
+# The ES iteration as the schedule runs it (schedule.simulate: barrier or pipelined)
+# --------------------------------------------------------------------------------------------
+# One code path: the plan prices the iteration the simulator lays out, and
+# benchmarks/bench_pipeline.py prints the plan's figures for both schedules.
+
+def es_pipelined(config: Any) -> bool:
+    """modal.es_member_gpus > 0: a few GPUs evaluate the members one after another (docs/modal.md)."""
+    return config.modal.es_member_gpus > 0
+
+
+def es_generating_gpus(config: Any) -> int:
+    """ESMember containers that generate: barrier, one per member (at most modal.max_containers);
+    pipelined, modal.es_member_gpus, at most one per member (pipeline.shares: member i on GPU i % N).
+    The loop's own GPU container (train_es) comes on top in both: it holds theta and the sampler
+    and waits while they generate."""
+    if es_pipelined(config):
+        return min(config.modal.es_member_gpus, config.es.population)
+    return min(config.es.population, config.modal.max_containers)
+
+
+def es_member_containers(config: Any) -> int:
+    """ESMember containers up in an iteration (the loop's container apart)."""
+    return es_generating_gpus(config)
+
+
+def es_lean_workers(config: Any) -> int:
+    """Pipelined: Lean REPL workers, `verify.workers` per member container (its share's verification
+    pool, kept warm through the share: `verify_records(keep_warm=True)`, pipeline.py)."""
+    return es_generating_gpus(config) * config.verify.workers
+
+
+def es_kernel_latency_s(config: Any) -> float:
+    """Pipelined: from a pass's fast-path verdict to its kernel verdict: its `lean -o`, then one checker
+    process (its import and check) in fresh Sandboxes; 0 with the stage off."""
+    m = config.modal
+    return m.est_kernel_check_s_per_proof + m.est_kernel_import_s if config.verify.kernel_check else 0.0
+
+
+def es_prices(config: Any) -> Any:
+    """What the simulator bills: a GPU container, one warm REPL worker's Sandbox, one batch Sandbox (per hour)."""
+    from prover_cli.on_modal.schedule import Prices
+
+    functions, sandbox = unit_prices(config), unit_prices(config, sandbox=True)
+    cores, mib = gpu_container_size(config)
+    gpu = (functions["gpu"] * config.modal.gpus_per_container + cores * functions["cpu"]
+           + mib / 1024 * functions["memory"])
+    worker_cores, worker_mib = kernel_step_size(config)
+    worker = worker_cores * sandbox["cpu"] + worker_mib / 1024 * sandbox["memory"]
+    batch = config.modal.verify_cpus * sandbox["cpu"] + config.modal.verify_memory_gb * sandbox["memory"]
+    return Prices(gpu_per_hour=gpu, lean_worker_per_hour=worker, sandbox_per_hour=batch)
+
+
+def with_es_schedule(config: Any, member_gpus: int, per_gpu: int) -> Any:
+    """`config` with another ES schedule (modal.es_member_gpus, modal.es_members_per_gpu)."""
+    from dataclasses import replace
+
+    return replace(config, modal=replace(config.modal, es_member_gpus=member_gpus, es_members_per_gpu=per_gpu))
+
+
+def es_iteration_cost(config: Any) -> dict[str, Any]:
+    """One ES iteration on Modal as the plan bills it (the same lines as `--dry-run`'s table, kernel
+    stage included), with the simulated schedule's wall time and GPU-busy share. `config` is priced
+    as given: resolve a calibration first (calibration.resolve) to use measured figures."""
+    work = _work_per_iteration(config, "train_es")
+    t = _timings(config, "train_es", work)
+    usd = sum(sum(line.usd(config).values()) for line in _billed_lines(config, "train_es", work, t))
+    pipelined = es_pipelined(config)
+    return {"schedule": "pipelined" if pipelined else "barrier", "iteration_s": t.iteration_s, "usd": usd,
+            "gpu_busy_fraction": t.es.gpu_busy_fraction, "gpus_billed": es_generating_gpus(config) + 1,
+            "resident": config.modal.es_members_per_gpu if pipelined else 1,
+            "lean_workers": es_lean_workers(config) if pipelined else t.batches * config.verify.workers,
+            "usd_per_1k_samples": 1000 * usd / work.samples if work.samples else 0.0, "config": config}
+
+
+def cheapest_es_pipeline(config: Any, *, max_iteration_s: float,
+                         resident_options: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any] | None:
+    """The pipelined schedule (GPUs 1..population x members per GPU) of least USD per iteration whose
+    iteration ends within `max_iteration_s` (ties: fewer GPUs, then fewer members per GPU); None if none does."""
+    best = None
+    for gpus in range(1, config.es.population + 1):
+        for resident in resident_options:
+            cost = es_iteration_cost(with_es_schedule(config, gpus, resident))
+            if cost["iteration_s"] <= max_iteration_s and (best is None or round(cost["usd"], 9) < round(best["usd"], 9)):
+                best = cost
+    return best
+
+
+def es_simulation_inputs(config: Any, work: _Work, t: _Timings) -> tuple[Any, Any, Any]:
+    """(IterationWork, Schedule, Prices) of one ES iteration as `modal.es_member_gpus` lays it out."""
+    from prover_cli.on_modal.schedule import IterationWork, Schedule
+
+    m, es, v = config.modal, config.es, config.verify
+    proofs_per_member = work.proofs // es.population if work.proofs else 0
+    common = dict(members=es.population, generation_s=t.generation_s, proofs_per_member=proofs_per_member,
+                  proof_s=m.est_verify_s_per_proof, header_s=m.est_header_s, update_s=m.est_update_s)
+    if not es_pipelined(config):
+        # today's: every member at once (in waves of max_containers), then fresh Sandboxes of
+        # verify_batch_size proofs, each lasting the header, its proofs and its kernel stage
+        item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
+        schedule = Schedule("barrier", gpus=es_generating_gpus(config), lean_workers=max(1, m.verify_max_containers
+                            * v.workers), barrier=True, proofs_per_header=0, loop_gpu=True,
+                            sandboxes=m.verify_max_containers if work.proofs else 0)
+    else:
+        # each member container evaluates its share one member after another (es_members_per_gpu
+        # at once), after applying the last update; a member's proofs go to its REPL workers as they
+        # arrive, each worker importing the header once per iteration (its share's pool, kept warm
+        # through the share) and billed for the whole iteration (an upper bound); the loop's GPU waits
+        item = IterationWork(**common, resident_slowdown=m.est_resident_slowdown, catch_up_s=m.est_replay_s_per_iteration,
+                             kernel_latency_s=es_kernel_latency_s(config))
+        schedule = Schedule("pipelined", gpus=es_generating_gpus(config), lean_workers=max(1, es_lean_workers(config)),
+                            barrier=False, proofs_per_header=max(1, work.proofs), warm_lean=bool(work.proofs),
+                            resident=m.es_members_per_gpu, loop_gpu=True)
+    return item, schedule, es_prices(config)
 
 
 def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
@@ -508,7 +649,18 @@ def unit_prices(config: Any, *, sandbox: bool = False) -> dict[str, float]:
 def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_Line]:
     res = resources(config)
     lines: list[_Line] = []
-    if command == "train_es":
+    if command == "train_es" and es_pipelined(config):
+        # N member containers, each evaluating its share of the members one
+        # after another, and the loop's GPU waiting; REPL workers check each member's proofs as they arrive.
+        members = t.gen_containers
+        lines.append(_Line("train_es", res["train_es"], 1, 1, t.iteration_s))
+        if members:
+            lines.append(_Line("ESMember", res["es_member"], members, "-", members * t.iteration_s))
+        if work.proofs:
+            workers = es_lean_workers(config)
+            lines.append(_Line("Lean REPL Sandbox (warm)", res["lean_worker"], workers, "-", workers * t.iteration_s,
+                               sandbox=True))
+    elif command == "train_es":
         # The loop holds its GPU for the whole iteration; so does every warm member container:
         # it generates for its wave(s), then idles through verification and the update.
         lines.append(_Line("train_es", res["train_es"], 1, 1, t.iteration_s))
@@ -516,18 +668,28 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
                            t.gen_containers * t.iteration_s))
     else:
         lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, t.iteration_s))
-    if t.batches:
+    if t.batches and not (command == "train_es" and es_pipelined(config)):
         sandbox = res["verify_sandbox"]
         lines.append(_Line("verify Sandbox", sandbox, min(t.batches, sandbox.max_containers), t.batches,
                            t.batches * t.batch_s, sandbox=True))
     if t.kernel_passes:
         kernel = res["kernel_sandbox"]
-        per_pass = kernel_s_per_pass(config, math.ceil(t.proofs_per_batch * config.modal.est_pass_rate))
-        processes = t.batches * kernel_imports_per_batch(
-            config, math.ceil(t.proofs_per_batch * config.modal.est_pass_rate))[0]
-        lines.append(_Line("kernel Sandbox", kernel, min(t.batches * kernel_workers(config.verify), kernel.max_containers),
+        batch_passes, groups = kernel_batches(config, command, work, t)
+        per_pass = kernel_s_per_pass(config, batch_passes)
+        processes = groups * kernel_imports_per_batch(config, batch_passes)[0]
+        lines.append(_Line("kernel Sandbox", kernel, min(groups * kernel_workers(config.verify), kernel.max_containers),
                            t.kernel_passes + processes, t.kernel_passes * per_pass, sandbox=True))
     return lines
+
+
+def kernel_batches(config: Any, command: str, work: _Work, t: _Timings) -> tuple[int, int]:
+    """(passes per kernel-stage batch, batches per iteration): a verification batch's passes, or in the
+    pipelined ES schedule one member's (its proofs reach Lean together)."""
+    rate = config.modal.est_pass_rate
+    if command == "train_es" and es_pipelined(config) and work.proofs:
+        per_member = work.proofs // config.es.population
+        return math.ceil(per_member * rate), config.es.population
+    return math.ceil(t.proofs_per_batch * rate), t.batches
 
 
 def _imports_said(config: Any) -> str:
@@ -551,32 +713,91 @@ def kernel_check_core_s_per_proof(config: Any) -> float:
 
 
 def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
-    """One held-out evaluation on Modal: two generation calls (sampled, greedy) in the training container,
-    which holds its GPU (and ES its warm members) meanwhile, then its proofs through Lean, priced as
-    a GRPO step's generation and verification are."""
+    """One held-out evaluation on Modal: two generation calls (sampled, greedy), then its proofs through Lean.
+    GRPO: in the trainer's container (its GPU held meanwhile), its proofs in batch Sandboxes as a step's.
+    ES (both schedules): on ONE GPU container of its own (`es_eval`, functions.py's es_heldout) with
+    the current weights, rebuilt from the newest snapshot (the plan counts the worst case,
+    `cold_member_replay`), its proofs on its own `verify.workers` REPL Sandboxes (the header once
+    each); the loop waits for it, and the warm member containers with it, so they are billed for
+    its wall time too."""
+    m = config.modal
     evaluations, samples = heldout_evaluations(config, work.iterations)
     calls = 1 if config.run.eval_temperature == 0 else 2
     evaluation = _Work(work.unit, evaluations, samples, 1, calls * config.generate.max_tokens,
                        samples if config.data.task == "lean" else 0)
     te = _timings(config, "train_grpo", evaluation)  # one container generates, then Lean checks
-    generation_s, batches, batch_s, wall_s = te.generation_s, te.batches, te.batch_s, te.iteration_s
-    lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te) if line.name != "train_grpo"]
-    if command == "train_es":  # the loop and its warm members stay up through the evaluation
-        lines += [_Line("train_es", res["train_es"], 1, 1, wall_s),
-                  _Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s)]
+    es = command == "train_es"
+    lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te)
+             if line.name != "train_grpo" and not (es and line.name == "verify Sandbox")]
+    if es:
+        workers = config.verify.workers
+        lean_s = (m.est_header_s + math.ceil(evaluation.proofs / workers) * m.est_verify_s_per_proof
+                  + es_kernel_latency_s(config)) if evaluation.proofs else 0.0
+        replay_s = cold_member_replay(config)[1]
+        wall_s = replay_s + te.generation_s + lean_s
+        lines += [_Line("es_eval", res["es_eval"], 1, 1, wall_s), _Line("train_es", res["train_es"], 1, 1, wall_s)]
+        if t.gen_containers:
+            lines.append(_Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s))
+        if evaluation.proofs:
+            lines.append(_Line("eval REPL Sandbox", res["lean_worker"], workers, "-", workers * lean_s, sandbox=True))
+        lean = f"{evaluation.proofs} proofs on its {workers} REPL Sandboxes, {lean_s:.0f} s" if evaluation.proofs else "no Lean"
+        held = (f"; one GPU container (es_eval) replays up to {replay_s:.0f} s from the newest snapshot first; the loop"
+                f"{f' and {t.gen_containers} warm member container(s)' if t.gen_containers else ''} wait meanwhile")
     else:
+        lean = f"{te.batches} Sandbox(es) of {te.batch_s:.0f} s" if te.batches else "no Lean"
+        wall_s = te.iteration_s
         lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, wall_s))
+        held = "; in the trainer's container, with its colocated vLLM"
     usd = sum(sum(line.usd(config).values()) for line in lines)
     note = (f"{evaluations} evaluations (base, every {config.run.eval_every} {work.unit}s, the last) x "
             f"{samples or 'all valid-split'} samples ({config.run.eval_problems or 'all'} problems x "
             f"{'1 greedy' if calls == 1 else f'{config.run.eval_n} sampled + 1 greedy'}): {calls} generation call(s) of "
-            f"{generation_s / calls:.0f} s + {batches} Sandbox(es) of {batch_s:.0f} s = {wall_s:.0f} s, "
-            f"{usd:.4f} USD each"
-            + (f", {1 + t.gen_containers} GPUs held (the loop and its warm members)" if command == "train_es" else ""))
+            f"{te.generation_s / calls:.0f} s + {lean} = {wall_s:.0f} s, {usd:.4f} USD each" + held)
     return {"evaluations": evaluations, "samples": samples, "usd": usd, "wall_s": wall_s, "note": note}
 
 
+def _wall_note(config: Any, command: str, t: _Timings) -> str:
+    m = config.modal
+    if command != "train_es":
+        return f"generation + {t.verify_waves} verification wave(s) = {t.iteration_s:.0f} s"
+    r = t.es
+    if es_pipelined(config):
+        return (f"pipelined (schedule.simulate): {es_generating_gpus(config)} member container(s), each "
+                f"{m.es_members_per_gpu} member(s) at once, and the loop's GPU waiting; "
+                f"(each further one {m.est_resident_slowdown:g} of a generation slower, "
+                f"modal.est_resident_slowdown, ASSUMED); member containers first apply the last update "
+                f"({m.est_replay_s_per_iteration:g} s); {es_lean_workers(config)} warm REPL workers; generation ends "
+                f"at {r.generation_end_s:.0f} s, the last verdict and the update ({m.est_update_s:g} s, "
+                f"modal.est_update_s) end the iteration at {t.iteration_s:.0f} s")
+    return (f"barrier (schedule.simulate): {t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) "
+            f"+ the update ({m.est_update_s:g} s, modal.est_update_s) = {t.iteration_s:.0f} s")
+
+
+def _figure_value(config: Any, name: str, figures: Any) -> Any:
+    m = config.modal
+    if name == "kernel_peak_memory_gib":
+        return round(figures.kernel_peak_memory_gib, 2) if figures.kernel_peak_memory_gib is not None else "-"
+    return {"decode_tokens_per_s": decode_tokens_per_s(config), "header_s": m.est_header_s,
+            "verify_s_per_proof": m.est_verify_s_per_proof, "kernel_check_s_per_proof": m.est_kernel_check_s_per_proof,
+            "kernel_import_s": m.est_kernel_import_s}[name]
+
+
+def _unit_cost(command: str, work: _Work, t: _Timings, usd: float) -> dict[str, float]:
+    """The same unit for ES and GRPO: the GPU-busy share of billed GPU-seconds, USD per 1,000 samples.
+    GPU-busy counts generation (ES: and the members' catch-up); GRPO's backward pass is not in the
+    plan, so its share is a lower bound."""
+    if command == "train_es":
+        busy = t.es.gpu_busy_fraction
+    else:
+        busy = t.generation_s / t.iteration_s if t.iteration_s else 0.0
+    return {"gpu_busy_fraction": busy, "usd_per_1k_samples": 1000 * usd / work.samples if work.samples else 0.0}
+
+
 def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
+    from prover_cli.on_modal.calibration import resolve
+
+    figures = resolve(config)       # measured figures (the doctor's calibration file) in place of estimates
+    config = figures.config
     m, v = config.modal, config.verify
     res = resources(config)
     t = _timings(config, command, work)
@@ -611,7 +832,14 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                      round(once_usd, 4)])
     roles = {
         "train_es": "the ES loop: holds theta, applies updates, writes the ledger (one writer)",
-        "ESMember": "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call",
+        "ESMember": ("GPU worker: applies the new ledger iteration, then evaluates its share of the members "
+                     f"one after another ({m.es_members_per_gpu} at once), handing each member's proofs to its "
+                     "REPL workers (pipeline.py)"
+                     if es_pipelined(config) else
+                     "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call"),
+        "Lean REPL Sandbox (warm)": "Lean: one REPL per Sandbox (no network, no Volumes), verify.workers per member "
+                                    "container, its header imported once per iteration, checking each member's "
+                                    "proofs as they arrive",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
         "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
         "kernel Sandbox": "the kernel stage: per fast-path pass `lean -o`, per checker batch one checker process, "
@@ -626,7 +854,13 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         ["generation call", f"{work.decode_tokens} tokens at {decode_tokens_per_s(config):g} tokens/s "
                             f"({'modal.est_decode_tokens_per_s' if m.est_decode_tokens_per_s else f'the {m.gpu} estimate'}) "
                             f"= {t.generation_s:.0f} s (upper estimate: every sample runs to its token limit)"],
-        ["verification batch", (f"{t.proofs_per_batch} proofs: {m.est_header_s:g} s header + "
+        ["verification batch", (f"pipelined: each proof on the first free of {es_lean_workers(config)} warm REPL "
+                                f"workers (verify.workers = {v.workers} per member container, one REPL per Sandbox of "
+                                f"{res['lean_worker'].cpu:g} cores, {res['lean_worker'].memory_mb // 1024} GiB), "
+                                f"{m.est_verify_s_per_proof:g} s each; the {m.est_header_s:g} s header once per worker "
+                                "per iteration (its share's pool kept warm through the share)")
+                               if command == "train_es" and es_pipelined(config) and work.proofs else
+                               (f"{t.proofs_per_batch} proofs: {m.est_header_s:g} s header + "
                                 f"{math.ceil(t.proofs_per_batch / v.workers) if t.batches else 0} rounds x "
                                 f"{m.est_verify_s_per_proof:g} s = {t.batch_s:.0f} s; Sandbox killed after "
                                 f"{res['verify_sandbox'].timeout_s} s, its in-flight proofs retried once")
@@ -636,7 +870,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                           f"{m.est_kernel_check_s_per_proof:g} s (modal.est_kernel_check_s_per_proof, assumed), plus "
                           f"its share of the checker's header imports ({m.est_kernel_import_s:g} s each, "
                           f"modal.est_kernel_import_s, assumed; {_imports_said(config)}): "
-                          f"{kernel_s_per_pass(config, math.ceil(t.proofs_per_batch * m.est_pass_rate)):.1f} s per "
+                          f"{kernel_s_per_pass(config, kernel_batches(config, command, work, t)[0]):.1f} s per "
                           f"pass in Sandboxes of {res['kernel_sandbox'].cpu:g} cores "
                           f"= {kernel_check_core_s_per_proof(config):.1f} "
                           f"core-s expected per proof; {kernel_workers(v)} at a time per batch "
@@ -644,8 +878,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                          if t.kernel_passes else
                          ("off: verify.kernel_check = false, `verified` rests on the fast path alone"
                           if t.batches else "none: no proof goes to Lean")],
-        [f"{work.unit} wall time", f"{t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) = "
-                                   f"{t.iteration_s:.0f} s"],
+        [f"{work.unit} wall time", _wall_note(config, command, t)],
         ["prices", f"{gpu_price_per_hour(config):g} USD per GPU-hour ({m.gpu}, "
                    f"{'modal.gpu_price_per_hour' if m.gpu_price_per_hour else 'its Modal list price'}), "
                    f"{m.cpu_price_per_core_hour:g} per core-hour, "
@@ -657,6 +890,21 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     ]
     if heldout["evaluations"]:
         notes.append(["held-out evaluation", heldout["note"]])
+    notes.insert(0, ["figures", figures.note])
+    if command == "train_es" and es_pipelined(config):
+        k, share = m.es_members_per_gpu, config.generate.gpu_memory_utilization
+        notes.append(["resident engines", f"{k} engine(s) per member GPU, each with 1/{k} of "
+                                          f"generate.gpu_memory_utilization = {share:g}; each also keeps an fp32 master "
+                                          "of the weights outside that budget (es/vllm_worker.py): the GPU needs "
+                                          f"{k} x 4 bytes per parameter besides {share:g} of its memory (not checked "
+                                          "here: the config has no parameter count)"])
+    if figures.kernel_peak_memory_gib is not None and v.kernel_check:
+        sandbox_gib = res["kernel_sandbox"].memory_mb / 1024
+        if figures.kernel_peak_memory_gib > sandbox_gib:
+            notes.append(["warning", f"the kernel stage's measured peak memory, {figures.kernel_peak_memory_gib:.1f} GiB "
+                                     f"per step ({figures.path}), exceeds its Sandbox's {sandbox_gib:g} GiB (one REPL's "
+                                     "share of modal.verify_memory_gb): raise modal.verify_memory_gb or lower "
+                                     "verify.workers"])
     if command == "train_es":
         bound = es_gap_bound_s(config)
         replay_iterations, replay_s = cold_member_replay(config)
@@ -682,6 +930,13 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
 
     specs = image_specs(v.lean_toolchain, v.mathlib_rev)
     title = command.replace("_", " ")
+    total = round(cost * work.iterations + once_usd + heldout["usd"] * heldout["evaluations"], 2)
+    unit = _unit_cost(command, work, t, cost)
+    run_per_1k = 1000 * total / (work.samples * work.iterations) if work.samples * work.iterations else 0.0
+    method = "ES" if command == "train_es" else "GRPO"
+    schedule = (f"{'pipelined' if es_pipelined(config) else 'barrier'} (modal.es_member_gpus = {m.es_member_gpus})"
+                if command == "train_es" else "one trainer container (colocated vLLM)")
+    figure_rows = [[name, _figure_value(config, name, figures), figures.sources[name]] for name in figures.sources]
     return {
         "ok": True,
         "command": title,
@@ -701,7 +956,13 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "heldout_samples_per_evaluation": heldout["samples"],
         "est_usd_per_heldout_evaluation": round(heldout["usd"], 4),
         "est_usd_once": round(once_usd, 4),
-        "est_usd_total": round(cost * work.iterations + once_usd + heldout["usd"] * heldout["evaluations"], 2),
+        "est_usd_total": total,
+        "est_gpu_busy_fraction": round(unit["gpu_busy_fraction"], 4),   # generation over billed GPU-seconds
+        "est_usd_per_1k_samples": round(unit["usd_per_1k_samples"], 4),  # per training sample, per unit
+        "est_usd_per_1k_samples_run": round(run_per_1k, 4),              # the whole run, evaluations included
+        "schedule": schedule,
+        "calibration": figures.path,
+        "figures": {name: {"value": value, "source": source} for name, value, source in figure_rows},
         **({"cold_member_replay_iterations": cold_member_replay(config)[0],
             "cold_member_replay_s": round(cold_member_replay(config)[1], 1),
             "es_gap_bound_s": round(es_gap_bound_s(config), 1)} if command == "train_es" else {}),
@@ -713,6 +974,12 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
             {"title": f"cost per {work.unit} by resource", "columns": ["resource", "amount", "container-s", "USD"],
              "rows": [[kind, f"{round(next(iter(item.values())))} {UNIT_NAMES[kind]}", round(item["container_s"]),
                        item["usd"]] for kind, item in breakdown.items()]},
+            {"title": "unit cost (the same unit for ES and GRPO)",
+             "columns": ["method", "schedule", f"samples per {work.unit}", "GPU-busy of billed GPU-s",
+                         "USD per 1,000 samples", "USD per 1,000 samples, whole run"],
+             "rows": [[method, schedule, work.samples, f"{100 * unit['gpu_busy_fraction']:.1f}%",
+                       round(unit["usd_per_1k_samples"], 3), round(run_per_1k, 3)]]},
+            {"title": "figures: measured or assumed", "columns": ["figure", "value", "source"], "rows": figure_rows},
             {"title": "what each function does", "columns": ["function", "role"], "rows": roles_rows},
             {"title": "images", "columns": ["image", "python packages", "system / toolchain"],
              "rows": [[name, ", ".join(spec.python_packages),
@@ -732,7 +999,6 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
 
 DOCTOR_EST_MODEL_LOAD_S = 180.0  # container start + weights from the models Volume + engine start (estimate)
 DOCTOR_EST_VOLUME_CALL_S = 15.0  # one small container: start, write or read a file, commit or reload
-DOCTOR_PROMPT_TOKENS = 16        # tokens the GPU step generates
 
 
 @dataclass(frozen=True)
@@ -753,6 +1019,13 @@ class DoctorStep:
         return sum(line.usd(config).values())
 
 
+def doctor_batch(config: Any) -> int:
+    """Sequences in the doctor's generation call: one ES member's (calibration.generation_batch)."""
+    from prover_cli.on_modal.calibration import generation_batch
+
+    return generation_batch(config)
+
+
 def doctor_steps(config: Any) -> list[DoctorStep]:
     from prover_cli.verify.canary import canaries_for
 
@@ -768,12 +1041,16 @@ def doctor_steps(config: Any) -> list[DoctorStep]:
         DoctorStep("lean sandbox", f"one Sandbox of the lean image, {sandbox.cpu:g} cores, "
                                    f"{sandbox.memory_mb // 1024} GiB, no network",
                    "start the image's REPL (`lake env repl` in the Mathlib project) in it and run the verify canary "
-                   f"({canaries} proofs: honest ones must verify, each cheat be rejected)",
-                   sandbox, m.est_header_s + canaries * m.est_verify_s_per_proof, sandbox=True),
+                   f"({canaries} proofs: honest ones must verify, each cheat be rejected); then, for the calibration, "
+                   "the honest ones again on a fresh REPL (the header, then Lean seconds per proof with it warm) and "
+                   "the honest kernel canary through the kernel stage (seconds and peak memory per step)",
+                   sandbox, 2 * m.est_header_s + 2 * canaries * m.est_verify_s_per_proof, sandbox=True),
         DoctorStep("gpu model", f"one {gpu_spec(config)} container of the gpu image",
                    f"load {config.model.name} with the {config.generate.backend} sampler (downloading it into the "
-                   f"models Volume once) and generate {DOCTOR_PROMPT_TOKENS} tokens for one prompt",
-                   res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + DOCTOR_PROMPT_TOKENS / decode_tokens_per_s(config)),
+                   f"models Volume once) and generate one ES member's call: {doctor_batch(config)} sequences of up "
+                   f"to {config.generate.max_tokens} tokens (generate.max_tokens), whose tokens/s the calibration "
+                   "records",
+                   res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + config.generate.max_tokens / decode_tokens_per_s(config)),
         DoctorStep("volumes", "two small containers of the orchestrator image",
                    f"write a probe file to {m.runs_volume} and {m.models_volume} and commit in one container; "
                    "reload and read it back in another (a separate Function), then remove it",
@@ -825,7 +1102,7 @@ def docs_block(config_path: str) -> str:
     """The Markdown figures for one config: the per-function table, the breakdown, the totals."""
     from prover_cli.config import load_config
 
-    config = load_config(config_path)
+    config = load_config(config_path, ["modal.calibration=none"])   # the estimates: the same on every machine
     command = "train_grpo" if config_path.endswith("grpo.toml") else "train_es"
     p = plan(config, command=command, backend="modal")
     unit = "step" if command == "train_grpo" else "iteration"
@@ -838,7 +1115,9 @@ def docs_block(config_path: str) -> str:
              f"CPU {p['est_usd_breakdown']['cpu']['usd']:.2f}, memory {p['est_usd_breakdown']['memory']['usd']:.2f}); "
              f"**{p['est_usd_total']:.2f} USD** for {p[f'{unit}s']} {unit}s"
              + (f" and {p['heldout_evaluations']} held-out evaluations ({p['est_usd_per_heldout_evaluation']:.2f} USD "
-                "each)." if p["heldout_evaluations"] else ".")]
+                "each)." if p["heldout_evaluations"] else ".")
+             + f" GPU-busy {100 * p['est_gpu_busy_fraction']:.1f} % of billed GPU-seconds; "
+               f"{p['est_usd_per_1k_samples']:.2f} USD per 1,000 training samples ({p['schedule']})."]
     return "\n".join(lines)
 
 

@@ -1,15 +1,19 @@
 # # Verification in Modal Sandboxes
 #
-# Each batch of proofs runs in its own `modal.Sandbox`, created from the Lean image with no
-# network, no Volumes, no secrets, hard CPU and memory limits and a timeout. The library's own
-# REPL pool drives it: every pool worker's REPL is one process `exec`ed in the batch's Sandbox,
-# and `SandboxTransport` carries the REPL protocol over that process's stdin/stdout (the
-# `Transport` seam of prover_cli/verify/transport.py). So deadlines, recycling and the verdict
-# rules are exactly those of a local run; only where the bytes go changes.
+# Every REPL process the library's pool starts runs in a `modal.Sandbox` of its own, created from
+# the Lean image with no network, no Volumes, no secrets, hard CPU and memory limits and a
+# timeout, and ended when the process is killed or recycled. `SandboxTransport` carries the REPL
+# protocol over the exec'd process's stdin/stdout (the `Transport` seam of
+# prover_cli/verify/transport.py), and the library's `verify_file` / `verify_records` get it through
+# their placement seam (prover_cli/verify/placement.py, `verification_placement` below). So
+# deadlines, recycling, the verdict rules, the summary and the resume are exactly those of a local
+# run; only where the bytes go changes.
 #
-# A Sandbox that dies (its timeout, the OOM killer, a lost worker) takes only its in-flight proofs
-# with it: the pool retries each once in a fresh REPL, which starts in a fresh Sandbox, before
-# their verdict is written (see `verify_batch`).
+# A Sandbox that dies (its timeout, the OOM killer, a lost worker) takes only its in-flight proof
+# with it: that is a REPL killed from outside, which the pool retries once in a fresh process, so
+# in a fresh Sandbox, before its verdict is written. A Sandbox that cannot be created (after one
+# more try) stops the run with a BackendError, as a local REPL that cannot start does: no verdict
+# claims anything about those proofs, and a rerun resumes from the verdict file.
 #
 # The kernel stage (prover_cli/verify/kernel.py) runs each of its steps — `lean -o` on one proof,
 # the trusted target, SafeVerify on two .olean files — in a fresh Sandbox of its own from the same
@@ -20,7 +24,6 @@
 # Sandbox runs tests/fake_repl.py (and the kernel stage's stand-ins) as local processes. No test
 # has created a real Sandbox.
 
-import concurrent.futures
 import dataclasses
 import json
 import queue
@@ -33,7 +36,7 @@ from typing import Any, Callable
 
 import modal
 
-from prover_cli.errors import BackendError, InputError
+from prover_cli.errors import BackendError
 from prover_cli.on_modal.images import (
     KERNEL_CHECKER_COMMAND,
     LEAN_COMMAND,
@@ -42,21 +45,24 @@ from prover_cli.on_modal.images import (
     MATHLIB_REV,
     REPL_COMMAND,
     app,
+    kernel_image,
     lean_image,
 )
-from prover_cli.on_modal.plan import resources
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.on_modal.plan import kernel_step_size, resources
 from prover_cli.verify.transport import describe_exit
 
 # Looked up at call time, so tests can put the Sandbox stand-in here.
 Sandbox = modal.Sandbox
 
 STARTUP_TIMEOUT_S = 180.0  # a Sandbox is scheduled, then the image starts: seconds, rarely minutes
+CREATE_ATTEMPTS = 2        # Sandbox capacity comes and goes: one more try before the run stops
 
 
 def sandbox_arguments(config: Any) -> dict[str, Any]:
-    """Everything `Sandbox.create` gets for one verification batch, from the plan's resources."""
+    """Everything `Sandbox.create` gets for one REPL process, from the plan: one REPL's share of a
+    verification batch's cores and memory (`kernel_step_size`), the batch's timeout."""
     r = resources(config)["verify_sandbox"]
+    cpu, memory_mb = kernel_step_size(config)
     return dict(
         app=app,
         image=lean_image,
@@ -64,14 +70,14 @@ def sandbox_arguments(config: Any) -> dict[str, Any]:
         block_network=True,                       # a proof cannot reach anything: Lean needs no network
         volumes={},                               # nor read a run directory or another proof
         secrets=[],                               # nor any credential
-        cpu=(r.cpu, r.cpu),                       # (request, limit): verify.workers REPLs share these cores
-        memory=(r.memory_mb, r.memory_mb),        # (request, limit) MiB: a runaway REPL cannot starve others
-        timeout=r.timeout_s,                      # header + every proof at its own timeout, then killed
+        cpu=(cpu, cpu),                           # (request, limit): modal.verify_cpus / verify.workers
+        memory=(memory_mb, memory_mb),            # (request, limit) MiB: a runaway REPL cannot starve others
+        timeout=r.timeout_s,                      # header + a REPL's proofs of a batch at their timeout, then killed
     )
 
 
 class SandboxBox:
-    """The Sandbox of one verification batch: created on first use, replaced when it has died."""
+    """A Sandbox for REPL processes: created on first use, replaced when it has died."""
 
     def __init__(self, config: Any):
         self.arguments = sandbox_arguments(config)
@@ -87,11 +93,16 @@ class SandboxBox:
             if self.sandbox is not None and self.sandbox.poll() is not None:
                 self.deaths += 1
                 self.sandbox = None
-            if self.sandbox is None:
+            for attempt in range(1, CREATE_ATTEMPTS + 1):
+                if self.sandbox is not None:
+                    break
                 try:
                     self.sandbox = Sandbox.create(**self.arguments)
                 except Exception as exc:  # Modal's own errors: say which call failed
-                    raise BackendError(f"cannot create a verification Sandbox: {type(exc).__name__}: {exc}") from None
+                    if attempt == CREATE_ATTEMPTS:
+                        raise BackendError(f"cannot create a verification Sandbox ({attempt} tries): "
+                                           f"{type(exc).__name__}: {exc}") from None
+                    continue
                 self.created += 1
             return self.sandbox
 
@@ -103,7 +114,7 @@ class SandboxBox:
         return self.dead(sandbox) and not any(sandbox is ours for ours in self._ours)
 
     def transport(self) -> "SandboxTransport":
-        """A TransportFactory: a new, unstarted REPL pipe in this batch's Sandbox."""
+        """A TransportFactory: a new, unstarted REPL pipe in this box's Sandbox (shared by every pipe it makes)."""
         return SandboxTransport(self, list(REPL_COMMAND), LEAN_PROJECT_DIR, self.memory_limit_gb)
 
     def terminate(self) -> None:
@@ -154,12 +165,15 @@ class SandboxTransport:
     The process starts through REPL_WRAPPER: its own process group, verify.memory_limit_gb as
     RLIMIT_AS, and its pid printed first so `signal_kill` can reach it. Reads and writes go
     through threads, so every call honours its deadline even when the network to the Sandbox
-    stalls.
+    stalls. With `own_sandbox`, the box is this process's alone: killing the process ends the
+    Sandbox, so the next start (a restart, a recycle) gets a fresh one.
     """
 
-    def __init__(self, box: SandboxBox, command: list[str], workdir: str, memory_limit_gb: float = 0.0):
+    def __init__(self, box: SandboxBox, command: list[str], workdir: str, memory_limit_gb: float = 0.0,
+                 own_sandbox: bool = False):
         self.box, self.command, self.workdir = box, command, workdir
         self.memory_limit_gb = memory_limit_gb
+        self.own_sandbox = own_sandbox
         self._sandbox: Any = None
         self._proc: Any = None
         self._remote_pid: str | None = None
@@ -299,7 +313,13 @@ class SandboxTransport:
         return b"".join(self._stderr).decode("utf-8", "replace").strip()[-limit_chars:]
 
     def signal_kill(self) -> None:
-        """SIGKILL the REPL's process group inside the Sandbox; safe from another thread."""
+        """SIGKILL the REPL's process group inside the Sandbox (its own Sandbox: end that); safe
+        from another thread."""
+        if self.own_sandbox:
+            if self._sandbox is not None and not self.box.dead(self._sandbox):
+                self._killed_by_us = True
+                self.box.terminate()
+            return
         sandbox, pid = self._sandbox, self._remote_pid
         if sandbox is None or not pid or not pid.isdigit() or self.box.dead(sandbox):
             return
@@ -316,19 +336,22 @@ class SandboxTransport:
     def kill(self) -> None:
         """Kill the REPL; safe to call twice, or before `start()`. Its streams end with it (EOF),
         which ends the reader threads."""
-        if self._proc is None or self._closed:
-            return
-        self.signal_kill()
-        self._closed = True
+        if self._proc is not None and not self._closed:
+            self.signal_kill()
+            self._closed = True
+        if self.own_sandbox:
+            self.box.terminate()   # also after a start that failed once its Sandbox existed
 
 
 # ## The kernel stage's steps, each in a fresh Sandbox
 
 def kernel_sandbox_arguments(config: Any) -> dict[str, Any]:
-    """`Sandbox.create` arguments of one kernel-stage step: the Lean image, no network, no
-    Volumes, no secrets; one REPL's share of the verification Sandbox's cores and memory."""
+    """`Sandbox.create` arguments of one kernel-stage step: the kernel image (images.py: the Lean
+    image's toolchain and Mathlib with the checker, so a checker that does not build stays out of
+    the fast path's image), no network, no Volumes, no secrets; one REPL's share of the
+    verification Sandbox's cores and memory."""
     r = resources(config)["kernel_sandbox"]
-    return dict(app=app, image=lean_image, workdir=LEAN_PROJECT_DIR, block_network=True, volumes={}, secrets=[],
+    return dict(app=app, image=kernel_image, workdir=LEAN_PROJECT_DIR, block_network=True, volumes={}, secrets=[],
                 cpu=(r.cpu, r.cpu), memory=(r.memory_mb, r.memory_mb), timeout=r.timeout_s)
 
 
@@ -364,6 +387,7 @@ else:
         result["signal"] = -child.returncode
     else:
         result["exit_code"] = child.returncode
+    result["max_rss_kib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux: the step's peak
     keep = 8 << 20
     result["stdout"] = base64.b64encode(out[:keep]).decode("ascii")
     result["stderr"] = base64.b64encode(err[-keep:]).decode("ascii")
@@ -450,7 +474,7 @@ class SandboxRunner:
                              stdout=base64.b64decode(result["stdout"]).decode("utf-8", "replace"),
                              stderr=base64.b64decode(result["stderr"]).decode("utf-8", "replace"),
                              files={k: base64.b64decode(v) for k, v in result["files"].items()},
-                             wall_s=time.monotonic() - start)
+                             wall_s=time.monotonic() - start, peak_rss_kib=result.get("max_rss_kib"))
         finally:
             with self._lock:
                 self._active.discard(box)
@@ -479,7 +503,17 @@ def _signal_of(code: int | None) -> int | None:
     return None
 
 
-# ## The two entry points to Lean, with each batch in a Sandbox
+# ## Where verification runs on Modal: the library's placement seam (prover_cli/verify/placement.py)
+#
+# `prover verify --backend modal` and the RL reward run the library's own `verify_file` and
+# `verify_records`; functions.py enters one of these placements around them, so only where the
+# REPLs and the kernel stage's steps run changes. The planned concurrency is kept by mapping the
+# `[modal]` keys onto the pool (docs/modal.md): the proofs make ceil(proofs / modal.verify_batch_size)
+# batches, at most modal.verify_max_containers at once, each worth verify.workers REPL processes,
+# so the pool gets verify.workers x batches processes (and the kernel stage as many steps at a
+# time per batch as before), each in a Sandbox of one REPL's share of modal.verify_cpus and
+# modal.verify_memory_gb, recycled after the proofs one REPL of a batch would have checked, so
+# the Sandbox's timeout (header + those proofs at their timeout) bounds every process.
 
 def _check_image_versions(verify_config: Any) -> None:
     """Fail closed if the config names other Lean versions than the image has."""
@@ -497,188 +531,62 @@ def _sandbox_verify_config(verify_config: Any) -> Any:
                                lean_command=list(LEAN_COMMAND), kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
-def kernel_stage_in_sandboxes(config: Any, library_function: Callable[..., Any], kind: str) -> Callable[..., Any]:
-    """`verify_records` (kind "records") or `verify_file` (kind "file") for the Kimina backend on
-    Modal: the server elaborates as before, and the kernel stage's steps run in fresh Sandboxes
-    from the Lean image (whose Lean must be the configured one), with the image's commands."""
-    if kind == "file":
-        def verify_file(cfg: Any, **kwargs: Any) -> Any:
-            cfg = dataclasses.replace(cfg, verify=_kernel_verify_config(cfg.verify))
-            return library_function(cfg, **{**kwargs, "kernel_runner": SandboxRunner(config)})
-        return verify_file
-
-    def verify_records(records: list[dict[str, Any]], verify_config: Any, *args: Any, **kwargs: Any) -> Any:
-        return library_function(records, _kernel_verify_config(verify_config), *args,
-                                **{**kwargs, "kernel_runner": SandboxRunner(config)})
-    return verify_records
-
-
 def _kernel_verify_config(verify_config: Any) -> Any:
+    """Kimina elaborates on its server: only the kernel stage's commands and project are the image's."""
     _check_image_versions(verify_config)
     return dataclasses.replace(verify_config, project_dir=LEAN_PROJECT_DIR, lean_command=list(LEAN_COMMAND),
                                kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
-def _error_verdict(record: dict[str, Any], exc: BaseException, verify: Any) -> dict[str, Any]:
-    """A batch that failed twice: every proof in it is an `error`, never a silent 0. The line is
-    built by the library's own `verdict_record`, so it has every field a verdict has."""
-    from prover_cli.verify.engine import verdict_record, verifier_identity
-    from prover_cli.verify.rules import Verdict
+def sandbox_concurrency(config: Any, verify_config: Any, proofs: int | None) -> Any:
+    """`verify_config` with the pool sized as the plan's batches (see the section's comment);
+    `proofs` None (not known yet): as many batches as may run at once."""
+    import math
 
-    reason = f"modal: verification Sandbox failed twice: {type(exc).__name__}: {exc}"
-    return verdict_record(record, Verdict(status="error", reason=reason), verifier_identity(verify))
+    from prover_cli.config import WORKERS_MAX
+    from prover_cli.verify.kernel import kernel_workers
 
-
-def _verify_records_with(records: list[dict[str, Any]], verify_config: Any, transport_factory: Any,
-                         kernel_runner: Any = None) -> list[dict[str, Any]]:
-    """The library's `verify_records` (its non-warm path), on REPLs from `transport_factory`, the
-    kernel stage's steps on `kernel_runner`."""
-    from prover_cli.verify.engine import Verifier
-
-    with Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner) as verifier:
-        return verifier.verify(list(records))
-
-
-def verify_batch(config: Any, records: list[dict[str, Any]], verify_config: Any) -> list[dict[str, Any]]:
-    """Verdicts of one batch, its REPLs in one Sandbox.
-
-    A Sandbox that dies under a proof ends that REPL with a signal we did not send, so the pool
-    retries just that proof once in a fresh process, which `SandboxBox.ensure` starts in a fresh
-    Sandbox; proofs already checked keep their verdicts. A Sandbox that cannot start, or dies
-    during the header (a BackendError: no verdict is known), costs the batch one more attempt in
-    a fresh Sandbox; after that its proofs get `error` verdicts naming the failure.
-    """
-    verify_config = _sandbox_verify_config(verify_config)
-    failure: BackendError | None = None
-    for _ in range(2):
-        box = SandboxBox(config)
-        try:
-            return _verify_records_with(records, verify_config, box.transport, SandboxRunner(config))
-        except BackendError as exc:
-            failure = exc
-        finally:
-            box.terminate()
-    return [_error_verdict(record, failure, verify_config) for record in records]
+    m = config.modal
+    batches = m.verify_max_containers if proofs is None else math.ceil(proofs / m.verify_batch_size)
+    batches = max(1, min(m.verify_max_containers, batches))
+    proofs_per_repl = math.ceil(m.verify_batch_size / verify_config.workers)   # one REPL's share of a batch
+    return dataclasses.replace(
+        verify_config,
+        workers=min(WORKERS_MAX, verify_config.workers * batches),
+        kernel_check_workers=min(WORKERS_MAX, kernel_workers(verify_config) * batches),
+        max_proofs_per_process=min(verify_config.max_proofs_per_process, proofs_per_repl))
 
 
-def verify_records_in_sandboxes(config: Any) -> Callable[..., list[dict[str, Any]]]:
-    """`verify_records` with the library's signature: batches of `modal.verify_batch_size`
-    records, each in its own Sandbox, all batches at once (up to `modal.verify_max_containers`)."""
+def repl_sandboxes(config: Any) -> Callable[[], "SandboxTransport"]:
+    """A TransportFactory: every REPL process the pool starts gets a Sandbox of its own, created
+    when it starts and ended when it is killed or recycled. A Sandbox that dies under a proof is a
+    REPL killed from outside: the pool's one retry in a fresh process runs in a fresh Sandbox."""
+    memory_limit_gb = float(config.verify.memory_limit_gb)
 
-    def verify_records(records: list[dict[str, Any]], verify_config: Any, reporter: Any = NULL_REPORTER, *,
-                       keep_warm: bool = False, transport_factory: Any = None,
-                       kernel_runner: Any = None) -> list[dict[str, Any]]:
-        # keep_warm is moot: a Sandbox lives for one batch. transport_factory, kernel_runner: we choose them.
-        records = list(records)
-        size = config.modal.verify_batch_size
-        batches = [records[i:i + size] for i in range(0, len(records), size)]
-        if not batches:
-            return []
-        verdicts: list[dict[str, Any]] = []
-        workers = min(len(batches), config.modal.verify_max_containers)
-        with reporter.task("verify in Modal Sandboxes", total=len(records), unit="proofs") as task:
-            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="sandbox-batch") as pool:
-                futures = [pool.submit(verify_batch, config, batch, verify_config) for batch in batches]
-                for batch, future in zip(batches, futures):
-                    verdicts.extend(future.result())
-                    task.advance(len(batch))
-        return verdicts
+    def transport() -> SandboxTransport:
+        return SandboxTransport(SandboxBox(config), list(REPL_COMMAND), LEAN_PROJECT_DIR, memory_limit_gb,
+                                own_sandbox=True)
 
-    return verify_records
+    return transport
 
 
-def verify_file_in_sandboxes(config: Any, library_verify_file: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
-    """`verify_file` with the library's signature: the proofs file is cut into shards of
-    `modal.verify_batch_size` lines (`<out>.shards/lines-<first>-<last>.jsonl`), each verified by
-    the library's own `verify_file` with its REPLs in one Sandbox, all shards at once; then the
-    shard verdicts are joined, in input order, into `out_path`. Rerunning resumes shard by shard.
-    Deaths are handled as in `verify_batch`; a shard whose Sandbox fails twice gets `error`
-    verdicts in `out_path` only (its own verdict file keeps what was checked), so the next run
-    retries exactly those proofs."""
+def verification_placement(config: Any) -> Any:
+    """Where this config's Lean verification runs on Modal: with the REPL backend, every REPL in a
+    Sandbox and every kernel-stage step in another; with Kimina (its server elaborates), only the
+    kernel stage's steps, in fresh Sandboxes. Both use the image's commands and fail closed when
+    the config names other Lean versions than the image has (at the first verification)."""
+    from prover_cli.verify.placement import Placement
 
-    def run_shard(cfg: Any, shard: Path) -> dict[str, Any]:
-        out = shard.with_suffix(".verdicts.jsonl")
-        for attempt in (1, 2):
-            box = SandboxBox(cfg)
-            try:
-                return library_verify_file(cfg, proofs_path=shard, out_path=out, transport_factory=box.transport,
-                                           kernel_runner=SandboxRunner(cfg))
-            except BackendError:  # the Sandbox could not start, or died in the header: resume once more
-                if attempt == 2:
-                    raise
-            finally:
-                box.terminate()
-        raise AssertionError("unreachable")
-
-    def verify_file(cfg: Any, *, proofs_path: Path, out_path: Path | None = None, reporter: Any = NULL_REPORTER,
-                    transport_factory: Any = None, kernel_runner: Any = None) -> dict[str, Any]:
-        proofs_path = Path(proofs_path)
-        out_path = Path(out_path) if out_path is not None else proofs_path.with_name(proofs_path.stem + ".verdicts.jsonl")
-        if not proofs_path.exists():
-            raise InputError(f"{proofs_path}: proofs file not found on the runs Volume")
-        cfg = dataclasses.replace(cfg, verify=_sandbox_verify_config(cfg.verify))
-        lines = proofs_path.read_text(encoding="utf-8").splitlines(keepends=True)
-        shard_dir = out_path.with_name(out_path.name + ".shards")
-        size = cfg.modal.verify_batch_size
-        shards = []
-        for start in range(0, len(lines), size):
-            chunk = "".join(lines[start:start + size])
-            shard = shard_dir / f"lines-{start + 1:07d}-{min(start + size, len(lines)):07d}.jsonl"
-            if not shard.exists() or shard.read_text(encoding="utf-8") != chunk:
-                write_atomic(shard, chunk)
-            shards.append(shard)
-
-        workers = max(1, min(len(shards), cfg.modal.verify_max_containers))
-        results: list[Any] = []
-        with reporter.task("verify in Modal Sandboxes", total=len(shards), unit="shards") as task:
-            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="sandbox-shard") as pool:
-                futures = [pool.submit(run_shard, cfg, shard) for shard in shards]
-                for future in futures:
-                    try:
-                        results.append(future.result())
-                    except Exception as exc:  # this shard only; the others go on
-                        results.append(exc)
-                    task.advance(1)
-
-        joined: list[str] = []
-        failed = 0
-        ok = True
-        for shard, result in zip(shards, results):
-            if isinstance(result, BaseException):
-                failed += 1
-                for line in shard.read_text(encoding="utf-8").splitlines():
-                    record = json_or_none(line) or {"id": None, "line": line[:200]}
-                    joined.append(json.dumps(_error_verdict(record, result, cfg.verify), ensure_ascii=False) + "\n")
-                continue
-            ok = ok and result.get("ok", True) is not False
-            joined.extend(line + "\n" for line in
-                          shard.with_suffix(".verdicts.jsonl").read_text(encoding="utf-8").splitlines() if line.strip())
-        write_atomic(out_path, "".join(joined))
-
-        counts: dict[str, int] = {}
-        for line in joined:
-            verdict = (json_or_none(line) or {}).get("verdict", "unreadable")
-            counts[verdict] = counts.get(verdict, 0) + 1
-        return {
-            "ok": ok and failed == 0,
-            "proofs": len(lines),
-            "shards": len(shards),
-            "failed_shards": failed,
-            "out_path": str(out_path),
-            **counts,
-            "tables": [{"title": f"verify in Modal Sandboxes: {proofs_path}",
-                        "columns": ["verdict", "count"], "rows": sorted(counts.items())}],
-        }
-
-    return verify_file
-
-
-def json_or_none(line: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    if config.verify.backend == "repl":
+        return Placement(
+            where="modal sandboxes",
+            configure=lambda verify, proofs: sandbox_concurrency(config, _sandbox_verify_config(verify), proofs),
+            transport_factory=lambda verify: repl_sandboxes(config),
+            kernel_runner=lambda verify: SandboxRunner(config),
+            keep_warm=False)   # a warm REPL's Sandbox would be billed while it idles between batches
+    return Placement(where="modal kernel sandboxes",
+                     configure=lambda verify, proofs: _kernel_verify_config(verify),
+                     kernel_runner=lambda verify: SandboxRunner(config))
 
 
 def write_atomic(path: Path, text: str) -> None:

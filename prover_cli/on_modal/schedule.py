@@ -1,11 +1,12 @@
 """One ES iteration as a discrete-event schedule: who waits for whom, and what that costs.
 
-    python benchmarks/bench_pipeline.py --config kimina-es    # today's schedule and the pipeline side by side
+    python benchmarks/bench_pipeline.py --config kimina-es    # the barrier and the pipeline side by side
+    plan.es_simulation_inputs(config, ...) -> simulate(...)   # how `--dry-run` prices an ES iteration
 
 An ES iteration is `members` generations (one per perturbation) and then Lean verdicts on every
 member's proofs. Two schedules, simulated event by event from the same timings:
 
-- **barrier** (what `plan.py` prices today): up to `gpus` member containers generate at once, in
+- **barrier** (`modal.es_member_gpus = 0`): up to `gpus` member containers generate at once, in
   waves; only when the last member is done do its proofs go to Lean, in fresh Sandboxes of
   `batch_size` proofs that each import the header first. Every member GPU (and the loop's) is up
   for the whole iteration, so it idles while Lean verifies.
@@ -16,11 +17,16 @@ member's proofs. Two schedules, simulated event by event from the same timings:
   header imported once per worker, not once per batch), so Lean runs under the generation instead
   of after it. Fewer GPUs, each busy nearly all the time.
 
-Proofs are checked first come first served on the earliest free worker; a worker pays `header_s`
-before every `proofs_per_header` proofs it checks (a fresh Sandbox per batch; 0 = warm, never).
-GPU-busy is generation (and perturbation) seconds over billed GPU-seconds. Costs use the plan's
-prices: GPUs for the whole iteration, Lean workers for the time they are up (fresh Sandboxes:
-while they check; warm workers: the whole iteration).
+Lean runs in one of two ways. Warm workers (`Schedule.sandboxes == 0`): each proof goes to the
+earliest free worker, first come first served; a worker pays `header_s` before every
+`proofs_per_header` proofs it checks (0 = warm, never), and a verdict comes `kernel_latency_s`
+after its fast path (the kernel stage's fresh Sandboxes, which the caller prices). Batches
+(`Schedule.sandboxes > 0`, the barrier as it runs today): proofs are grouped in arrival order into
+batches of `proofs_per_batch`, each a fresh Sandbox that lasts `batch_s` (header, its proofs on its
+REPLs, its kernel stage), `sandboxes` at a time.
+GPU-busy is generation, perturbation and catch-up seconds over billed GPU-seconds. Costs: GPUs for
+the whole iteration; warm Lean workers for the whole iteration (`warm_lean`) or while they check;
+batch Sandboxes for their lifetime.
 
 Pure arithmetic: no Modal, no clock. The timings are the plan's estimates (`modal.est_*`) unless
 a calibration replaces them; only a run on real hardware can confirm them.
@@ -49,6 +55,11 @@ class IterationWork:
     update_s: float = 0.0        # the loop's update and ledger write after the last verdict
     resident_slowdown: float = 0.0  # each further member generating on the same GPU at once adds
                                     # this fraction of generation_s (an assumption until measured)
+    catch_up_s: float = 0.0      # a member container applies the last update before its first member
+                                 # (the loop's own GPU applied it in the update)
+    kernel_latency_s: float = 0.0   # warm workers: a proof's verdict comes this long after its fast path
+    proofs_per_batch: int = 0    # batches: proofs per fresh Sandbox
+    batch_s: float = 0.0         # batches: one Sandbox's lifetime (header, proofs, kernel stage)
 
 
 @dataclass(frozen=True)
@@ -57,18 +68,21 @@ class Schedule:
 
     name: str
     gpus: int                    # GPUs that generate
-    lean_workers: int            # proofs checked at once
+    lean_workers: int            # proofs checked at once (warm workers; with batches: informational)
     barrier: bool                # proofs wait for the last member's generation
     proofs_per_header: int       # a worker re-imports the header after this many proofs (0: warm, never)
     loop_gpu: bool = False       # the loop holds a GPU of its own besides the generating ones
     warm_lean: bool = False      # Lean workers are billed for the whole iteration (they stay up)
     resident: int = 1            # members generating on one GPU at once (engines sharing it)
+    loop_generates: bool = False  # GPU 0 is the loop's own: it pays no catch-up
+    sandboxes: int = 0           # > 0: Lean in fresh batch Sandboxes, this many at once
 
 
 @dataclass(frozen=True)
 class Prices:
     gpu_per_hour: float          # one GPU with its container's cores and memory
     lean_worker_per_hour: float  # one Lean worker's cores and memory
+    sandbox_per_hour: float = 0.0   # one batch Sandbox's cores and memory
 
 
 @dataclass(frozen=True)
@@ -78,9 +92,10 @@ class Result:
     generation_end_s: float
     gpu_busy_s: float
     gpu_billed_s: float
-    lean_busy_s: float           # checking and importing headers
+    lean_busy_s: float           # checking and importing headers (batches: Sandbox lifetimes)
     lean_billed_s: float
     usd: float
+    batches: int = 0             # batch Sandboxes started
 
     @property
     def gpu_busy_fraction(self) -> float:
@@ -92,11 +107,14 @@ def simulate(work: IterationWork, schedule: Schedule, prices: Prices) -> Result:
         raise ValueError("a schedule needs at least one GPU and one Lean worker")
     if schedule.resident < 1:
         raise ValueError("at least one member per GPU")
+    if schedule.sandboxes and work.proofs_per_batch < 1:
+        raise ValueError("batch Sandboxes need proofs_per_batch >= 1")
     # --- GPUs: the next members (up to `resident` at once) on the earliest free GPU ---------
     perturb = 0.0 if schedule.barrier else work.perturb_s
-    gpus = [(0.0, index) for index in range(schedule.gpus)]
+    gpus = [(0.0 if schedule.loop_generates and index == 0 else work.catch_up_s, index)
+            for index in range(schedule.gpus)]
     done: list[float] = []
-    gpu_busy, left = 0.0, work.members
+    gpu_busy, left = sum(start for start, _ in gpus), work.members
     while left:
         free, index = heapq.heappop(gpus)
         group = min(schedule.resident, left)
@@ -107,23 +125,39 @@ def simulate(work: IterationWork, schedule: Schedule, prices: Prices) -> Result:
         heapq.heappush(gpus, (free + took, index))
     generation_end = max(done, default=0.0)
     arrivals = sorted(generation_end if schedule.barrier else t for t in done for _ in range(work.proofs_per_member))
-    # --- Lean: first come first served on the earliest free worker --------------------------
-    workers = [(0.0, index, 0) for index in range(schedule.lean_workers)]   # (free at, index, proofs since header)
-    lean_busy, last_verdict = 0.0, 0.0
-    for arrival in arrivals:
-        free, index, since_header = heapq.heappop(workers)
-        start = max(arrival, free)
-        needs_header = schedule.proofs_per_header and since_header % schedule.proofs_per_header == 0
-        cost = work.proof_s + (work.header_s if needs_header else 0.0)
-        lean_busy += cost
-        last_verdict = max(last_verdict, start + cost)
-        heapq.heappush(workers, (start + cost, index, since_header + 1))
+    lean_busy, last_verdict, batches = 0.0, 0.0, 0
+    if schedule.sandboxes:
+        # --- Lean in batches: a fresh Sandbox per batch, started when its last proof arrived --
+        slots = [0.0] * schedule.sandboxes
+        for first in range(0, len(arrivals), work.proofs_per_batch):
+            ready = arrivals[min(first + work.proofs_per_batch, len(arrivals)) - 1]
+            start = max(ready, heapq.heappop(slots))
+            heapq.heappush(slots, start + work.batch_s)
+            last_verdict = max(last_verdict, start + work.batch_s)
+            lean_busy += work.batch_s
+            batches += 1
+        lean_billed = lean_busy
+    else:
+        # --- Lean on workers: first come first served on the earliest free worker -----------
+        workers = [(0.0, index, 0) for index in range(schedule.lean_workers)]   # (free at, index, proofs since header)
+        for arrival in arrivals:
+            free, index, since_header = heapq.heappop(workers)
+            start = max(arrival, free)
+            needs_header = schedule.proofs_per_header and since_header % schedule.proofs_per_header == 0
+            cost = work.proof_s + (work.header_s if needs_header else 0.0)
+            lean_busy += cost
+            last_verdict = max(last_verdict, start + cost + work.kernel_latency_s)
+            heapq.heappush(workers, (start + cost, index, since_header + 1))
     iteration_s = max(generation_end, last_verdict) + work.update_s
     billed_gpus = schedule.gpus + (1 if schedule.loop_gpu else 0)
     gpu_billed = billed_gpus * iteration_s
-    lean_billed = schedule.lean_workers * iteration_s if schedule.warm_lean else lean_busy
-    usd = gpu_billed / HOURS * prices.gpu_per_hour + lean_billed / HOURS * prices.lean_worker_per_hour
-    return Result(schedule, iteration_s, generation_end, gpu_busy, gpu_billed, lean_busy, lean_billed, usd)
+    if schedule.sandboxes:
+        lean_usd = lean_billed / HOURS * prices.sandbox_per_hour
+    else:
+        lean_billed = schedule.lean_workers * iteration_s if schedule.warm_lean else lean_busy
+        lean_usd = lean_billed / HOURS * prices.lean_worker_per_hour
+    usd = gpu_billed / HOURS * prices.gpu_per_hour + lean_usd
+    return Result(schedule, iteration_s, generation_end, gpu_busy, gpu_billed, lean_busy, lean_billed, usd, batches)
 
 
 def cheapest_pipeline(work: IterationWork, prices: Prices, *, max_iteration_s: float,

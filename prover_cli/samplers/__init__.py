@@ -1,12 +1,17 @@
 """Samplers: one signature for transformers (CPU/GPU, embedded default) and vLLM (GPU extra).
 
-    sampler = load_sampler(config)          # reads [model] and [generate]
+    sampler = load_sampler(config.model, config.generate)   # the [model] and [generate] sections
     outputs = sampler.generate(prompts, SamplingParams(n=4, temperature=1.0, top_p=0.95,
                                                        max_tokens=256, seed=0))
     outputs[i][j].text                      # j-th sample of prompt i
 
 Both are imported inside `load_sampler`, so `prover --help` never touches torch or vLLM.
 Samplers register through `register_sampler`, the same seam tasks use.
+
+Modules (tests/test_package_indexes.py keeps this list complete):
+
+- transformers_sampler.py   CPU/GPU default; ES perturbs its weights in place
+- vllm_sampler.py           GPU extra; ES works through the worker extension (es/vllm_worker.py)
 """
 
 from __future__ import annotations
@@ -59,18 +64,20 @@ def register_sampler(name: str):
     return decorator
 
 
-def load_sampler(config: Any, model_path: str | None = None, **kwargs: Any) -> Sampler:
-    """The sampler named by `generate.backend`, loaded with `model_path` or `model.name`."""
-    name = config.generate.backend
+def load_sampler(model_config: Any, generate_config: Any, model_path: str | None = None, **kwargs: Any) -> Sampler:
+    """The sampler named by `generate.backend`, loaded with `model_path` or `model.name`. It reads
+    the [model] and [generate] sections only; a registered factory takes the same arguments."""
+    name = generate_config.backend
     if name not in _REGISTRY and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])
     if name not in _REGISTRY:
         raise ConfigError(f"generate.backend = {name!r}: unknown sampler; known: {', '.join(_BUILTIN)}")
-    return _REGISTRY[name](config, model_path=model_path, **kwargs)
+    return _REGISTRY[name](model_config, generate_config, model_path=model_path, **kwargs)
 
 
-def sampling_params(config: Any, n: int | None = None, seed: int | None = None) -> SamplingParams:
-    g = config.generate
+def sampling_params(generate_config: Any, n: int | None = None, seed: int | None = None) -> SamplingParams:
+    """The [generate] section's sampling settings, with `n` and `seed` overridden when given."""
+    g = generate_config
     return SamplingParams(
         n=g.n if n is None else n,
         temperature=g.temperature,

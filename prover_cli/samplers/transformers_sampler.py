@@ -74,15 +74,18 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
 
 @register_sampler("transformers")
 class TransformersSampler:
-    def __init__(self, config: Any, model_path: str | None = None, model=None, tokenizer=None):
+    def __init__(self, model_config: Any, generate_config: Any, model_path: str | None = None, model=None,
+                 tokenizer=None):
+        """`model_config`, `generate_config`: the [model] and [generate] sections; `model`,
+        `tokenizer`: one loaded already (GRPO's policy), else loaded from `model_path` or model.name."""
         if model is None:
-            model, tokenizer, device = load_model_and_tokenizer(config.model, model_path)
+            model, tokenizer, device = load_model_and_tokenizer(model_config, model_path)
         else:
             device = str(next(model.parameters()).device)
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
-        self.batch_size = config.generate.batch_size
+        self.batch_size = generate_config.batch_size
         self._es_weights = None
 
     def generate(self, prompts: Sequence[str], params: SamplingParams,

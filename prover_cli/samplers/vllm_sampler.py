@@ -21,7 +21,9 @@ ES_WORKER_EXTENSION = "prover_cli.es.vllm_worker.ESWorkerExtension"
 
 @register_sampler("vllm")
 class VLLMSampler:
-    def __init__(self, config: Any, model_path: str | None = None, worker_extension_cls: str | None = None):
+    def __init__(self, model_config: Any, generate_config: Any, model_path: str | None = None,
+                 worker_extension_cls: str | None = None):
+        """`model_config`, `generate_config`: the [model] and [generate] sections."""
         try:
             import vllm
         except ImportError:
@@ -29,16 +31,17 @@ class VLLMSampler:
                                hint="pip install 'prover-cli[gpu]' on a CUDA machine, or use generate.backend = \"transformers\"") from None
         from prover_cli.built_models import resolve_model_path
 
-        path = model_path or resolve_model_path(config.model.name, config.model.cache_dir, config.model.tiny_seed)
+        model, generate = model_config, generate_config
+        path = model_path or resolve_model_path(model.name, model.cache_dir, model.tiny_seed)
         kwargs: dict[str, Any] = dict(
             model=path,
-            revision=None if Path(path).exists() else config.model.revision,
-            dtype="auto" if config.model.dtype == "auto" else config.model.dtype,
-            seed=config.generate.seed,
-            gpu_memory_utilization=config.generate.gpu_memory_utilization,
+            revision=None if Path(path).exists() else model.revision,
+            dtype="auto" if model.dtype == "auto" else model.dtype,
+            seed=generate.seed,
+            gpu_memory_utilization=generate.gpu_memory_utilization,
         )
-        if config.generate.max_model_len:
-            kwargs["max_model_len"] = config.generate.max_model_len
+        if generate.max_model_len:
+            kwargs["max_model_len"] = generate.max_model_len
         if worker_extension_cls:
             # ES perturbs weights inside the engine through this extension (collective_rpc).
             kwargs["worker_extension_cls"] = worker_extension_cls
@@ -49,7 +52,7 @@ class VLLMSampler:
         self._es_weights = None
 
     @classmethod
-    def from_engine(cls, config: Any, llm: Any) -> "VLLMSampler":
+    def from_engine(cls, llm: Any) -> "VLLMSampler":
         """A sampler on an engine someone else built (TRL's colocated `vllm.LLM` for GRPO)."""
         import vllm
 
@@ -104,7 +107,7 @@ class VLLMSampler:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        from prover_cli.es.weights import set_config_dtype
+        from prover_cli.model_dir import set_config_dtype
 
         weights = self.es_weights()
         weights.save(out / "model.safetensors")  # the master: fp32 for a bf16/fp16 engine

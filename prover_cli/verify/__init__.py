@@ -18,7 +18,16 @@ Modules, in the order a proof meets them:
     canary.py     honest proofs and one cheat per rule, run once per toolchain and by `doctor`
     kimina.py     the same rules against a Kimina Lean Server
     rules.py      the verdict rules (`Verdict`), and what they do not protect against
+    kernel.py     the second stage on every pass: `lean -o` afresh and the pinned checker
+                  (Lean's kernel re-check of the .olean files), in batches
+    checker/      prover_check, the pinned checker's Lean source for Lean 4.9-4.21
+    isolated.py   one command in a fresh process with a directory of its own: data in, data out
+    box.py        the bubblewrap box every local process that elaborates untrusted text runs in
+    placement.py  where verification runs (here, or Modal Sandboxes): never what it computes
     engine.py     `verify_file` (the `prover verify` command) and `verify_records` (the RL reward)
+
+The token tables lexer.py reads are data in tokens/. tests/test_package_indexes.py keeps this list
+complete.
 """
 
 from prover_cli.verify.engine import Verifier, verify_file, verify_records

@@ -13,6 +13,11 @@ verdict in `--out` was made from the same checked fields under the same policy (
 whose digest differs is checked again and superseded), and reports malformed input lines by
 number. One bad record never stops a run: whatever goes wrong while preparing, checking or
 writing one record becomes that record's `error` verdict.
+
+Where the processes run (here, or Modal Sandboxes) is `placement.py`'s to say: a placement
+changes the REPL transport, the kernel stage's runner and the commands and paths they start
+with, never anything this module computes, so the summary, the verdict lines and the resume are
+the same for every backend (tests/test_verify_same_across_backends.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.signals import stop_signals_as_interrupt
 from prover_cli.verify.lexer import set_token_table, table_for_config
+from prover_cli.verify.placement import Placement, current, place, when_left
 from prover_cli.verify.rules import VERDICTS, Verdict
 from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
@@ -170,10 +176,17 @@ def verdict_record(record: dict[str, Any], verdict: Verdict, identity: dict[str,
 
 class Verifier:
     """The configured backend. Keep one open across batches to keep REPL processes warm
-    (the header, e.g. `import Mathlib`, then runs once per process, not once per batch)."""
+    (the header, e.g. `import Mathlib`, then runs once per process, not once per batch).
+
+    Without an explicit `transport_factory` or `kernel_runner`, the current placement says where
+    its processes run (placement.py); `proofs`, when known, lets it size them for that many.
+    `config` is the `[verify]` config as it holds there (its commands and paths)."""
 
     def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = (),
-                 kernel_runner: Any = None):
+                 kernel_runner: Any = None, proofs: int | None = None):
+        placed = place(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner,
+                       proofs=proofs)
+        verify_config, transport_factory, kernel_runner = placed.config, placed.transport_factory, placed.kernel_runner
         self.config = verify_config
         self._transport_factory = transport_factory
         self.stages: list[Stage] = list(stages)
@@ -314,15 +327,20 @@ def verify_records(records: list[dict[str, Any]], verify_config: Any,
 
     By default starts and stops its own backend. Trainers pass `keep_warm=True`: the backend
     then stays open for the next batch with the same `[verify]` config (closed at exit), so
-    `import Mathlib` is paid once per REPL process, not once per ES member or GRPO step.
+    `import Mathlib` is paid once per REPL process, not once per ES member or GRPO step; unless
+    the current placement refuses warm processes (Modal: a Sandbox idling between batches is billed).
     """
-    if keep_warm:
-        return _warm_verifier(verify_config, transport_factory, kernel_runner).verify(list(records), reporter=reporter)
-    with Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner) as verifier:
-        return verifier.verify(list(records), reporter=reporter)
+    records = list(records)
+    explicit = transport_factory is not None or kernel_runner is not None
+    if keep_warm and (explicit or current().keep_warm):
+        return _warm_verifier(verify_config, transport_factory, kernel_runner).verify(records, reporter=reporter)
+    with Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner,
+                  proofs=len(records)) as verifier:
+        return verifier.verify(records, reporter=reporter)
 
 
-_WARM: dict[str, Verifier] = {}
+# key -> (the placement it was made under, None when the caller chose the place; the verifier)
+_WARM: dict[str, tuple[Placement | None, Verifier]] = {}
 
 
 def _warm_verifier(verify_config: Any, transport_factory: Any = None, kernel_runner: Any = None) -> Verifier:
@@ -330,20 +348,29 @@ def _warm_verifier(verify_config: Any, transport_factory: Any = None, kernel_run
     import dataclasses
     import json
 
+    placement = None if transport_factory is not None or kernel_runner is not None else current()
     key = json.dumps(dataclasses.asdict(verify_config), sort_keys=True, default=str)
-    key += f"|transport={id(transport_factory) if transport_factory is not None else 'local'}"
-    key += f"|kernel={id(kernel_runner) if kernel_runner is not None else 'local'}"
+    key += f"|transport={id(transport_factory) if transport_factory is not None else 'placed'}"
+    key += f"|kernel={id(kernel_runner) if kernel_runner is not None else 'placed'}"
+    # a placement's warm verifiers are closed when it is left (placement.verification_at), so this
+    # id never outlives its object while a verifier is kept under it
+    key += f"|placement={id(placement) if placement is not None else 'caller'}"
     if key not in _WARM:
         if not _WARM:
             atexit.register(close_warm_verifiers)
-        _WARM[key] = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
-    return _WARM[key]
+        _WARM[key] = (placement, Verifier(verify_config, transport_factory=transport_factory,
+                                          kernel_runner=kernel_runner))
+    return _WARM[key][1]
 
 
-def close_warm_verifiers() -> None:
-    """Stop every backend kept warm by `verify_records(..., keep_warm=True)`."""
-    while _WARM:
-        _WARM.popitem()[1].close()
+def close_warm_verifiers(placement: Placement | None = None) -> None:
+    """Stop every backend kept warm by `verify_records(..., keep_warm=True)` (with `placement`:
+    only those made under it)."""
+    for key in [k for k, (where, _) in _WARM.items() if placement is None or where is placement]:
+        _WARM.pop(key)[1].close()
+
+
+when_left(lambda placement: close_warm_verifiers(placement=placement))
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,10 +417,11 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
         reporter.log(f"{proofs_path}:{item['line']}: {item['reason']}")
 
     # -- check what has no current verdict, writing each verdict as soon as it is known --------
+    # the policy never depends on where the processes run (placement.py): a verdict made on one
+    # backend is current on every other
     policy = policy_digest(verify_config)
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
-    verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner)
     from prover_cli.verify.kernel import pin_warning
 
     # said once per command: in the summary (its `warnings` table for humans, the key with --json)
@@ -409,6 +437,10 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
             rechecked += previous is not None   # a stale verdict: its record or the policy changed
             todo.append((line_no, r))
         resumed = len(records) - len(todo)
+        # made here, once the work is known: a placement may size its processes by it (no process
+        # starts before the first proof needs one)
+        verifier = Verifier(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner,
+                            proofs=len(todo))
         counts: Counter = Counter()
         with reporter.task("verify", total=len(todo), unit="proofs") as task:
             def on_result(line_no: int, record: dict, verdict: Verdict) -> None:

@@ -48,6 +48,9 @@ class RunResult:
     stderr: str = ""
     files: dict[str, bytes] = field(default_factory=dict)   # the requested outputs that exist
     wall_s: float = 0.0
+    # peak resident memory of the step's process, KiB, where the runner measures it (the Modal
+    # kernel Sandbox: ru_maxrss of RUSAGE_CHILDREN); None where not. `prover doctor` reads it.
+    peak_rss_kib: int | None = None
 
     def describe(self) -> str:
         """One line: how it ended, for a verdict's reason."""

@@ -7,11 +7,16 @@ added without the kernel (`debug.skipKernelTC`), which `#print axioms` does not 
 proof the fast path calls `verified` goes through more steps, each a fresh process with a
 directory of its own that receives only data (`isolated.py`):
 
-1. **elaborate** the same code (trusted header + the checked body, which may hold no `import`)
-   with `lean -o`: the `.olean` file it writes is the only thing kept. Lean writes it only when
-   there is no error (`src/util/shell.cpp`: `if (olean_fn && ok) write_module(...)`).
-2. **the trusted target**: the header and `formal_statement` with `sorry`, compiled the same way
-   in its own process from trusted text alone (once per problem, cached).
+1. **elaborate** the same code (trusted header, the fast path's `_prover_hole`/`_prover_trusted`
+   declarations, the checked body, which may hold no `import`, then the fast path's
+   `_prover_same`: the body sees the environment it saw in the REPL) with `lean -o`: the `.olean`
+   file it writes is the only thing kept. Lean writes it only when there is no error
+   (`src/util/shell.cpp`: `if (olean_fn && ok) write_module(...)`).
+2. **the trusted target**: the same file with `formal_statement` and `sorry` for the body,
+   compiled the same way in its own process from trusted text alone (once per problem, cached).
+   The checker compares the submission's `_prover_hole`/`_prover_trusted` with the target's
+   own, in full (`prover_check`), or accepts SafeVerify's failure on `_prover_trusted`'s hole
+   axiom alone (`_only_the_trusted_aux_failed`).
 3. **check** the two `.olean` files with the checker pinned for the toolchain (`PINS`):
    - Lean 4.9 - 4.21 (the default 4.15 included): `prover_check`, our own program
      (`checker/Main.lean`), because no SafeVerify commit for those toolchains has the hardening
@@ -20,7 +25,7 @@ directory of its own that receives only data (`isolated.py`):
      Exprs and Levels rebuilt, Nat literals checked, every constant replayed by the kernel
      twice; every declaration of the target module (any kind) equal in the submission; the
      target's axioms within propext, Quot.sound, Classical.choice. IT HAS NEVER BEEN COMPILED
-     WHERE THIS CODE IS DEVELOPED (no Lean there): the Modal Lean image builds it, and `prover
+     WHERE THIS CODE IS DEVELOPED (no Lean there): the Modal kernel image builds it, and `prover
      doctor --backend modal` runs it against the kernel canaries (public attacks) first.
    - Lean 4.27, 4.29: SafeVerify (GasStationManager/SafeVerify) at its 2026 commits, one pair
      per process: replay with rebuilt Exprs/Levels, Nat-literal check, theorems checked again,
@@ -54,7 +59,8 @@ from typing import Any, Iterable, Sequence
 from prover_cli.errors import BackendError
 from prover_cli.verify.isolated import RunResult, Runner, local_runner
 from prover_cli.verify.canary import Canary
-from prover_cli.verify.rules import Verdict
+from prover_cli.verify.rules import HOLE, SAME, TRUSTED, Verdict, print_axioms_command, trusted_command
+from prover_cli.verify.statement import BadRecord, trusted_signature
 
 CHECKER = "SafeVerify"
 CHECKER_REPO = "GasStationManager/SafeVerify"
@@ -224,14 +230,35 @@ class KernelResult:
 MODULE = "Proof"   # target and proof are compiled under the same module name (private names agree)
 
 
-def target_source(header: str, statement: str) -> str:
-    """The trusted target file: header and statement, `sorry` for the proof."""
-    return f"{header.rstrip()}\n\n{statement.rstrip()} sorry\n"
+# The declarations the fast path adds around the untrusted text (rules.py, rule 4) are added here
+# too, in the same order: the hole axiom and `_prover_trusted` before the body, `_prover_same`
+# after it. So the body elaborates in the same environment in both stages, and a payload that asks
+# the environment (`(← getEnv).contains `_prover_trusted`) sees the same answer in each. The
+# trusted target has them as well: the checker compares the submission's with the target's own
+# compiled ones (checker/Main.lean `isTrustedAux`; SafeVerify: `_read_2026`), never trusts them.
+def trusted_before(statement: str) -> str:
+    """What the REPL pool runs between the header and the body (`rules.trusted_command`)."""
+    return trusted_command(trusted_signature(statement))
 
 
-def proof_source(header: str, body: str) -> str:
-    """The file the fast path checked, as one module: the header, then the body."""
-    return f"{header.rstrip()}\n\n{body.rstrip()}\n"
+def trusted_after(target: str) -> str:
+    """The pool's `_prover_same` after the body. The pool writes `_root_.<Ns.>` from the REPL's
+    answer; no process's answer is read here, so the names resolve as Lean resolves them after the
+    body (the checker compares this theorem's type with the one compiled from trusted text)."""
+    return f"theorem _root_.{SAME} : type_of% @{TRUSTED} := @{target}\n\n{print_axioms_command('_root_.' + SAME)}"
+
+
+def target_source(header: str, statement: str, target: str) -> str:
+    """The trusted target file: the header, the fast path's declarations, the statement with
+    `sorry` for the proof."""
+    return (f"{header.rstrip()}\n\n{trusted_before(statement)}\n\n{statement.rstrip()} sorry\n\n"
+            f"{trusted_after(target)}\n")
+
+
+def proof_source(header: str, statement: str, target: str, body: str) -> str:
+    """The file the fast path checked, as one module: the header, the fast path's declarations
+    before the body, the body, the fast path's declaration after it."""
+    return f"{header.rstrip()}\n\n{trusted_before(statement)}\n\n{body.rstrip()}\n\n{trusted_after(target)}\n"
 
 
 def elaborate_argv(lean_command: list[str]) -> list[str]:
@@ -281,6 +308,12 @@ class KernelStage:
         if problem is not None:
             raise BackendError(f"verify.{problem[0]}: {problem[1]} with verify.kernel_check = true",
                                hint="set verify.kernel_check = false to accept such proofs without the kernel re-check")
+        if runner is None:   # local: the installed checker must be built against the project's packages
+            problem = checker_manifest_problem(verify_config, self.pin)
+            if problem is not None:
+                raise BackendError(f"verification refuses to use the kernel checker: {problem}",
+                                   hint="rebuild the checker against the project's lake-manifest.json "
+                                        "(docs/verify.md, *The kernel stage*), then run `prover doctor`")
         self.runner = runner or local_runner(verify_config)   # in the box verify.box asks for
         self.lean_command = list(verify_config.lean_command)
         self.checker_command = checker_command(verify_config, self.pin)
@@ -354,12 +387,15 @@ class KernelStage:
         if BODY_IMPORT.search(job.body):
             return KernelResult("rejected", "kernel check: the proof has an `import` line; a proof module's imports "
                                 "must be the trusted header's exactly")
+        try:
+            source = proof_source(job.header, job.statement, job.target, job.body)
+        except BadRecord as exc:
+            return KernelResult("error", f"kernel check: internal: the trusted statement cannot be restated: {exc}")
         target = self._target_olean(job)
         if isinstance(target, str):
             return KernelResult("error", target)
         start = time.monotonic()
-        elaborated = self.runner.run(elaborate_argv(self.lean_command),
-                                     {MODULE + ".lean": proof_source(job.header, job.body).encode("utf-8")},
+        elaborated = self.runner.run(elaborate_argv(self.lean_command), {MODULE + ".lean": source.encode("utf-8")},
                                      (MODULE + ".olean",), self.timeout_s, what="verify.lean_command")
         olean = elaborated.files.get(MODULE + ".olean")
         failure = read_elaboration(elaborated, olean is not None)
@@ -425,7 +461,7 @@ class KernelStage:
             return target
 
     def _compile_target(self, job: KernelJob) -> tuple[bytes | str, bool]:
-        return compile_module(self.runner, self.lean_command, target_source(job.header, job.statement),
+        return compile_module(self.runner, self.lean_command, target_source(job.header, job.statement, job.target),
                               self.timeout_s, "the trusted statement")
 
 
@@ -717,9 +753,47 @@ def _sections_2024(lines: list[str]) -> tuple[list, list] | None:
     return out[0], out[1]
 
 
+def _is_aux(name: str, which: str = TRUSTED) -> bool:
+    return name == which or name.endswith("." + which)
+
+
+def _only_the_trusted_aux_failed(result: RunResult) -> bool:
+    """Whether a `SafeVerify check failed.` run failed for the fast path's `_prover_trusted`
+    alone: SafeVerify checks the axioms of every theorem of the submission (`runSafeVerify`, at
+    b291b588 and 241dfb0d), and `_prover_trusted` is proved by the hole axiom by construction. Its
+    `--save` report is written before that throw ("always, even on failure"): every outcome must be
+    `failureMode: null` but `_prover_trusted`'s, which must be `"axioms"` (`CheckFailure.axioms`
+    under `deriving ToJson`: a constructor without fields is its name as a string; that check
+    comes after kind and theorem type, so those matched the target's own `_prover_trusted`); and
+    the only `N used disallowed axioms. #[…]` line must be `_prover_trusted`'s, listing only the
+    hole axiom and allowed ones. Every throw before that summary (imports, replay, the kernel's
+    second check, Nat literals) has another message. Anything else: False (fail closed)."""
+    if _exception(result.stderr) is None or not _exception(result.stderr).startswith("SafeVerify check failed."):
+        return False
+    try:
+        report = json.loads(result.files["report.json"].decode("utf-8"))
+    except (KeyError, UnicodeDecodeError, ValueError):
+        return False
+    if not isinstance(report, list) or not all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+                                               and isinstance(e[1], dict) for e in report):
+        return False
+    failed = [(name, outcome.get("failureMode")) for name, outcome in report if outcome.get("failureMode") is not None]
+    if len(failed) != 1 or not _is_aux(failed[0][0]) or failed[0][1] != "axioms":
+        return False
+    violations = re.findall(r"(?m)^(\S+) used disallowed axioms\. #\[(.*)\]$", result.stderr)
+    if len(violations) != 1 or violations[0][0] != failed[0][0]:
+        return False
+    axioms = [a.strip() for a in violations[0][1].split(",") if a.strip()]
+    return any(_is_aux(a, HOLE) for a in axioms) and all(_is_aux(a, HOLE) or a in CHECKER_AXIOMS for a in axioms)
+
+
 def _read_2026(result: RunResult, target: str, allowed: frozenset, pin_text: str) -> KernelResult:
     """stderr: progress lines, `Found a problem in S with declaration N: F`, then `SafeVerify check
-    passed.` (exit 0) or `uncaught exception: …` (exit 1); `--save` writes the per-target JSON."""
+    passed.` (exit 0) or `uncaught exception: …` (exit 1); `--save` writes the per-target JSON.
+    A failure caused by the fast path's `_prover_trusted` alone is read as a pass
+    (`_only_the_trusted_aux_failed`)."""
+    if result.exit_code == 1 and _only_the_trusted_aux_failed(result):
+        return _read_2026_report(result, target, allowed, pin_text)
     if result.exit_code == 1:
         message = _exception(result.stderr)
         if message is None:
@@ -729,6 +803,8 @@ def _read_2026(result: RunResult, target: str, allowed: frozenset, pin_text: str
         if _REJECT_2026_ALWAYS.match(message) or (in_submission and _REJECT_2026_REPLAY.match(message)):
             problems = [re.sub(r"^Found a problem in .* with (declaration .*)$", r"\1", p) for p in re.findall(
                 r"(?m)^(Found a problem in .* with declaration .*|\S+ used disallowed axioms\. .*)$", result.stderr)]
+            # `_prover_trusted`'s own line is expected (the hole axiom): the others say what failed
+            problems = [p for p in problems if not re.match(rf"(?:declaration )?(?:\S+\.)?{TRUSTED}[: ]", p)] or problems
             summary = message.startswith("SafeVerify check failed") and problems
             return KernelResult("rejected", f"kernel check ({pin_text}): "
                                 + _one_line("; ".join(problems[:3]) if summary else message))
@@ -739,6 +815,10 @@ def _read_2026(result: RunResult, target: str, allowed: frozenset, pin_text: str
     if not re.search(r"(?m)^SafeVerify check passed\.$", result.stderr) or UNCAUGHT in result.stderr \
             or re.search(r"(?m)^Found a problem in ", result.stderr):
         return _unreadable(result, "but no `SafeVerify check passed.`")
+    return _read_2026_report(result, target, allowed, pin_text)
+
+
+def _read_2026_report(result: RunResult, target: str, allowed: frozenset, pin_text: str) -> KernelResult:
     try:
         report = json.loads(result.files["report.json"].decode("utf-8"))
     except (KeyError, UnicodeDecodeError, ValueError):
@@ -840,6 +920,69 @@ def describe_installed_checker(command: list[str], cwd: str | None = None) -> di
             info["commit"] = _git_head(directory / ".git") or _source_digest(directory)
             break
     return info
+
+
+# --------------------------------------------------------------------------------------------
+# The checker's packages against the project's (lake-manifest.json)
+# --------------------------------------------------------------------------------------------
+
+# The packages whose .olean files both the checker's build and the project's proofs use: a checker
+# built against other revisions reads a Mathlib it was not built with (SafeVerify requires Mathlib,
+# which requires Batteries; prover_check requires nothing, so it has nothing to compare).
+SHARED_PACKAGES = ("mathlib", "batteries")
+MANIFEST = "lake-manifest.json"
+
+
+def manifest_revisions(path: Path) -> dict[str, str]:
+    """{package name: rev} of a lake-manifest.json (its `packages`: objects with `name` and
+    `rev`, as Lake writes them); ConfigError naming the file and the key when it is not one."""
+    from prover_cli.errors import ConfigError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON ({exc})") from None
+    packages = data.get("packages") if isinstance(data, dict) else None
+    if not isinstance(packages, list):
+        raise ConfigError(f"{path}: key `packages` must be a list (a lake-manifest.json)")
+    for k, package in enumerate(packages):
+        if not isinstance(package, dict) or not isinstance(package.get("name"), str) \
+                or not isinstance(package.get("rev"), str):
+            raise ConfigError(f"{path}: `packages[{k}]` must have string `name` and `rev` (a lake-manifest.json)")
+    return {package["name"]: package["rev"] for package in packages}
+
+
+def manifest_mismatch(checker_manifest: Path, project_manifest: Path) -> str | None:
+    """Why the checker's shared packages are not the project's revisions (both files and both
+    revisions named), or None. A package the checker's build does not require is not compared."""
+    checker, project = manifest_revisions(checker_manifest), manifest_revisions(project_manifest)
+    bad = [f"{name} {checker[name][:12]} in {checker_manifest}, "
+           + (f"{project[name][:12]} in {project_manifest}" if name in project else f"absent from {project_manifest}")
+           for name in SHARED_PACKAGES if name in checker and checker[name] != project.get(name)]
+    return f"the kernel checker was built against other packages than the project's: {'; '.join(bad)}" if bad else None
+
+
+def checker_manifest_problem(verify_config: Any, pin: CheckerPin) -> str | None:
+    """The installed checker's packages against verify.project_dir's lake-manifest.json: why they
+    differ, or None (also None when no checkout of the checker is found: `prover doctor` reports
+    that its version is unknown). ConfigError when a manifest is not one."""
+    info = describe_installed_checker(checker_command(verify_config, pin), verify_config.project_dir or None)
+    if not info.get("checkout"):
+        return None
+    checker = Path(info["checkout"]) / MANIFEST
+    project = Path(verify_config.project_dir or ".") / MANIFEST
+    if not checker.is_file():
+        if pin.dialect == "batch":
+            return None   # prover_check's lakefile requires no package: it reads the project's
+        return f"no {MANIFEST} beside the kernel checker ({checker}): which Mathlib it was built against is unknown"
+    if not project.is_file():
+        revisions = manifest_revisions(checker)
+        if not any(name in revisions for name in SHARED_PACKAGES):
+            return None
+        return f"the kernel checker's {checker} pins Mathlib, but the project has no {project}"
+    return manifest_mismatch(checker, project)
 
 
 def _source_digest(directory: Any) -> str | None:
@@ -1088,7 +1231,7 @@ def run_kernel_canary(stage: KernelStage, header: str, fast_path: Any = None) ->
     return out
 
 
-KERNEL_CANARY_VERSION = 3   # 3: the public attacks (KERNEL_ATTACKS)
+KERNEL_CANARY_VERSION = 4   # 3: the public attacks (KERNEL_ATTACKS); 4: the fast path's declarations in both modules
 
 
 def ensure_kernel_canary(stage: KernelStage, verify_config: Any, fast_path: Any = None) -> None:
@@ -1117,7 +1260,7 @@ def ensure_kernel_canary(stage: KernelStage, verify_config: Any, fast_path: Any 
 
 def kernel_canary_failures(results: list[dict[str, Any]]) -> str:
     return "; ".join(f"rule `{r['rule']}` does not hold (kernel canary {r['canary']!r}: expected {r['expect']}, "
-                     f"got {r['got']}: {r['reason'][:200]})" for r in results if not r["ok"])
+                     f"got {r['got']}: {r['reason'][:400]})" for r in results if not r["ok"])
 
 
 # --------------------------------------------------------------------------------------------

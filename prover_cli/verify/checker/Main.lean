@@ -1,6 +1,6 @@
 /-
 prover_check: the kernel stage's checker for Lean 4.9 - 4.21 (prover_cli/verify/kernel.py).
-NOT COMPILED ON THE MACHINES THIS PROJECT IS DEVELOPED ON (no Lean there): the Modal Lean image
+NOT COMPILED ON THE MACHINES THIS PROJECT IS DEVELOPED ON (no Lean there): the Modal kernel image
 builds it and `prover doctor --backend modal` runs it against the kernel canaries first. Written
 from the documented rules of SafeVerify (GasStationManager/SafeVerify, Main.lean at b291b588),
 lean4checker (`Lean.Environment.replay`) and comparator (leanprover/comparator); read, not copied.
@@ -26,9 +26,11 @@ The contract, per pair:
      every constant of the target module (header declarations of every kind) present in the
      submission with the same kind, universe parameters and type (and value, for definitions and
      opaques; constructor and recursor shapes for inductives);
- (d) so the target theorem's type and universe parameters equal the trusted statement's;
- (e) the axioms of each target theorem, collected in the replayed environment, within
-     propext, Quot.sound, Classical.choice.
+ (d) so the target theorem's type and universe parameters equal the trusted statement's; the
+     fast path's declarations before the untrusted text (`isTrustedAux`) equal the target's in
+     full, values included;
+ (e) the axioms of each target theorem (`isTrustedAux` ones aside), collected in the replayed
+     environment, within propext, Quot.sound, Classical.choice.
 -/
 import Lean
 
@@ -90,6 +92,16 @@ def valueOf : ConstantInfo → Option Expr
   | .thmInfo t => some t.value
   | .opaqueInfo o => some o.value
   | _ => none
+
+/-- The declarations the fast path adds before the untrusted text, and the kernel stage adds to
+both modules in the same place (prover_cli/verify/rules.py `HOLE`, `TRUSTED`; a namespace the
+trusted header leaves open prefixes them): part of the trusted header. `_prover_trusted` is proved
+by the hole axiom by construction, so each is compared in full (its value too) with the trusted
+target's own, and neither is held to the axiom list; a theorem that uses one depends on
+`_prover_hole`, which no policy allows. -/
+def isTrustedAux : Name → Bool
+  | .str _ s => s == "_prover_hole" || s == "_prover_trusted"
+  | _ => false
 
 /-- Lean's compiler emits `f._unsafe_rec` shims for recursive definitions: not user code. -/
 def isUnsafeRecShim : Name → Bool
@@ -204,12 +216,15 @@ def checkSubmission (env : Environment) (header : Array (Name × Bool)) (target 
       throw <| IO.userError s!"{kindOf want} {name} of the trusted target is not declared by the submission module"
     if let some why := mismatch want mine then
       throw <| IO.userError s!"{kindOf want} {name} {why} than the trusted target's"
-    if let .thmInfo _ := want then
-      let found := axiomsOf replayed [name] {} #[]
-      let bad := found.filter (fun a => !(allowedAxioms.contains a))
-      if !bad.isEmpty then
-        throw <| IO.userError s!"theorem {name} depends on axioms outside propext, Quot.sound, Classical.choice: {bad}"
-      axioms := axioms ++ [(toString name, Json.arr (found.map fun a => Json.str (toString a)))]
+    if isTrustedAux name && valueOf want != valueOf mine then
+      throw <| IO.userError s!"{kindOf want} {name} has another value than the trusted target's"
+    if !isTrustedAux name then
+      if let .thmInfo _ := want then
+        let found := axiomsOf replayed [name] {} #[]
+        let bad := found.filter (fun a => !(allowedAxioms.contains a))
+        if !bad.isEmpty then
+          throw <| IO.userError s!"theorem {name} depends on axioms outside propext, Quot.sound, Classical.choice: {bad}"
+        axioms := axioms ++ [(toString name, Json.arr (found.map fun a => Json.str (toString a)))]
   return axioms
 
 /-- One line of the answer, and the batch's header (imported at the first pair, then kept). -/

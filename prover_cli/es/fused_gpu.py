@@ -1,9 +1,9 @@
-"""A fused GPU kernel (Triton) for es/noise.py: noise, perturb and update in one pass, same bits.
+"""The fused GPU path (Triton) of es/noise.py: noise, perturb and update in one pass, same bits.
 
 On CUDA the eager torch path (es/noise.py) runs each integer step of the hash as its own kernel
 over int64 temporaries: about ten passes over memory per element. Here one Triton program per
 BLOCK elements computes the hash, the Irwin-Hall sum, the fp32 multiply and the add in
-registers, reading the fp32 master once and writing the live weight once (kernel.py is the same
+registers, reading the fp32 master once and writing the live weight once (fused_cpu.py is the same
 idea on CPU). It keeps exactly the bits of `noise_definition.reference_noise` and of the eager
 ops:
 
@@ -17,7 +17,7 @@ ops:
 - fp32 -> bfloat16 is integer code (round to nearest even, every NaN -> 0x7FC0, as torch on
   CPU writes it), exact everywhere (Triton's interpreter rounds bf16 ties upward, and GPUs
   before sm_80 have no bf16 conversion instruction); fp32 -> float16 is the hardware's round-to-nearest-even conversion, NaN ->
-  sign | 0x7E00 (torch's CPU pattern). So NaN payloads match the CPU kernel, not necessarily a
+  sign | 0x7E00 (torch's CPU pattern). So NaN payloads match the fused CPU path, not necessarily a
   CUDA eager cast; NaN weights are outside the contract and the self-check does not test them;
 - the update accumulates all terms in fp32, in term order, from +0.0, in registers (every
   seed's noise generated on the fly), then adds once to the master: one read and one write of
@@ -56,7 +56,7 @@ LAUNCH = 1 << 26  # elements per launch (65536 programs); bounds the grid and th
 LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 
 _lock = threading.RLock()  # re-entrant: the self-check runs the operations while loading
-_status: dict[str, str] = {}  # device -> "ok" or why the kernel is off there
+_status: dict[str, str] = {}  # device -> "ok" or why the fused path is off there
 _kernels: dict[str, Any] | None = None  # name -> triton kernel, once built
 _build_error: str | None = None
 _interpreted = False  # the kernels were built under TRITON_INTERPRET=1 (they then take CPU tensors)
@@ -161,7 +161,7 @@ def _device_name(device: Any) -> str:
 
 
 def _load(name: str) -> str:
-    """Why the kernel is off on device `name`, or "ok" after a passed self-check."""
+    """Why the fused path is off on device `name`, or "ok" after a passed self-check."""
     global _kernels, _build_error, _interpreted
     import torch
 
@@ -175,12 +175,12 @@ def _load(name: str) -> str:
             _build_error = f"off (triton is not installed: {exc})"
         except Exception as exc:  # noqa: BLE001 - a Triton that cannot define them is not used
             _build_error = f"off (defining the Triton kernels failed: {type(exc).__name__}: {exc})"
-            warnings.warn(f"prover ES GPU kernel unavailable, using the eager path (same bits, slower): {exc}")
+            warnings.warn(f"prover ES fused GPU path unavailable, using the eager path (same bits, slower): {exc}")
     if _build_error:
         return _build_error
     device = torch.device(name)
     if device.type == "cpu" and not _interpreted:
-        return "off (CPU tensors need TRITON_INTERPRET=1; the CPU kernel is es/kernel.py)"
+        return "off (CPU tensors need TRITON_INTERPRET=1; the fused CPU path is es/fused_cpu.py)"
     if device.type not in ("cpu", "cuda"):
         return f"off (no Triton kernel for {device.type} devices)"
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -188,12 +188,12 @@ def _load(name: str) -> str:
     _checking.add(name)
     try:
         problem = _self_check(device)
-    except Exception as exc:  # noqa: BLE001 - any failure of the check means: do not trust the kernel
+    except Exception as exc:  # noqa: BLE001 - any failure of the check means: do not trust the compiled code
         problem = f"{type(exc).__name__}: {exc}"
     finally:
         _checking.discard(name)
     if problem:
-        warnings.warn(f"prover ES GPU kernel disagrees with the reference on {name} ({problem}); "
+        warnings.warn(f"prover ES fused GPU path disagrees with the reference on {name} ({problem}); "
                       "using the eager path (same bits, slower)")
         return f"off (self-check failed: {problem})"
     return "ok (interpreter)" if _interpreted else "ok"
@@ -209,20 +209,20 @@ def available(device: Any = "cuda") -> bool:
 
 
 def status(device: Any = "cuda") -> str:
-    """Why the GPU kernel is off on `device`, or "ok" (checking the device first if needed)."""
+    """Why the fused GPU path is off on `device`, or "ok" (checking the device first if needed)."""
     available(device)
     return _status[_device_name(device)]
 
 
 def _check(tensor: Any, what: str, dtypes: tuple[Any, ...]) -> None:
     name = _device_name(tensor.device)
-    if name not in _checking and not available(name):  # fail closed: never run an unchecked kernel
-        raise ValueError(f"{what}: the ES GPU kernel is off on {name}: {_status[name]}")
+    if name not in _checking and not available(name):  # fail closed: never run unchecked compiled code
+        raise ValueError(f"{what}: the ES fused GPU path is off on {name}: {_status[name]}")
     device_ok = tensor.device.type == "cuda" or (_interpreted and tensor.device.type == "cpu")
     if not device_ok or tensor.dtype not in dtypes or not tensor.is_contiguous():
         names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
         where = "CUDA (or CPU under TRITON_INTERPRET=1)" if _interpreted else "CUDA"
-        raise ValueError(f"{what}: the ES GPU kernel takes contiguous {names} {where} tensors, got "
+        raise ValueError(f"{what}: the ES fused GPU path takes contiguous {names} {where} tensors, got "
                          f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}"
                          f"{'' if tensor.is_contiguous() else ' (not contiguous)'}")
 
@@ -288,7 +288,7 @@ def perturb_into(master: Any, key: int, scale32: float, out: Any) -> None:
 
 
 def perturb_many(items: Sequence[tuple[Any, int, Any]], scale32: float) -> None:
-    """`perturb_into` for every (master, key, out), as kernel.perturb_many does on CPU."""
+    """`perturb_into` for every (master, key, out), as fused_cpu.perturb_many does on CPU."""
     for master, key, out in items:
         perturb_into(master, key, scale32, out)
 
@@ -301,7 +301,7 @@ def update_master(master: Any, terms: Sequence[tuple[int, float]]) -> float:
 def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[float]) -> list[float]:
     """master += sum_k fp32(eps(keys[k]) * coefs[k]) for every (master, keys); the squared norms.
 
-    As kernel.update_many on CPU: every master's terms share `coefs`. The keys and coefficients
+    As fused_cpu.update_many on CPU: every master's terms share `coefs`. The keys and coefficients
     go to the device once, and the norms come back in one synchronisation.
     """
     import torch

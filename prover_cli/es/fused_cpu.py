@@ -1,6 +1,6 @@
-"""A fused CPU kernel for es/noise.py: noise, perturb and update in one pass, with the same bits.
+"""The fused CPU path of es/noise.py: noise, perturb and update in one C pass, with the same bits.
 
-The eager torch path (es/noise.py) runs each integer step of the hash as its own kernel over
+The eager torch path (es/noise.py) runs each integer step of the hash as its own torch op over
 int64 temporaries: about ten passes over memory per element. Here one small C function per job
 computes the hash, the Irwin-Hall sum, the fp32 multiply and the add per element, reading the
 fp32 master once and writing the live weight once. It keeps exactly the bits of
@@ -22,10 +22,11 @@ conversion treats differently from torch). Elsewhere the portable C loops run, w
 compiler vectorises as it can. Both are checked against the reference at load.
 
 The library is compiled with the system C compiler at first use (~1 s), cached per source, flags
-and CPU under ~/.cache/prover-cli/kernels (PROVER_KERNEL_CACHE overrides), and checked against
+and CPU under ~/.cache/prover-cli/kernels (PROVER_KERNEL_CACHE overrides; both names kept
+from before the rename, so existing caches and settings still apply), and checked against
 the pure-Python reference and the eager path before it is trusted. Without a compiler, or if a
 check fails, `available()` is False and callers use the eager path (same bits, slower).
-PROVER_ES_KERNEL=eager turns the kernel off.
+PROVER_ES_KERNEL=eager turns the fused path off.
 
 Threads: ctypes releases the GIL. A whole model is one call per thread: its tensors are laid end
 to end and cut into `torch.get_num_threads()` runs of about equal length (segments), so many
@@ -391,7 +392,7 @@ void prover_cast_segments(const prover_segment *seg, int64_t count, int stream) 
     for (int64_t j = 0; j < count; j++) prover_cast(seg[j].n, seg[j].src, seg[j].dst, (int)seg[j].dtype, stream);
 }
 
-/* squares[j] := the squared norm of segment j's sum (segments are fixed chunks: see kernel.py) */
+/* squares[j] := the squared norm of segment j's sum (segments are fixed chunks: see fused_cpu.py) */
 void prover_update_segments(const prover_segment *seg, int64_t count, const float *coefs, int64_t terms,
                             float scale, double *squares) {
     for (int64_t j = 0; j < count; j++)
@@ -407,7 +408,7 @@ CFLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-fno-s
 _lock = threading.Lock()  # guards loading
 _pool_lock = threading.Lock()  # guards the pool (the self-check runs jobs while loading)
 _lib: Any = None
-_status: str | None = None  # why the kernel is off, or "ok"
+_status: str | None = None  # why the fused path is off, or "ok"
 _pool: ThreadPoolExecutor | None = None
 _pool_threads: tuple[int, int] = (0, 0)  # (threads, pid) the pool was made for
 
@@ -434,14 +435,14 @@ def _compile(compiler: str) -> Path:
     """Build (or find) the cached library; atomic, so concurrent processes may race safely."""
     tag = hashlib.sha256("\0".join([SOURCE, *CFLAGS, compiler, _cpu_identity()]).encode()).hexdigest()[:20]
     cache = _cache_dir()
-    target = cache / f"es_kernel_{tag}.so"
+    target = cache / f"es_fused_cpu_{tag}.so"
     if target.exists():
         return target
     from prover_cli.jsonl import write_text_atomic
 
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        source = Path(tmp) / "es_kernel.c"
+        source = Path(tmp) / "es_fused_cpu.c"
         source.write_text(SOURCE)
 
         def build(built: Path) -> None:
@@ -469,7 +470,7 @@ def _load() -> None:
         lib = ctypes.CDLL(str(_compile(compiler)))
     except (OSError, MachineError, RuntimeError, subprocess.SubprocessError) as exc:  # MachineError: the cache write
         _status = f"off ({exc})"
-        warnings.warn(f"prover ES kernel unavailable, using the eager path (same bits, slower): {exc}")
+        warnings.warn(f"prover ES fused CPU path unavailable, using the eager path (same bits, slower): {exc}")
         return
     u64, i64, f32, ptr = ctypes.c_uint64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
     lib.prover_lanes.argtypes = []
@@ -485,18 +486,18 @@ def _load() -> None:
     _lib = lib
     try:
         problem = _self_check()
-    except Exception as exc:  # noqa: BLE001 - any failure of the check means: do not trust the kernel
+    except Exception as exc:  # noqa: BLE001 - any failure of the check means: do not trust the library
         problem = f"{type(exc).__name__}: {exc}"
     if problem:
         _lib = None
         _status = f"off (self-check failed: {problem})"
-        warnings.warn(f"prover ES kernel disagrees with the reference ({problem}); using the eager path")
+        warnings.warn(f"prover ES fused CPU path disagrees with the reference ({problem}); using the eager path")
         return
     _status = "ok (AVX-512, 16 lanes)" if lib.prover_lanes() == 16 else "ok (portable C loops)"
 
 
 def available() -> bool:
-    """True when the compiled kernel is loaded and passed its self-check."""
+    """True when the compiled library is loaded and passed its self-check."""
     with _lock:
         if _status is None:
             _load()
@@ -534,7 +535,7 @@ def _check_cpu_fp32(tensor: Any, what: str) -> None:
     import torch
 
     if tensor.device.type != "cpu" or tensor.dtype != torch.float32 or not tensor.is_contiguous():
-        raise ValueError(f"{what}: the ES kernel takes contiguous fp32 CPU tensors, got {tensor.dtype} on {tensor.device}")
+        raise ValueError(f"{what}: the ES fused CPU path takes contiguous fp32 CPU tensors, got {tensor.dtype} on {tensor.device}")
 
 
 # -- the operations (each as es/noise.py defines it) ------------------------------------------
@@ -711,7 +712,7 @@ def _out_code(out: Any, master: Any, what: str) -> int:
     _check_cpu_fp32(master, f"{what} master")
     code = _DTYPE_CODES.get(str(out.dtype).removeprefix("torch."))
     if code is None or out.device.type != "cpu" or not out.is_contiguous() or out.numel() != master.numel():
-        raise ValueError(f"ES kernel output must be a contiguous CPU float32/bfloat16/float16 tensor of "
+        raise ValueError(f"ES fused CPU output must be a contiguous CPU float32/bfloat16/float16 tensor of "
                          f"{master.numel()} elements, got {out.dtype} {tuple(out.shape)} on {out.device}")
     return code
 

@@ -1,4 +1,4 @@
-"""es/gpu_kernel.py: the Triton kernels keep the bits of the reference and of the eager ops.
+"""es/fused_gpu.py: the Triton kernels keep the bits of the reference and of the eager ops.
 
 No GPU here: the arithmetic is checked by Triton's interpreter (TRITON_INTERPRET=1 runs the same
 kernel source on CPU tensors with numpy, in a subprocess so the setting cannot leak), and the
@@ -7,7 +7,7 @@ must contain no fused multiply-add and no arithmetic shift. Neither is a GPU res
 `available("cuda")` runs the same self-check on the device before the kernel is used.
 
 Triton is optional (not a project dependency): the tests that need it skip without it, e.g.
-    PYTHONPATH=/tmp/tritonlib .venv/bin/python -m pytest -q tests/test_es_gpu_kernel.py
+    PYTHONPATH=/tmp/tritonlib .venv/bin/python -m pytest -q tests/test_es_fused_gpu.py
 """
 
 import os
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import PATIENCE_S
-from prover_cli.es import gpu_kernel
+from prover_cli.es import fused_gpu
 from prover_cli.es import noise as definition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def run_python(code: str, tmp_path: Path, interpret: bool) -> str:
 PRELUDE = """
 import random
 import torch
-from prover_cli.es import gpu_kernel as g
+from prover_cli.es import fused_gpu as g
 from prover_cli.es import noise as d
 from prover_cli.es.noise import fp32, stream_key
 
@@ -198,7 +198,7 @@ def test_compiled_kernels_have_no_fma_no_arithmetic_shift_and_no_flush_to_zero(t
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from prover_cli.es import gpu_kernel as g
+    from prover_cli.es import fused_gpu as g
 
     kernels = g._build()
     perturb = {"master_ptr": "*fp32", "out_ptr": "*i16", "n": "i32", "base": "i64", "key": "i64",
@@ -247,7 +247,7 @@ def test_compiled_kernels_have_no_fma_no_arithmetic_shift_and_no_flush_to_zero(t
 def test_after_a_failed_self_check_the_operations_refuse_to_run(tmp_path):
     run_python("""
     import warnings, pytest, torch
-    from prover_cli.es import gpu_kernel as g
+    from prover_cli.es import fused_gpu as g
     g._self_check = lambda device: "perturb to torch.bfloat16 (simulated)"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -264,7 +264,7 @@ def test_after_a_failed_self_check_the_operations_refuse_to_run(tmp_path):
 def test_outside_the_interpreter_cpu_tensors_are_refused_with_a_reason(tmp_path):
     run_python("""
     import pytest, torch
-    from prover_cli.es import gpu_kernel as g
+    from prover_cli.es import fused_gpu as g
     assert not g.available("cpu")
     assert "TRITON_INTERPRET" in g.status("cpu")
     if not torch.cuda.is_available():
@@ -276,14 +276,14 @@ def test_outside_the_interpreter_cpu_tensors_are_refused_with_a_reason(tmp_path)
 
 @pytest.fixture
 def fresh(monkeypatch):
-    """gpu_kernel with nothing loaded yet (restored afterwards)."""
-    monkeypatch.setattr(gpu_kernel, "_status", {})
-    monkeypatch.setattr(gpu_kernel, "_kernels", None)
-    monkeypatch.setattr(gpu_kernel, "_build_error", None)
-    monkeypatch.setattr(gpu_kernel, "_interpreted", False)
+    """fused_gpu with nothing loaded yet (restored afterwards)."""
+    monkeypatch.setattr(fused_gpu, "_status", {})
+    monkeypatch.setattr(fused_gpu, "_kernels", None)
+    monkeypatch.setattr(fused_gpu, "_build_error", None)
+    monkeypatch.setattr(fused_gpu, "_interpreted", False)
     for name in ("triton", "tl", "_eps", "_half_bits"):
-        monkeypatch.setattr(gpu_kernel, name, getattr(gpu_kernel, name))
-    return gpu_kernel
+        monkeypatch.setattr(fused_gpu, name, getattr(fused_gpu, name))
+    return fused_gpu
 
 
 def test_without_triton_the_kernel_is_off_with_the_reason(fresh, monkeypatch):
@@ -304,7 +304,7 @@ def test_prover_es_kernel_eager_turns_it_off(fresh, monkeypatch):
 
 
 def test_importing_the_module_does_not_import_triton():
-    code = "import sys, prover_cli.es.gpu_kernel; assert 'triton' not in sys.modules, 'triton imported'"
+    code = "import sys, prover_cli.es.fused_gpu; assert 'triton' not in sys.modules, 'triton imported'"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=PATIENCE_S)
     assert result.returncode == 0, result.stderr
 
@@ -356,21 +356,21 @@ def _noise_low_bits_only(key, start, stop, device="cpu"):
 def test_the_self_check_catches_a_wrong_kernel(monkeypatch, broken, caught):
     correct = {"noise": definition.noise_eager, "perturb_into": _eager_perturb, "update_master": _eager_update}
     for name, function in {**correct, **broken}.items():
-        monkeypatch.setattr(gpu_kernel, name, function)
-    assert gpu_kernel._self_check(torch.device("cpu")).startswith(caught)
+        monkeypatch.setattr(fused_gpu, name, function)
+    assert fused_gpu._self_check(torch.device("cpu")).startswith(caught)
     for name, function in correct.items():
-        monkeypatch.setattr(gpu_kernel, name, function)
-    assert gpu_kernel._self_check(torch.device("cpu")) is None  # the eager ops themselves pass
+        monkeypatch.setattr(fused_gpu, name, function)
+    assert fused_gpu._self_check(torch.device("cpu")) is None  # the eager ops themselves pass
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_kernel_passes_its_self_check_and_matches_eager():
     pytest.importorskip("triton")
-    assert gpu_kernel.available("cuda"), gpu_kernel.status("cuda")
+    assert fused_gpu.available("cuda"), fused_gpu.status("cuda")
     key = definition.stream_key(1, "w")
-    master = torch.randn(3 * gpu_kernel.BLOCK + 5, device="cuda")
+    master = torch.randn(3 * fused_gpu.BLOCK + 5, device="cuda")
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         out = torch.empty(master.numel(), dtype=dtype, device="cuda")
-        gpu_kernel.perturb_into(master, key, definition.fp32(0.37), out)
+        fused_gpu.perturb_into(master, key, definition.fp32(0.37), out)
         assert torch.equal(out.view(torch.uint8), definition.perturbed(master, key, definition.fp32(0.37))
                            .to(dtype).view(torch.uint8))

@@ -1,4 +1,4 @@
-"""es/kernel.py: the fused CPU kernel keeps the bits of the reference and of the eager ops."""
+"""es/fused_cpu.py: the fused CPU path keeps the bits of the reference and of the eager ops."""
 
 import os
 import platform
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from prover_cli.es import kernel
+from prover_cli.es import fused_cpu
 from prover_cli.es import noise as definition
 from prover_cli.es.noise import fp32, noise_eager, perturbed, reference_noise, stream_key, updated
 
@@ -20,9 +20,9 @@ def bits(tensor: torch.Tensor) -> bytes:
 
 
 @pytest.fixture(autouse=True)
-def kernel_loaded():
+def fused_cpu_loaded():
     # gcc is present here and in CI: the fused path must be the one under test, not the fallback
-    assert kernel.available(), kernel.status()
+    assert fused_cpu.available(), fused_cpu.status()
 
 
 def test_fused_noise_equals_the_pure_python_reference_at_random_indices():
@@ -31,27 +31,27 @@ def test_fused_noise_equals_the_pure_python_reference_at_random_indices():
         key = stream_key(rng.randrange(1 << 63), f"layer.{rng.randrange(100)}.weight")
         start = rng.choice([0, rng.randrange(1 << 20), rng.randrange(1 << 44)])
         count = rng.randrange(1, 200)
-        got = kernel.noise(key, start, start + count)
+        got = fused_cpu.noise(key, start, start + count)
         assert [float(v) for v in got] == [reference_noise(key, i) for i in range(start, start + count)]
 
 
 def test_fused_equals_eager_on_whole_tensors_across_chunk_edges():
     key = stream_key(5, "model.embed_tokens.weight")
-    size = 3 * kernel.CHUNK + 17
-    assert bits(kernel.noise(key, 0, size)) == bits(noise_eager(key, 0, size))
+    size = 3 * fused_cpu.CHUNK + 17
+    assert bits(fused_cpu.noise(key, 0, size)) == bits(noise_eager(key, 0, size))
     assert bits(definition.noise(key, 100, size)) == bits(noise_eager(key, 100, size))  # the dispatching API
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fused_perturb_and_cast_equal_the_eager_definition(dtype):
     generator = torch.Generator().manual_seed(1)
-    master = torch.randn(2 * kernel.CHUNK + 3, generator=generator) * torch.logspace(-6, 4, 2 * kernel.CHUNK + 3)
+    master = torch.randn(2 * fused_cpu.CHUNK + 3, generator=generator) * torch.logspace(-6, 4, 2 * fused_cpu.CHUNK + 3)
     key = stream_key(9, "w")
     for scale in (fp32(1e-3), fp32(-0.37), fp32(3.0)):
         out = torch.empty(master.numel(), dtype=dtype)
-        kernel.perturb_into(master, key, scale, out)
+        fused_cpu.perturb_into(master, key, scale, out)
         assert bits(out) == bits(perturbed(master, key, scale).to(dtype))
-    kernel.cast_into(master, out)
+    fused_cpu.cast_into(master, out)
     assert bits(out) == bits(master.to(dtype))
 
 
@@ -65,11 +65,11 @@ def test_casts_round_like_torch_on_special_and_random_bit_patterns(dtype):
     values = torch.cat([special, -special, values])
     values = values[~values.isnan()]  # NaN payloads are not weights; the pattern is checked below
     out = torch.empty(values.numel(), dtype=dtype)
-    kernel.cast_into(values, out)
+    fused_cpu.cast_into(values, out)
     assert bits(out) == bits(values.to(dtype))
     nan = torch.tensor([float("nan")])
     out = torch.empty(1, dtype=dtype)
-    kernel.cast_into(nan, out)
+    fused_cpu.cast_into(nan, out)
     assert out.isnan().all()
 
 
@@ -82,7 +82,7 @@ def _has_cpu_flags(*flags: str) -> bool:
     return all(flag in present for flag in flags)
 
 
-# Each build the kernel can take: the portable C loops (no AVX-512, no F16C: integer half casts),
+# Each build the fused CPU path can take: the portable C loops (no AVX-512, no F16C: integer half casts),
 # AVX-512 without VNNI and BF16 (madd of words, integer bf16 casts), and this CPU's own (native).
 BUILDS = {
     "x86-64": ("-march=x86-64", ()),
@@ -92,17 +92,17 @@ BUILDS = {
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for x86-64 instruction sets")
 @pytest.mark.parametrize("build", sorted(BUILDS))
-def test_every_build_of_the_kernel_keeps_the_bits(build, monkeypatch, tmp_path):
+def test_every_build_of_the_fused_cpu_path_keeps_the_bits(build, monkeypatch, tmp_path):
     march, needs = BUILDS[build]
     if not _has_cpu_flags(*needs):
         pytest.skip(f"this CPU lacks {needs}")
-    flags = [march if f == "-march=native" else f for f in kernel.CFLAGS]
-    monkeypatch.setattr(kernel, "CFLAGS", flags)
+    flags = [march if f == "-march=native" else f for f in fused_cpu.CFLAGS]
+    monkeypatch.setattr(fused_cpu, "CFLAGS", flags)
     monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernel, "_lib", None)
-    monkeypatch.setattr(kernel, "_status", None)
-    assert kernel.available(), kernel.status()  # its own self-check passed
-    assert kernel._lib.prover_lanes() == (1 if build == "x86-64" else 16)
+    monkeypatch.setattr(fused_cpu, "_lib", None)
+    monkeypatch.setattr(fused_cpu, "_status", None)
+    assert fused_cpu.available(), fused_cpu.status()  # its own self-check passed
+    assert fused_cpu._lib.prover_lanes() == (1 if build == "x86-64" else 16)
     for dtype in (torch.bfloat16, torch.float16):
         test_casts_round_like_torch_on_special_and_random_bit_patterns(dtype)
     check_many_tensors()
@@ -111,11 +111,11 @@ def test_every_build_of_the_kernel_keeps_the_bits(build, monkeypatch, tmp_path):
 
 def test_the_native_build_uses_the_vector_code_where_the_cpu_has_avx512():
     vector = _has_cpu_flags("avx512f", "avx512dq", "avx512bw", "avx512vl")
-    assert kernel._lib.prover_lanes() == (16 if vector else 1)
-    assert ("AVX-512" in kernel.status()) == vector
+    assert fused_cpu._lib.prover_lanes() == (16 if vector else 1)
+    assert ("AVX-512" in fused_cpu.status()) == vector
 
 
-SIZES = [0, 1, 15, 16, 17, 63, 64, 65, 1000, kernel.CHUNK - 1, kernel.CHUNK + 33, 3 * 4096 + 5]
+SIZES = [0, 1, 15, 16, 17, 63, 64, 65, 1000, fused_cpu.CHUNK - 1, fused_cpu.CHUNK + 33, 3 * 4096 + 5]
 
 
 def _many(dtype, offset=0):
@@ -143,10 +143,10 @@ def check_many_tensors(threads=2):
                 for offset in (0, 1):
                     masters, outs, keys = _many(dtype, offset)
                     scale = fp32(-0.37)
-                    kernel.perturb_many(list(zip(masters, keys, outs)), scale, stream=stream)
+                    fused_cpu.perturb_many(list(zip(masters, keys, outs)), scale, stream=stream)
                     for master, key, out in zip(masters, keys, outs):
                         assert bits(out) == bits(perturbed(master, key, scale).to(dtype)), (dtype, stream, master.numel())
-                    kernel.cast_many(list(zip(masters, outs)), stream=stream)
+                    fused_cpu.cast_many(list(zip(masters, outs)), stream=stream)
                     for master, out in zip(masters, outs):
                         assert bits(out) == bits(master.to(dtype)), (dtype, stream, master.numel())
     finally:
@@ -163,7 +163,7 @@ def test_the_update_of_many_tensors_and_its_norms_do_not_depend_on_the_thread_co
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
             copies = [m.clone() for m in masters]
-            norms = kernel.update_many(list(zip(copies, keys)), coefs)
+            norms = fused_cpu.update_many(list(zip(copies, keys)), coefs)
             results[threads] = ([bits(c) for c in copies], norms)
     finally:
         torch.set_num_threads(previous)
@@ -177,7 +177,7 @@ def test_the_update_of_many_tensors_and_its_norms_do_not_depend_on_the_thread_co
 def test_the_split_into_runs_covers_every_element_once_in_order():
     sizes = [0, 5, 64, 1000, 1, 0, 77777]
     for parts in (1, 2, 3, 7, 64):
-        runs = kernel._balanced(sizes, parts)
+        runs = fused_cpu._balanced(sizes, parts)
         assert 1 <= len(runs) <= parts
         flat = [(index, start + k) for run in runs for index, start, count in run for k in range(count)]
         assert flat == [(index, k) for index, size in enumerate(sizes) for k in range(size)]
@@ -188,33 +188,33 @@ def test_the_split_into_runs_covers_every_element_once_in_order():
 
 def test_fused_update_equals_the_eager_sum_in_term_order():
     generator = torch.Generator().manual_seed(3)
-    master = torch.randn(kernel.CHUNK + 999, generator=generator)
+    master = torch.randn(fused_cpu.CHUNK + 999, generator=generator)
     terms = [(stream_key(s, "w"), fp32(c)) for s, c in ((1, 3e-3), (2, -1e-3), (3, 5e-4), (4, 0.25), (5, 0.0))]
     expected, squared = updated(master, terms)
     fused = master.clone()
-    got = kernel.update_master(fused, terms)
+    got = fused_cpu.update_master(fused, terms)
     assert bits(fused) == bits(expected)
     assert got == pytest.approx(squared, rel=1e-12)  # a metric: summation order may differ
     zeros = torch.tensor([-0.0, 0.0, 1.0])
-    kernel.update_master(zeros, [])
+    fused_cpu.update_master(zeros, [])
     assert bits(zeros) == bits(updated(torch.tensor([-0.0, 0.0, 1.0]), [])[0])  # master + (+0): -0 becomes +0
     # the order of terms is part of the definition: reversing it changes some bits
     reversed_ = master.clone()
-    kernel.update_master(reversed_, terms[::-1])
+    fused_cpu.update_master(reversed_, terms[::-1])
     assert bits(reversed_) != bits(expected)
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="forces FMA with the x86 flag -mfma")
-def test_a_kernel_compiled_with_fma_contraction_fails_its_self_check(monkeypatch, tmp_path):
-    """The self-check is what makes the kernel trusted: one that fuses multiply-add is refused."""
-    flags = [f for f in kernel.CFLAGS if f != "-ffp-contract=off"] + ["-ffp-contract=fast", "-mfma"]
-    monkeypatch.setattr(kernel, "CFLAGS", flags)
+def test_a_library_compiled_with_fma_contraction_fails_its_self_check(monkeypatch, tmp_path):
+    """The self-check is what makes the compiled library trusted: one that fuses multiply-add is refused."""
+    flags = [f for f in fused_cpu.CFLAGS if f != "-ffp-contract=off"] + ["-ffp-contract=fast", "-mfma"]
+    monkeypatch.setattr(fused_cpu, "CFLAGS", flags)
     monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernel, "_lib", None)
-    monkeypatch.setattr(kernel, "_status", None)
+    monkeypatch.setattr(fused_cpu, "_lib", None)
+    monkeypatch.setattr(fused_cpu, "_status", None)
     with pytest.warns(UserWarning, match="disagrees with the reference"):
-        assert not kernel.available()
-    assert "self-check failed" in kernel.status()
+        assert not fused_cpu.available()
+    assert "self-check failed" in fused_cpu.status()
     # and the public API then falls back to the eager path, with the same bits
     key = stream_key(1, "w")
     assert bits(definition.noise(key, 0, 5000)) == bits(noise_eager(key, 0, 5000))
@@ -222,7 +222,7 @@ def test_a_kernel_compiled_with_fma_contraction_fails_its_self_check(monkeypatch
 
 COMPUTE = textwrap.dedent("""
     import hashlib, sys, torch
-    from prover_cli.es import kernel
+    from prover_cli.es import fused_cpu
     from prover_cli.es.noise import fp32, noise, perturb_into, stream_key, update_in_place
     torch.set_num_threads(int(sys.argv[1]))
     base = torch.linspace(-1, 1, 400_000)
@@ -235,7 +235,7 @@ COMPUTE = textwrap.dedent("""
     norm = update_in_place(master, [(stream_key(s, "w"), fp32(c)) for s, c in ((5, 1e-3), (6, -2.5e-4), (7, 3e-5))])
     parts.append(master)
     digest = hashlib.sha256(b"".join(p.contiguous().view(torch.uint8).numpy().tobytes() for p in parts))
-    print(kernel.available(), digest.hexdigest(), repr(norm))
+    print(fused_cpu.available(), digest.hexdigest(), repr(norm))
 """)
 
 
@@ -256,20 +256,20 @@ def test_fused_and_eager_give_the_same_bits_in_two_processes_at_1_and_2_threads(
 
 def test_the_compiled_library_is_cached_per_source_and_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PROVER_KERNEL_CACHE", str(tmp_path))
-    compiler = kernel.shutil.which("gcc") or kernel.shutil.which("cc")
-    first = kernel._compile(compiler)
+    compiler = fused_cpu.shutil.which("gcc") or fused_cpu.shutil.which("cc")
+    first = fused_cpu._compile(compiler)
     stamp = first.stat().st_mtime_ns
-    assert kernel._compile(compiler) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
+    assert fused_cpu._compile(compiler) == first and first.stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporaries left behind
-    monkeypatch.setattr(kernel, "SOURCE", kernel.SOURCE + "\n/* changed */\n")
-    assert kernel._compile(compiler) != first  # another source: another library
+    monkeypatch.setattr(fused_cpu, "SOURCE", fused_cpu.SOURCE + "\n/* changed */\n")
+    assert fused_cpu._compile(compiler) != first  # another source: another library
 
 
 def test_streamed_stores_start_at_the_size_threshold_and_a_bad_override_is_named(monkeypatch):
     monkeypatch.delenv("PROVER_ES_STREAM_BYTES", raising=False)
-    assert not kernel._streams(kernel.STREAM_BYTES - 1) and kernel._streams(kernel.STREAM_BYTES)
+    assert not fused_cpu._streams(fused_cpu.STREAM_BYTES - 1) and fused_cpu._streams(fused_cpu.STREAM_BYTES)
     monkeypatch.setenv("PROVER_ES_STREAM_BYTES", "0")
-    assert kernel._streams(1)
+    assert fused_cpu._streams(1)
     monkeypatch.setenv("PROVER_ES_STREAM_BYTES", "16M")
     with pytest.raises(ValueError, match="PROVER_ES_STREAM_BYTES='16M'"):
-        kernel._streams(1)
+        fused_cpu._streams(1)

@@ -1,0 +1,206 @@
+"""The calibration file: figures `prover doctor --backend modal` measured, which the plan then uses.
+
+    prover doctor --config configs/kimina-es.toml --backend modal      # measures, writes the file
+    prover train es --config configs/kimina-es.toml --backend modal --dry-run   # uses it, says so
+
+The plan's timings are `modal.est_*` estimates. The doctor measures five of them on the configured
+GPU, model and Lean image (decode speed at the configured batch and length, the header import,
+Lean seconds per proof with the header warm, the kernel stage's seconds per proof and per checker
+import) and the kernel stage's peak memory per step, and writes them here with what they were
+measured on. The plan replaces an estimate with a measured figure only when the file was
+measured on this config's fingerprint (`fingerprint`); it labels every figure "measured (doctor,
+<date>)" or "default (assumption)". A key set in the config file or with `--set` is the user's
+and wins over both.
+
+The format (JSON, one object; docs/modal.md, *Calibration*):
+
+    {"format": "prover-calibration/1", "measured_at": "2026-12-02T03:10:00Z",
+     "by": "prover doctor --backend modal",
+     "fingerprint": {"modal.gpu": "H100", "model.name": "...", ...},     # fingerprint(config)
+     "figures": {"decode_tokens_per_s": {"value": 97.3, "measured": true, "samples": 8,
+                                         "unit": "tokens/s per sequence", "how": "..."}, ...}}
+
+Only the figures in FIGURES are allowed; each must say measured = true with a sample size >= 1
+and a finite value >= 0 (> 0 for speeds); anything else refuses the whole file, naming it and the
+key. A figure the doctor could not measure is left out (its estimate stays, labelled default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from prover_cli.errors import ConfigError
+
+FORMAT = "prover-calibration/1"
+DIR_ENV = "PROVER_CALIBRATION_DIR"
+NEVER = "none"
+
+# figure -> (the [modal] key it replaces, unit, must be > 0); kernel_peak_memory_gib replaces no
+# key: it sizes (the plan warns when the kernel Sandbox is smaller than the measured peak).
+FIGURES: dict[str, tuple[str | None, str, bool]] = {
+    "decode_tokens_per_s": ("est_decode_tokens_per_s", "tokens/s per sequence", True),
+    "header_s": ("est_header_s", "s per header import", False),
+    "verify_s_per_proof": ("est_verify_s_per_proof", "s per proof, header warm", True),
+    "kernel_check_s_per_proof": ("est_kernel_check_s_per_proof", "s per pass (`lean -o`)", False),
+    "kernel_import_s": ("est_kernel_import_s", "s per checker process", False),
+    "kernel_peak_memory_gib": (None, "GiB peak RSS of one kernel-stage step", True),
+}
+
+
+def generation_batch(config: Any) -> int:
+    """Sequences in one generation call, as the doctor measures it: one ES member's batch."""
+    return config.es.problems_per_iteration * config.es.samples_per_problem
+
+
+def fingerprint(config: Any) -> dict[str, Any]:
+    """What a measured figure depends on: the GPU, the model, the generation call, the Lean image."""
+    return {
+        "modal.gpu": config.modal.gpu,
+        "modal.gpus_per_container": config.modal.gpus_per_container,
+        "model.name": config.model.name,
+        "model.revision": config.model.revision,
+        "model.dtype": config.model.dtype,
+        "generate.backend": config.generate.backend,
+        "generate.max_tokens": config.generate.max_tokens,
+        "generation_batch": generation_batch(config),
+        "verify.lean_toolchain": config.verify.lean_toolchain,
+        "verify.mathlib_rev": config.verify.mathlib_rev,
+        "verify.kernel_check": bool(config.verify.kernel_check),
+    }
+
+
+IDENTITY_KEYS = ("modal.gpu", "model.name")   # another GPU or model: always refused, even when found by default
+
+
+def default_path(config: Any) -> Path:
+    """Where the doctor writes, and where the plan looks with `modal.calibration = ""`."""
+    folder = Path(os.environ.get(DIR_ENV) or Path.home() / ".cache" / "prover-cli" / "calibration")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{config.modal.gpu}-{config.model.name}").strip("-")
+    return folder / f"{slug}.json"
+
+
+# --------------------------------------------------------------------------------------------
+# Writing (the doctor)
+# --------------------------------------------------------------------------------------------
+
+def figure(value: float, samples: int, how: str) -> dict[str, Any]:
+    return {"value": round(float(value), 4), "measured": True, "samples": int(samples), "how": how}
+
+
+def write(path: Path, config: Any, figures: dict[str, dict[str, Any]], measured_at: str) -> Path:
+    """The calibration file, written whole or not at all (a temporary file renamed over it)."""
+    body = {"format": FORMAT, "measured_at": measured_at, "by": "prover doctor --backend modal",
+            "fingerprint": fingerprint(config),
+            "figures": {name: {**item, "unit": FIGURES[name][1]} for name, item in figures.items()}}
+    _check_figures(path, body["figures"])   # never write what the plan would refuse
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    partial.replace(path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Reading (the plan)
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Figures:
+    """The config the plan prices (measured figures in place of estimates) and, per figure, its source."""
+
+    config: Any
+    sources: dict[str, str]           # figure -> "measured (doctor, <date>, n = ...)" / "default (assumption)" / ...
+    path: str | None                  # the calibration file used, if any
+    note: str                         # one line for the plan's notes
+    kernel_peak_memory_gib: float | None = None
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A calibration file, checked; ConfigError naming the file and the key otherwise."""
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"modal.calibration = \"{path}\": no such file",
+                          hint="run `prover doctor --backend modal` to measure one, or set modal.calibration = \"\"") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a calibration file ({type(exc).__name__}: {exc})") from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise ConfigError(f"{path}: format = {body.get('format') if isinstance(body, dict) else None!r}: "
+                          f"expected {FORMAT!r}")
+    if not isinstance(body.get("fingerprint"), dict) or not isinstance(body.get("figures"), dict):
+        raise ConfigError(f"{path}: a calibration file needs `fingerprint` and `figures` objects")
+    if not isinstance(body.get("measured_at"), str):
+        raise ConfigError(f"{path}: measured_at must be the date the doctor measured on")
+    _check_figures(path, body["figures"])
+    return body
+
+
+def _check_figures(path: Path, figures: dict[str, Any]) -> None:
+    for name, item in figures.items():
+        if name not in FIGURES:
+            raise ConfigError(f"{path}: figures.{name}: not a calibrated figure (known: {', '.join(FIGURES)})")
+        value = item.get("value") if isinstance(item, dict) else None
+        samples = item.get("samples") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or item.get("measured") is not True:
+            raise ConfigError(f"{path}: figures.{name}: measured must be true (only measured figures belong here)")
+        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+            raise ConfigError(f"{path}: figures.{name}.samples = {samples!r}: must be an integer >= 1")
+        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0
+                or (FIGURES[name][2] and value == 0)):
+            raise ConfigError(f"{path}: figures.{name}.value = {value!r}: must be a finite number "
+                              f"{'> 0' if FIGURES[name][2] else '>= 0'}")
+
+
+def mismatches(body: dict[str, Any], config: Any) -> list[str]:
+    want = fingerprint(config)
+    have = body["fingerprint"]
+    return [f"{key} = {have.get(key)!r} there, {value!r} here" for key, value in want.items() if have.get(key) != value]
+
+
+def resolve(config: Any) -> Figures:
+    """The figures the plan uses for `config`: the calibration's measured ones where it applies."""
+    setting = config.modal.calibration
+    explicit = setting not in ("", NEVER)
+    path = Path(setting) if explicit else default_path(config)
+    body = None
+    note = "no calibration: every timing below is an estimate (`modal.est_*`); `prover doctor --backend modal` measures them"
+    if setting == NEVER:
+        note = "modal.calibration = \"none\": every timing below is an estimate (`modal.est_*`)"
+    elif explicit or path.is_file():
+        body = load(path)
+        wrong = mismatches(body, config)
+        identity = [w for w in wrong if w.split(" = ")[0] in IDENTITY_KEYS]
+        if identity or (wrong and explicit):
+            raise ConfigError(f"{path}: this calibration was measured on another "
+                              f"{'GPU or model' if identity else 'configuration'} ({'; '.join(wrong)}): refused",
+                              hint="run `prover doctor --backend modal` with this config to measure it, or set "
+                                   "modal.calibration = \"none\"")
+        if wrong:   # found by default, measured on the same GPU and model but another config
+            note = (f"{path} not used: measured for another configuration ({'; '.join(wrong)}); every timing "
+                    "below is an estimate")
+            body = None
+    sources: dict[str, str] = {}
+    updates: dict[str, float] = {}
+    for name, (key, _, _) in FIGURES.items():
+        item = body["figures"].get(name) if body else None
+        origin = config.origins.get(f"modal.{key}") if key else None
+        if origin is not None:
+            sources[name] = f"set ({origin})"
+        elif item is not None:
+            sources[name] = f"measured (doctor, {body['measured_at'][:10]}, n = {item['samples']})"
+            if key:
+                updates[key] = float(item["value"])
+        else:
+            sources[name] = "default (assumption)"
+    peak = body["figures"].get("kernel_peak_memory_gib") if body else None
+    if body is not None:
+        note = f"calibrated: {path} (measured {body['measured_at'][:10]} by the doctor on {body['fingerprint']['modal.gpu']})"
+    priced = replace(config, modal=replace(config.modal, **updates)) if updates else config
+    return Figures(priced, sources, str(path) if body else None, note,
+                   float(peak["value"]) if peak and sources["kernel_peak_memory_gib"].startswith("measured") else None)

@@ -154,7 +154,7 @@ def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], l
     return records, malformed
 
 
-def score(problems: dict[str, ProblemScore], ks: list[int], label: str, n_key: str = "eval.n") -> dict[str, Any]:
+def pass_at_k_table(problems: dict[str, ProblemScore], ks: list[int], label: str, n_key: str = "eval.n") -> dict[str, Any]:
     """pass@k per split (and over all problems), `solved_any`, counts; InputError if k > n anywhere.
 
     `n_key` is the config key that set the number of samples, named in the error.
@@ -398,7 +398,7 @@ def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, repor
 
 def _report(problems: dict[str, ProblemScore], superseded: int, ks: list[int], label: str, plot_dir: Path,
             plot: bool, extra: dict[str, Any], title: str = "pass@k") -> dict[str, Any]:
-    per_split = score(problems, ks, label)
+    per_split = pass_at_k_table(problems, ks, label)
     overall = per_split[ALL]
     tables = []
     for name, values in per_split.items():

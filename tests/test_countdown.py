@@ -3,7 +3,7 @@
 import pytest
 
 from prover_cli.tasks import get_task
-from prover_cli.tasks.countdown import check_answer, extract_answer, generate_problems, score
+from prover_cli.tasks.countdown import check_answer, extract_answer, generate_problems, completion_reward
 
 
 @pytest.mark.parametrize("expr,numbers,target,ok", [
@@ -48,6 +48,6 @@ def test_task_rewards_batch():
     problem = {"id": "p", "numbers": [2, 3, 4], "target": 20}
     completions = ["<think>..</think><answer>(2 + 3) * 4</answer>", "<answer>2 * 3 * 4</answer>", ""]
     assert task.rewards([problem] * 3, completions) == [1.0, 0.0, 0.0]
-    assert score("<answer>(2 + 3) * 4</answer>", problem) == 1.0
+    assert completion_reward("<answer>(2 + 3) * 4</answer>", problem) == 1.0
     prompt = task.build_prompt(problem, None, "plain")
     assert "[2, 3, 4]" in prompt and "20" in prompt

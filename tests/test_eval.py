@@ -122,12 +122,12 @@ def test_eval_countdown_end_to_end_with_the_tiny_model(tmp_path, tmp_path_factor
     assert len(verdicts) == 2 * len(valid)
     assert {v["verdict"] for v in verdicts} <= {"verified", "rejected"}
     # the verdicts agree with the countdown checker on the stored completions
-    from prover_cli.tasks.countdown import score
+    from prover_cli.tasks.countdown import completion_reward
 
     samples = {s["id"]: s for s in load_jsonl_strict(result["samples_path"])}
     for v in verdicts:
         sample = samples[v["id"]]
-        assert (v["verdict"] == "verified") == (score(sample["completion"], sample) == 1.0)
+        assert (v["verdict"] == "verified") == (completion_reward(sample["completion"], sample) == 1.0)
     assert (tmp_path / "run" / "eval").is_dir()
     with open(result["plot"], "rb") as handle:
         assert handle.read(8) == PNG_MAGIC

@@ -63,7 +63,7 @@ def test_tiny_grpo_run_changes_weights_and_logs_rewards(tmp_path, cache_dir, mon
         scored.append(float(len(completion) % 2))
         return scored[-1]
 
-    monkeypatch.setattr(countdown, "score", parity_score)
+    monkeypatch.setattr(countdown, "completion_reward", parity_score)
     config = demo_config(tmp_path / "run", cache_dir, "grpo.per_device_train_batch_size=8",
                          "grpo.num_generations=4", "grpo.learning_rate=0.01")
     result = grpo.train_grpo(config)
@@ -162,7 +162,7 @@ def test_interrupted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(tmp
 
     # A graded reward that varies within almost every group, so every step has a gradient and a
     # step trained on other prompts or samples than the straight run's shows in the weights.
-    monkeypatch.setattr(toy, "score", lambda completion: (len(completion) % 5) / 4)
+    monkeypatch.setattr(toy, "completion_reward", lambda completion: (len(completion) % 5) / 4)
     problems = tmp_path / "problems.jsonl"
     train = [p for p in toy.generate_problems(64, seed=0) if p["split"] == "train"][:4]
     problems.write_text("".join(json.dumps(p) + "\n" for p in train))
@@ -558,7 +558,7 @@ def test_bf16_model_trains_fp32_master_weights_where_bf16_weights_round_small_st
 
     from prover_cli.tasks import countdown
 
-    monkeypatch.setattr(countdown, "score", lambda completion, problem: float(len(completion) % 2))
+    monkeypatch.setattr(countdown, "completion_reward", lambda completion, problem: float(len(completion) % 2))
     settings = ("model.dtype=bfloat16", "grpo.learning_rate=1e-5", "grpo.steps=4", "grpo.save_every=0",
                 "grpo.per_device_train_batch_size=8", "grpo.num_generations=4",
                 "run.eval_every=4", "run.eval_problems=2")  # held-out once, at the end, under bf16 autocast

@@ -178,12 +178,15 @@ def test_members_scored_and_unscored_together_are_refused():
 
 def test_population_on_modal_sends_one_share_per_gpu_and_puts_members_back_in_order(monkeypatch):
     seen = {}
+    loop_running, remote_running = threading.Event(), threading.Event()
 
     class FakeMembers:
         def __init__(self, **parameters):
             self.share = self
 
         def starmap(self, inputs, order_outputs, return_exceptions):
+            remote_running.set()
+            seen["together"] = loop_running.wait(PATIENCE_S)   # the loop's share runs meanwhile
             seen.update(inputs=list(inputs), return_exceptions=return_exceptions)
             return iter([[{"member": m, "completions": [f"c{m}"], "rewards": [m / 4]} for m in members]
                          for _, members, _ in inputs])
@@ -195,11 +198,25 @@ def test_population_on_modal_sends_one_share_per_gpu_and_puts_members_back_in_or
     monkeypatch.setattr(functions, "ESMember", FakeCls())
     monkeypatch.setattr(functions.modal, "is_local", lambda: False)
     monkeypatch.setattr(functions, "_commit", lambda volume: seen.setdefault("committed", True))
-    config = config_from_dict({"es": {"population": 4}, "modal": {"es_member_gpus": 2}})
-    got = functions.population_on_modal(config, config.to_dict())(3, [{"id": "p"}])
-    assert seen["inputs"] == [(3, [0, 2], [{"id": "p"}]), (3, [1, 3], [{"id": "p"}])]
-    assert seen["return_exceptions"] is False and seen["committed"]
-    assert got == [{"completions": [f"c{m}"], "rewards": [m / 4]} for m in range(4)]
+    config = config_from_dict({"es": {"population": 6}, "modal": {"es_member_gpus": 2}})
+    generate = functions.population_on_modal(config, config.to_dict())
+    with pytest.raises(RuntimeError, match="before the loop loaded its sampler"):
+        generate(3, [{"id": "p"}])   # train_es loads the loop's sampler through `loop_share` first
+
+    class LoopPipeline:   # the loop's own share: what the loop's GPU evaluates meanwhile
+        def evaluate(self, iteration, members, problems):
+            loop_running.set()
+            assert remote_running.wait(PATIENCE_S)   # the member containers' shares were sent first
+            seen["loop"] = (iteration, list(members), problems)
+            return [{"member": m, "completions": [f"c{m}"], "rewards": [m / 4]} for m in members]
+
+    generate.loop_share.pipeline = LoopPipeline()
+    got = generate(3, [{"id": "p"}])
+    # member i on GPU i % 3: share 0 is the loop's, shares 1 and 2 go to the two member containers
+    assert seen["loop"] == (3, [0, 3], [{"id": "p"}])
+    assert seen["inputs"] == [(3, [1, 4], [{"id": "p"}]), (3, [2, 5], [{"id": "p"}])]
+    assert seen["return_exceptions"] is False and seen["committed"] and seen["together"]
+    assert got == [{"completions": [f"c{m}"], "rewards": [m / 4]} for m in range(6)]
 
 
 def test_the_heldout_container_is_eval_sized_and_gets_the_configured_gpu():
@@ -278,14 +295,19 @@ def three_runs(volume, tmp_path_factory):
         barrier = run_config(cache, "runs/barrier")
         functions.train_es.local(barrier, {"resume": False})
         assert calls == {"shares": [], "heldout": [("barrier", 1), ("barrier", 2)]}
-        pipelined = run_config(cache, "runs/pipelined", es_member_gpus=2, es_members_per_gpu=2)
+        pipelined = run_config(cache, "runs/pipelined", es_member_gpus=1, es_members_per_gpu=2)
         functions.train_es.local(pipelined, {"resume": False})
-    # two shares per iteration, each on a container with two resident engines; every evaluation elsewhere
-    assert calls["shares"] == [(1, [0, 2], 2), (1, [1, 3], 2), (2, [0, 2], 2), (2, [1, 3], 2)]
-    assert calls["heldout"][2:] == [("pipelined", 1), ("pipelined", 2)]
+        three_gpus = run_config(cache, "runs/pipelined-3", es_member_gpus=2)  # the loop's one engine: no catch-up
+        functions.train_es.local(three_gpus, {"resume": False})
+    # two shares per iteration, the loop's (share 0, concurrently with the other) and one member
+    # container's, each GPU with two resident engines; the evaluations on the loop's GPU, not elsewhere
+    assert sorted(calls["shares"][:4]) == [(1, [0, 2], 2), (1, [1, 3], 2), (2, [0, 2], 2), (2, [1, 3], 2)]
+    assert sorted(calls["shares"][4:]) == [(1, [0, 3], 1), (1, [1], 1), (1, [2], 1), (2, [0, 3], 1), (2, [1], 1),
+                                           (2, [2], 1)]
+    assert calls["heldout"][2:] == []
     local = config_from_dict({**barrier, "run": {**barrier["run"], "dir": str(volume / "runs/local")}})
     train_es(local)  # the library alone, in this process: members, rewards and evaluations here
-    return {"cache": cache, **{name: volume / "runs" / name for name in ("barrier", "pipelined", "local")}}
+    return {"cache": cache, **{name: volume / "runs" / name for name in ("barrier", "pipelined", "pipelined-3", "local")}}
 
 
 def without_wall(record):
@@ -296,24 +318,28 @@ def without_wall(record):
 def test_barrier_and_pipelined_members_give_the_same_rewards_and_the_same_ledger(three_runs):
     from tests.test_es_train import tensor_hashes
 
-    runs = {name: three_runs[name] for name in ("barrier", "pipelined", "local")}
-    ledgers = {name: json.loads((d / "ledger.json").read_text()) for name, d in runs.items()}
-    assert ledgers["barrier"]["iterations"] == ledgers["pipelined"]["iterations"] == ledgers["local"]["iterations"]
+    runs = {name: three_runs[name] for name in ("barrier", "pipelined", "pipelined-3", "local")}
+    ledgers = {name: json.loads((d / "ledger.json").read_text())["iterations"] for name, d in runs.items()}
+    assert ledgers["barrier"] == ledgers["pipelined"] == ledgers["pipelined-3"] == ledgers["local"]
     rewards = {name: [r["reward/mean"] for r in lines(d / "metrics.jsonl")[1:]] for name, d in runs.items()}
-    assert rewards["barrier"] == rewards["pipelined"] == rewards["local"] and len(rewards["local"]) == 2
+    assert rewards["barrier"] == rewards["pipelined"] == rewards["pipelined-3"] == rewards["local"]
+    assert len(rewards["local"]) == 2
     # a run that skipped every update, or scored nothing, would make these equal for free
     steps = lines(runs["local"] / "metrics.jsonl")[1:]
     assert all(not s["es/skipped"] and s["es/update_norm"] > 0 for s in steps), steps
     hashes = {name: tensor_hashes(d / "final") for name, d in runs.items()}
-    assert hashes["barrier"] == hashes["pipelined"] == hashes["local"]
+    assert hashes["barrier"] == hashes["pipelined"] == hashes["pipelined-3"] == hashes["local"]
 
 
 @pytest.mark.slow
 def test_the_heldout_evaluation_on_its_own_container_equals_the_loops_own(three_runs):
+    # barrier: es_heldout's container, theta rebuilt from the ledger; pipelined: the loop's GPU,
+    # its live weights as one engine among resident ones; local: the library alone
     evaluations = {name: [without_wall({k: v for k, v in r.items() if k.startswith("eval/")})
-                          for r in lines(three_runs[name] / "metrics.jsonl")] for name in ("barrier", "pipelined", "local")}
+                          for r in lines(three_runs[name] / "metrics.jsonl")]
+                   for name in ("barrier", "pipelined", "pipelined-3", "local")}
     assert all(len(e) == 3 and all(e) for e in evaluations.values())  # the base, then iterations 1 and 2
-    assert evaluations["barrier"] == evaluations["pipelined"] == evaluations["local"]
+    assert evaluations["barrier"] == evaluations["pipelined"] == evaluations["pipelined-3"] == evaluations["local"]
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 import pytest
 
 from prover_cli.errors import InputError
-from prover_cli.evaluate import group_verdicts, pass_at_k, score
+from prover_cli.evaluate import group_verdicts, pass_at_k, pass_at_k_table
 
 
 # Each value by hand from 1 - C(n-c, k) / C(n, k):
@@ -58,7 +58,7 @@ def test_grouping_falls_back_to_id_and_anything_but_verified_fails():
     assert superseded == 1
     assert {pid: (p.n, p.c, p.split) for pid, p in problems.items()} == {
         "a": (4, 1, "test"), "b": (4, 0, "test"), "c": (4, 4, "valid")}
-    result = score(problems, [1, 2, 4], "v.jsonl")
+    result = pass_at_k_table(problems, [1, 2, 4], "v.jsonl")
     assert set(result) == {"test", "valid", "all"}
     assert result["test"]["pass@1"] == pytest.approx((1 / 4 + 0) / 2)
     assert result["test"]["pass@2"] == pytest.approx((1 - 3 / 6 + 0) / 2)  # a: 1 - C(3,2)/C(4,2)
@@ -70,7 +70,7 @@ def test_grouping_falls_back_to_id_and_anything_but_verified_fails():
 def test_k_above_a_problems_n_names_the_problem():
     problems, _ = group_verdicts(verdicts("big", ["verified"] * 8) + verdicts("small", ["rejected"] * 2), "v.jsonl")
     with pytest.raises(InputError, match=r"k = 4 exceeds the 2 sample\(s\) of problem 'small'"):
-        score(problems, [1, 4], "v.jsonl")
+        pass_at_k_table(problems, [1, 4], "v.jsonl")
 
 
 def test_records_without_verdict_or_ids_are_errors():
@@ -79,4 +79,4 @@ def test_records_without_verdict_or_ids_are_errors():
     with pytest.raises(InputError, match="neither `problem_id` nor `id`"):
         group_verdicts([{"verdict": "verified"}], "v.jsonl")
     with pytest.raises(InputError, match="no verdicts"):
-        score({}, [1], "v.jsonl")
+        pass_at_k_table({}, [1], "v.jsonl")

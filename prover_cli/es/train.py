@@ -89,7 +89,9 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
     task = get_task(config.data.task)
     problems = train_problems(config)
     config.check_problems_per_iteration(len(problems))  # before the model loads: names the key and the split size
-    sampler = load_es_sampler(config)
+    # the pipelined schedule on Modal: the loop's GPU evaluates a share too, its sampler one of its engines
+    loop_share = getattr(generate_population, "loop_share", None)
+    sampler = loop_share.load_sampler() if loop_share is not None else load_es_sampler(config)
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
     header = make_header(es, model=config.model, generate=config.generate, run_seed=config.run.seed,

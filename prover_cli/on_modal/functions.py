@@ -286,10 +286,11 @@ class Generator:
 #
 # Two schedules (`modal.es_member_gpus`, docs/modal.md): 0, the barrier: one `completions` call
 # per member, all at once, and the loop scores every sample when the last one is back; N > 0,
-# the pipeline: N `share` calls, each container evaluating its share member after member
-# (`modal.es_members_per_gpu` engines at once) and verifying each member's samples while it
-# generates the next (on_modal/pipeline.py), so its GPU never waits for Lean. The held-out
-# evaluation goes to one `es_heldout` container that rebuilds theta from the ledger.
+# the pipeline: share 0 on the loop's own GPU and N `share` calls, each GPU evaluating its share
+# member after member (`modal.es_members_per_gpu` engines at once) and verifying each member's
+# samples while it generates the next (on_modal/pipeline.py), so no GPU waits for Lean and none
+# idles. The held-out evaluation: pipelined, on the loop's GPU with its live weights; barrier,
+# on one `es_heldout` container that rebuilds theta from the ledger.
 
 @app.cls(**_declared("es_member"))  # a member is a pure function of (ledger, t, i): retries are safe
 class ESMember:
@@ -327,14 +328,24 @@ MIN_SCALEDOWN_WINDOW_S = 2  # Modal's smallest scaledown_window
 
 def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[Any]]:
     members = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
+    from prover_cli.on_modal.pipeline import LoopShare
+
+    loop_share = LoopShare(config) if config.modal.es_member_gpus else None  # the loop's GPU: share 0
 
     def generate_population(iteration: int, problems: list[dict[str, Any]]) -> list[Any]:
         _commit(runs_volume)
-        if config.modal.es_member_gpus:  # pipelined: one share per GPU container, scored where sampled
+        if loop_share is not None:  # pipelined: share 0 on the loop's GPU, one share per member container
+            from concurrent.futures import ThreadPoolExecutor
+
             from prover_cli.on_modal.pipeline import shares
 
-            inputs = [(iteration, share, problems) for share in shares(config.es.population, config.modal.es_member_gpus)]
-            scored = {m["member"]: m for done in fan_out(members.share, inputs, return_exceptions=False) for m in done}
+            own, *theirs = shares(config.es.population, config.modal.es_member_gpus + 1)
+            inputs = [(iteration, share, problems) for share in theirs]
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="es-shares") as remote:
+                elsewhere = remote.submit(fan_out, members.share, inputs, return_exceptions=False)
+                here = loop_share.evaluate(iteration, own, problems)  # while the member containers run theirs
+                done = [here, *elsewhere.result()]
+            scored = {m["member"]: m for share in done for m in share}
             if sorted(scored) != list(range(config.es.population)):
                 raise RuntimeError(f"iteration {iteration}: the shares came back with members {sorted(scored)}")
             return [{"completions": scored[i]["completions"], "rewards": scored[i]["rewards"]}
@@ -352,6 +363,8 @@ def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[i
             print(f"could not lower the ES members' scaledown_window: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     generate_population.release_members = release_members  # type: ignore[attr-defined]
+    if loop_share is not None:  # train_es loads the loop's sampler through it (es/train.py)
+        generate_population.loop_share = loop_share  # type: ignore[attr-defined]
     return generate_population
 
 
@@ -362,7 +375,9 @@ def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]],
     def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments = resume_after_retry(cfg, arguments)
         generate_population = population_on_modal(cfg, config_dict)
-        return {**arguments, "generate_population": generate_population, "heldout_at": heldout_on_modal(cfg, config_dict),
+        # pipelined: the held-out evaluation on the loop's GPU (live weights, no replay, no extra container)
+        heldout_at = None if cfg.modal.es_member_gpus else heldout_on_modal(cfg, config_dict)
+        return {**arguments, "generate_population": generate_population, "heldout_at": heldout_at,
                 # a wrapped hook (tests/test_modal_volume.py) may not carry it: nothing to release then
                 "_finally": getattr(generate_population, "release_members", None)}
 

@@ -1,8 +1,20 @@
-"""The pipelined ES schedule (`modal.es_member_gpus = N > 0`): what one member GPU container does.
+"""The pipelined ES schedule (`modal.es_member_gpus = N > 0`): what each generating GPU does.
 
-    shares(es.population, N)                  # member i goes to GPU i % N: fixed by (population, N) alone
+    shares(es.population, N + 1)              # member i goes to GPU i % (N + 1): fixed by (population, N) alone;
+                                              # share 0 is the loop's own GPU, shares 1..N the member containers'
     pipeline = MemberPipeline(config)         # `modal.es_members_per_gpu` engines, each keeping its own theta
     pipeline.evaluate(iteration, members, problems) -> [{"member", "completions", "rewards"}, ...]
+    loop = LoopShare(config); sampler = loop.load_sampler()   # the loop's GPU: its sampler is engine 0
+
+The loop's GPU (train_es) holds theta and a sampler anyway, so it evaluates share 0 itself, with
+the same pipeline, while the member containers evaluate theirs (on_modal/functions.py): an idle
+loop GPU billed through the iteration is what kept the schedule from issue #33's cost goal
+(docs/modal.md, "Why this schedule"). It runs `modal.es_members_per_gpu` engines like a member
+GPU, so the shares stay equal (i % (N + 1)): engine 0 is the loop's own sampler, whose weights
+the update moves in place (no catch-up); the others are member engines that catch up from the
+ledger the loop has just written, as a member container's do. Memory is a member GPU's: k
+engines of 1/k of `generate.gpu_memory_utilization` plus k fp32 masters (docs/modal.md gives the
+arithmetic); the update and the held-out evaluation run on engine 0 while the others wait.
 
 Each engine takes every k-th member of the container's share and, for each: perturb in place,
 generate, restore (es/member.py, the code every schedule runs), then hands that member's samples
@@ -42,7 +54,8 @@ from typing import Any, Callable
 
 
 def shares(population: int, gpus: int) -> list[list[int]]:
-    """Members per GPU container: member i on GPU i % gpus (no empty shares when gpus > population)."""
+    """Members per generating GPU: member i on GPU i % gpus (no empty shares when gpus > population).
+    The pipelined schedule calls it with gpus = modal.es_member_gpus + 1: share 0 is the loop's."""
     if gpus < 1:
         raise ValueError("the pipelined schedule needs at least one GPU")
     return [list(range(g, population, gpus)) for g in range(min(gpus, population))]
@@ -58,17 +71,30 @@ def engine_configs(config: Any, engines: int) -> list[Any]:
     return out
 
 
+# torch's one global generator (transformers sampler): every engine in this process takes turns,
+# the loop's and, under `.local()`, the member containers' run in this process too
+_TORCH_GENERATOR = threading.Lock()
+
+
+def resident_engines(config: Any) -> int:
+    """Engines on one generating GPU: `modal.es_members_per_gpu` when pipelined, else one."""
+    return config.modal.es_members_per_gpu if config.modal.es_member_gpus else 1
+
+
 class MemberPipeline:
-    def __init__(self, config: Any, evaluator: Callable[[Any], Any] | None = None):
+    def __init__(self, config: Any, evaluator: Callable[[Any], Any] | None = None, *, engines: list[Any] | None = None):
+        """`engines`: already built (the loop's share, LoopShare); else `resident_engines` of `evaluator`."""
         from prover_cli.es.member import MemberEvaluator
 
-        engines = config.modal.es_members_per_gpu if config.modal.es_member_gpus else 1
         self.config = config
-        # built one after another: vLLM engines must not initialise on one GPU at the same time
-        self.engines = [(evaluator or MemberEvaluator)(c) for c in engine_configs(config, engines)]
+        self._turns = None if config.generate.backend == "vllm" else _TORCH_GENERATOR
+        if engines is None:
+            # built one after another: vLLM engines must not initialise on one GPU at the same time
+            # (and a transformers model's load must not draw from the generator another engine seeded)
+            with self._turns or contextlib.nullcontext():
+                engines = [(evaluator or MemberEvaluator)(c) for c in engine_configs(config, resident_engines(config))]
+        self.engines = engines
         self.task = self.engines[0].task
-        # torch's one global generator (transformers sampler): its engines must take turns
-        self._turns = None if config.generate.backend == "vllm" else threading.Lock()
 
     def evaluate(self, iteration: int, members: list[int], problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each member's completions and rewards, in `members` order; verification overlaps generation."""
@@ -134,3 +160,47 @@ def score_together(task: Any, problems: list[dict[str, Any]], members: list[tupl
     for completions, future in members:
         future.set_result(rewards[offset:offset + len(completions)])
         offset += len(completions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Share 0: the loop's own GPU
+# ---------------------------------------------------------------------------------------------
+
+class LoopEngine:
+    """Engine 0 of the loop's share: the loop's sampler and its live weights, theta_{t-1} whenever a
+    member is asked for (the loop updates them in place after the iteration), so no catch-up."""
+
+    def __init__(self, config: Any, sampler: Any, weights: Any):
+        from prover_cli.tasks import get_task
+
+        self.config, self.sampler, self.weights = config, sampler, weights
+        self.task = get_task(config.data.task)
+
+    def completions(self, *, iteration: int, member: int, problems: list[dict[str, Any]]) -> list[str]:
+        from prover_cli.es.population import member_completions
+
+        return member_completions(self.sampler, self.weights, self.task, problems, self.config, iteration, member)
+
+
+class LoopShare:
+    """The loop's share of the pipelined schedule: `load_sampler()` loads the loop's sampler as engine 0
+    (1/k of the GPU's memory budget) and the k - 1 other engines after it; `evaluate` runs share 0."""
+
+    def __init__(self, config: Any):
+        self.config = config
+        self.pipeline: MemberPipeline | None = None
+
+    def load_sampler(self) -> Any:
+        from prover_cli.es.member import MemberEvaluator
+        from prover_cli.es.population import load_es_sampler
+
+        first, *others = engine_configs(self.config, resident_engines(self.config))
+        sampler = load_es_sampler(first)
+        engines = [LoopEngine(first, sampler, sampler.es_weights()), *(MemberEvaluator(c) for c in others)]
+        self.pipeline = MemberPipeline(self.config, engines=engines)
+        return sampler
+
+    def evaluate(self, iteration: int, members: list[int], problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.pipeline is None:
+            raise RuntimeError("the loop's share asked for before the loop loaded its sampler (LoopShare.load_sampler)")
+        return self.pipeline.evaluate(iteration, members, problems)

@@ -19,12 +19,14 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
   per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
   `modal.verify_memory_gb` GiB;
 - an ES iteration is laid out by `schedule.simulate` as `modal.es_member_gpus` says: the barrier
-  (0: every member at once, then the batch Sandboxes) or the pipelined schedule (N member
-  containers each running its share while their REPL workers check each member's proofs); the
-  loop container and every member container are billed for the whole iteration, idle time
-  included; `benchmarks/bench_pipeline.py` prints these same figures (`es_iteration_cost`);
-- the ES held-out evaluation is one GPU container's work (`es_eval`), the loop and the members
-  billed while they wait for it; GRPO's runs in the trainer's container;
+  (0: every member at once, then the batch Sandboxes, the loop's GPU waiting) or the pipelined
+  schedule (the loop's GPU and N member containers each running a share while their REPL
+  workers check each member's proofs); the loop container and every member container are
+  billed for the whole iteration, idle time included; `benchmarks/bench_pipeline.py` prints
+  these same figures (`es_iteration_cost`);
+- the ES held-out evaluation: pipelined, on the loop's GPU with its live weights; barrier, one GPU
+  container's work (`es_eval`); the members (and the loop) billed while they wait for it; GRPO's
+  runs in the trainer's container;
 - per method, the same unit: the GPU-busy share of billed GPU-seconds and USD per 1,000 samples.
 The `modal.est_*` timings are replaced by measured ones where a calibration file of
 `prover doctor --backend modal` matches the config (on_modal/calibration.py); the plan says, per
@@ -469,23 +471,28 @@ def es_pipelined(config: Any) -> bool:
 
 
 def es_generating_gpus(config: Any) -> int:
-    """ESMember containers that generate: barrier, one per member (at most modal.max_containers);
-    pipelined, modal.es_member_gpus, at most one per member (pipeline.shares: member i on GPU i % N).
-    The loop's own GPU container (train_es) comes on top in both: it holds theta and the sampler
-    and waits while they generate."""
+    """GPUs that generate members. Barrier: the ESMember containers, one per member (at most
+    modal.max_containers), the loop's GPU waiting on top. Pipelined: the loop's GPU (share 0) and
+    modal.es_member_gpus member containers, at most one per member (pipeline.shares: member i on
+    GPU i % (N + 1))."""
     if es_pipelined(config):
-        return min(config.modal.es_member_gpus, config.es.population)
+        return min(config.modal.es_member_gpus + 1, config.es.population)
     return min(config.es.population, config.modal.max_containers)
 
 
 def es_member_containers(config: Any) -> int:
     """ESMember containers up in an iteration (the loop's container apart)."""
-    return es_generating_gpus(config)
+    return es_generating_gpus(config) - 1 if es_pipelined(config) else es_generating_gpus(config)
+
+
+def es_gpus_billed(config: Any) -> int:
+    """GPU containers billed through an ES iteration: the loop's and the members'."""
+    return es_member_containers(config) + 1
 
 
 def es_lean_workers(config: Any) -> int:
-    """Pipelined: Lean REPL workers, `verify.workers` per member container (its share's verification
-    pool, kept warm through the share: `verify_records(keep_warm=True)`, pipeline.py)."""
+    """Pipelined: Lean REPL workers, `verify.workers` per generating GPU, the loop's included (its
+    share's verification pool, kept warm through the share: `verify_records(keep_warm=True)`, pipeline.py)."""
     return es_generating_gpus(config) * config.verify.workers
 
 
@@ -526,7 +533,7 @@ def es_iteration_cost(config: Any) -> dict[str, Any]:
     usd = sum(sum(line.usd(config).values()) for line in _billed_lines(config, "train_es", work, t))
     pipelined = es_pipelined(config)
     return {"schedule": "pipelined" if pipelined else "barrier", "iteration_s": t.iteration_s, "usd": usd,
-            "gpu_busy_fraction": t.es.gpu_busy_fraction, "gpus_billed": es_generating_gpus(config) + 1,
+            "gpu_busy_fraction": t.es.gpu_busy_fraction, "gpus_billed": es_gpus_billed(config),
             "resident": config.modal.es_members_per_gpu if pipelined else 1,
             "lean_workers": es_lean_workers(config) if pipelined else t.batches * config.verify.workers,
             "usd_per_1k_samples": 1000 * usd / work.samples if work.samples else 0.0, "config": config}
@@ -561,15 +568,18 @@ def es_simulation_inputs(config: Any, work: _Work, t: _Timings) -> tuple[Any, An
                             * v.workers), barrier=True, proofs_per_header=0, loop_gpu=True,
                             sandboxes=m.verify_max_containers if work.proofs else 0)
     else:
-        # each member container evaluates its share one member after another (es_members_per_gpu
-        # at once), after applying the last update; a member's proofs go to its REPL workers as they
-        # arrive, each worker importing the header once per iteration (its share's pool, kept warm
-        # through the share) and billed for the whole iteration (an upper bound); the loop's GPU waits
+        # every generating GPU, the loop's (GPU 0) and each member container's, evaluates its share
+        # one member after another (es_members_per_gpu at once), after applying the last update: a
+        # member container's engines replay it; on the loop's GPU engine 0 made it, its other
+        # engines replay it. A member's proofs go to its GPU's REPL workers as they arrive, each
+        # worker importing the header once per iteration (its share's pool, kept warm through the
+        # share) and billed for the whole iteration (an upper bound). No GPU waits.
+        loop_catch_up_s = m.est_replay_s_per_iteration if m.es_members_per_gpu > 1 else 0.0
         item = IterationWork(**common, resident_slowdown=m.est_resident_slowdown, catch_up_s=m.est_replay_s_per_iteration,
-                             kernel_latency_s=es_kernel_latency_s(config))
+                             loop_catch_up_s=loop_catch_up_s, kernel_latency_s=es_kernel_latency_s(config))
         schedule = Schedule("pipelined", gpus=es_generating_gpus(config), lean_workers=max(1, es_lean_workers(config)),
                             barrier=False, proofs_per_header=max(1, work.proofs), warm_lean=bool(work.proofs),
-                            resident=m.es_members_per_gpu, loop_gpu=True)
+                            resident=m.es_members_per_gpu, loop_generates=True)
     return item, schedule, es_prices(config)
 
 
@@ -715,11 +725,13 @@ def kernel_check_core_s_per_proof(config: Any) -> float:
 def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
     """One held-out evaluation on Modal: two generation calls (sampled, greedy), then its proofs through Lean.
     GRPO: in the trainer's container (its GPU held meanwhile), its proofs in batch Sandboxes as a step's.
-    ES (both schedules): on ONE GPU container of its own (`es_eval`, functions.py's es_heldout) with
-    the current weights, rebuilt from the newest snapshot (the plan counts the worst case,
-    `cold_member_replay`), its proofs on its own `verify.workers` REPL Sandboxes (the header once
-    each); the loop waits for it, and the warm member containers with it, so they are billed for
-    its wall time too."""
+    ES, pipelined: on the loop's own GPU, with its live weights (es/train.py: no replay, no container
+    of its own); the warm member containers wait meanwhile, so they are billed for its wall time.
+    ES, barrier: on ONE GPU container of its own (`es_eval`, functions.py's es_heldout), theta rebuilt
+    from the newest snapshot (the plan counts the worst case, `cold_member_replay`); the loop and the
+    warm members wait. Both ES placements check its proofs as the Sandbox placement sizes the pool
+    (sandbox.sandbox_concurrency): `verify.workers` REPL Sandboxes per `modal.verify_batch_size`
+    proofs, each up for a batch's lifetime (header, its proofs, its kernel stage)."""
     m = config.modal
     evaluations, samples = heldout_evaluations(config, work.iterations)
     calls = 1 if config.run.eval_temperature == 0 else 2
@@ -730,19 +742,26 @@ def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict
     lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te)
              if line.name != "train_grpo" and not (es and line.name == "verify Sandbox")]
     if es:
-        workers = config.verify.workers
-        lean_s = (m.est_header_s + math.ceil(evaluation.proofs / workers) * m.est_verify_s_per_proof
-                  + es_kernel_latency_s(config)) if evaluation.proofs else 0.0
-        replay_s = cold_member_replay(config)[1]
+        workers = te.batches * config.verify.workers
+        lean_s = te.verify_waves * te.batch_s
+        in_loop = es_pipelined(config)
+        replay_s = 0.0 if in_loop else cold_member_replay(config)[1]
         wall_s = replay_s + te.generation_s + lean_s
-        lines += [_Line("es_eval", res["es_eval"], 1, 1, wall_s), _Line("train_es", res["train_es"], 1, 1, wall_s)]
+        lines.append(_Line("train_es", res["train_es"], 1, 1, wall_s))
+        if not in_loop:
+            lines.append(_Line("es_eval", res["es_eval"], 1, 1, wall_s))
         if t.gen_containers:
             lines.append(_Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s))
         if evaluation.proofs:
-            lines.append(_Line("eval REPL Sandbox", res["lean_worker"], workers, "-", workers * lean_s, sandbox=True))
-        lean = f"{evaluation.proofs} proofs on its {workers} REPL Sandboxes, {lean_s:.0f} s" if evaluation.proofs else "no Lean"
-        held = (f"; one GPU container (es_eval) replays up to {replay_s:.0f} s from the newest snapshot first; the loop"
-                f"{f' and {t.gen_containers} warm member container(s)' if t.gen_containers else ''} wait meanwhile")
+            lines.append(_Line("eval REPL Sandbox", res["lean_worker"], workers, "-", te.batches * config.verify.workers
+                               * te.batch_s, sandbox=True))
+        lean = (f"{evaluation.proofs} proofs on {workers} REPL Sandboxes ({te.batches} batch(es) of "
+                f"{te.proofs_per_batch}, {te.batch_s:.0f} s each)" if evaluation.proofs else "no Lean")
+        members = f"{t.gen_containers} warm member container(s)" if t.gen_containers else ""
+        held = (f"; on the loop's GPU with its live weights (no replay){f', {members} waiting' if members else ''}"
+                if in_loop else
+                f"; one GPU container (es_eval) replays up to {replay_s:.0f} s from the newest snapshot first; the loop"
+                f"{f' and {members}' if members else ''} wait meanwhile")
     else:
         lean = f"{te.batches} Sandbox(es) of {te.batch_s:.0f} s" if te.batches else "no Lean"
         wall_s = te.iteration_s
@@ -762,11 +781,13 @@ def _wall_note(config: Any, command: str, t: _Timings) -> str:
         return f"generation + {t.verify_waves} verification wave(s) = {t.iteration_s:.0f} s"
     r = t.es
     if es_pipelined(config):
-        return (f"pipelined (schedule.simulate): {es_generating_gpus(config)} member container(s), each "
-                f"{m.es_members_per_gpu} member(s) at once, and the loop's GPU waiting; "
+        return (f"pipelined (schedule.simulate): the loop's GPU and {es_member_containers(config)} member "
+                f"container(s) each evaluate a share, {m.es_members_per_gpu} member(s) at once "
                 f"(each further one {m.est_resident_slowdown:g} of a generation slower, "
-                f"modal.est_resident_slowdown, ASSUMED); member containers first apply the last update "
-                f"({m.est_replay_s_per_iteration:g} s); {es_lean_workers(config)} warm REPL workers; generation ends "
+                f"modal.est_resident_slowdown, ASSUMED); engines first apply the last update "
+                f"({m.est_replay_s_per_iteration:g} s; on the loop's GPU only its engines after the first"
+                f"{', none here' if m.es_members_per_gpu == 1 else ''}); {es_lean_workers(config)} warm REPL workers; "
+                "generation ends "
                 f"at {r.generation_end_s:.0f} s, the last verdict and the update ({m.est_update_s:g} s, "
                 f"modal.est_update_s) end the iteration at {t.iteration_s:.0f} s")
     return (f"barrier (schedule.simulate): {t.gen_waves} generation wave(s) + {t.verify_waves} verification wave(s) "
@@ -831,15 +852,18 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                      round(tail.r.memory_mb / 1024), tail.containers, "once", round(tail.container_s, 1),
                      round(once_usd, 4)])
     roles = {
-        "train_es": "the ES loop: holds theta, applies updates, writes the ledger (one writer)",
+        "train_es": ("the ES loop: holds theta, applies updates, writes the ledger (one writer); evaluates share 0 "
+                     f"of the members on its own GPU ({m.es_members_per_gpu} at once) and the held-out evaluation"
+                     if command == "train_es" and es_pipelined(config) else
+                     "the ES loop: holds theta, applies updates, writes the ledger (one writer)"),
         "ESMember": ("GPU worker: applies the new ledger iteration, then evaluates its share of the members "
                      f"one after another ({m.es_members_per_gpu} at once), handing each member's proofs to its "
                      "REPL workers (pipeline.py)"
                      if es_pipelined(config) else
                      "warm GPU worker: replays only new ledger iterations, perturbs, samples; one member per call"),
-        "Lean REPL Sandbox (warm)": "Lean: one REPL per Sandbox (no network, no Volumes), verify.workers per member "
-                                    "container, its header imported once per iteration, checking each member's "
-                                    "proofs as they arrive",
+        "Lean REPL Sandbox (warm)": "Lean: one REPL per Sandbox (no network, no Volumes), verify.workers per "
+                                    "generating GPU (the loop's and each member container's), its header imported "
+                                    "once per iteration, checking each member's proofs as they arrive",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
         "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
         "kernel Sandbox": "the kernel stage: per fast-path pass `lean -o`, per checker batch one checker process, "
@@ -855,7 +879,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                             f"({'modal.est_decode_tokens_per_s' if m.est_decode_tokens_per_s else f'the {m.gpu} estimate'}) "
                             f"= {t.generation_s:.0f} s (upper estimate: every sample runs to its token limit)"],
         ["verification batch", (f"pipelined: each proof on the first free of {es_lean_workers(config)} warm REPL "
-                                f"workers (verify.workers = {v.workers} per member container, one REPL per Sandbox of "
+                                f"workers (verify.workers = {v.workers} per generating GPU, one REPL per Sandbox of "
                                 f"{res['lean_worker'].cpu:g} cores, {res['lean_worker'].memory_mb // 1024} GiB), "
                                 f"{m.est_verify_s_per_proof:g} s each; the {m.est_header_s:g} s header once per worker "
                                 "per iteration (its share's pool kept warm through the share)")
@@ -893,11 +917,12 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     notes.insert(0, ["figures", figures.note])
     if command == "train_es" and es_pipelined(config):
         k, share = m.es_members_per_gpu, config.generate.gpu_memory_utilization
-        notes.append(["resident engines", f"{k} engine(s) per member GPU, each with 1/{k} of "
-                                          f"generate.gpu_memory_utilization = {share:g}; each also keeps an fp32 master "
-                                          "of the weights outside that budget (es/vllm_worker.py): the GPU needs "
+        notes.append(["resident engines", f"{k} engine(s) per generating GPU, the loop's included, each with 1/{k} "
+                                          f"of generate.gpu_memory_utilization = {share:g}; each also keeps an fp32 "
+                                          "master of the weights outside that budget (es/vllm_worker.py): the GPU needs "
                                           f"{k} x 4 bytes per parameter besides {share:g} of its memory (not checked "
-                                          "here: the config has no parameter count)"])
+                                          "here: the config has no parameter count; docs/modal.md has kimina-es's "
+                                          "arithmetic)"])
     if figures.kernel_peak_memory_gib is not None and v.kernel_check:
         sandbox_gib = res["kernel_sandbox"].memory_mb / 1024
         if figures.kernel_peak_memory_gib > sandbox_gib:

@@ -56,7 +56,8 @@ class IterationWork:
     resident_slowdown: float = 0.0  # each further member generating on the same GPU at once adds
                                     # this fraction of generation_s (an assumption until measured)
     catch_up_s: float = 0.0      # a member container applies the last update before its first member
-                                 # (the loop's own GPU applied it in the update)
+    loop_catch_up_s: float = 0.0  # the same on the loop's own GPU (`loop_generates`): 0 with one engine
+                                  # (the update moved it), a replay when its other engines catch up
     kernel_latency_s: float = 0.0   # warm workers: a proof's verdict comes this long after its fast path
     proofs_per_batch: int = 0    # batches: proofs per fresh Sandbox
     batch_s: float = 0.0         # batches: one Sandbox's lifetime (header, proofs, kernel stage)
@@ -74,7 +75,7 @@ class Schedule:
     loop_gpu: bool = False       # the loop holds a GPU of its own besides the generating ones
     warm_lean: bool = False      # Lean workers are billed for the whole iteration (they stay up)
     resident: int = 1            # members generating on one GPU at once (engines sharing it)
-    loop_generates: bool = False  # GPU 0 is the loop's own: it pays no catch-up
+    loop_generates: bool = False  # GPU 0 is the loop's own: it pays `loop_catch_up_s`, not `catch_up_s`
     sandboxes: int = 0           # > 0: Lean in fresh batch Sandboxes, this many at once
 
 
@@ -111,7 +112,7 @@ def simulate(work: IterationWork, schedule: Schedule, prices: Prices) -> Result:
         raise ValueError("batch Sandboxes need proofs_per_batch >= 1")
     # --- GPUs: the next members (up to `resident` at once) on the earliest free GPU ---------
     perturb = 0.0 if schedule.barrier else work.perturb_s
-    gpus = [(0.0 if schedule.loop_generates and index == 0 else work.catch_up_s, index)
+    gpus = [(work.loop_catch_up_s if schedule.loop_generates and index == 0 else work.catch_up_s, index)
             for index in range(schedule.gpus)]
     done: list[float] = []
     gpu_busy, left = sum(start for start, _ in gpus), work.members

@@ -158,7 +158,7 @@ def _evaluate(node: ast.AST, used: list[int]) -> Fraction:
     raise _Rejected  # names, calls, unary minus, floats, powers...: not allowed
 
 
-def score(completion: str, problem: dict[str, Any]) -> float:
+def completion_reward(completion: str, problem: dict[str, Any]) -> float:
     answer = extract_answer(completion)
     if answer is None:
         return 0.0
@@ -196,4 +196,4 @@ class CountdownTask:
         return text
 
     def rewards(self, problems, completions, config=None, reporter=None) -> list[float]:
-        return [score(c, p) for p, c in zip(problems, completions, strict=True)]
+        return [completion_reward(c, p) for p, c in zip(problems, completions, strict=True)]

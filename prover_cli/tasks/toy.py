@@ -33,7 +33,7 @@ def generate_problems(count: int, seed: int) -> list[dict[str, Any]]:
     return problems
 
 
-def score(completion: str) -> float:
+def completion_reward(completion: str) -> float:
     characters = [c for c in completion if not c.isspace()]
     return sum(c in TARGET for c in characters) / len(characters) if characters else 0.0
 
@@ -54,4 +54,4 @@ class ToyTask:
                 reporter: Any = None) -> list[float]:
         if len(problems) != len(completions):
             raise ValueError(f"{len(problems)} problems for {len(completions)} completions")  # a caller bug
-        return [score(c) for c in completions]
+        return [completion_reward(c) for c in completions]

@@ -355,6 +355,10 @@ class ModalConfig:
     verify_cpus: float = _key(8.0, "CPU cores of a batch's worth of verification Sandboxes: each of its `verify.workers` REPL Sandboxes gets 1/workers of them.", min=0.25)
     verify_memory_gb: int = _key(64, "Memory of a batch's worth of verification Sandboxes, GiB, shared out as the cores are: at least `verify.workers` x "
                                  "`verify.memory_limit_gb` (4 x 16 by default), or the plan warns.", min=1)
+    kernel_sandbox_memory_gb: int = _key(0, "Memory of one kernel-stage Sandbox, GiB; 0 = one REPL's share of "
+                                         "`modal.verify_memory_gb` (at least 4). Size it from the kernel stage's "
+                                         "peak that `prover doctor --backend modal` measures: a run refuses to start "
+                                         "when the calibration's measured peak exceeds it.", min=0)
     verify_batch_size: int = _key(64, "Proofs per batch: sets how many REPL Sandboxes a call gets (ceil(proofs / this), each worth `verify.workers` REPLs) and how many proofs a REPL Sandbox checks before it is recycled.", min=1)
     verify_max_containers: int = _key(100, "Upper bound on batches verified at once (each `verify.workers` REPL Sandboxes).", min=1)
     timeout_min: int = _key(60, "Timeout of one remote call, minutes.", min=1)

@@ -143,9 +143,24 @@ def test_the_measured_kernel_peak_warns_when_the_kernel_sandbox_is_smaller():
     p = plan.plan(es(), command="train_es", backend="modal")
     warnings = [text for kind, text in p["tables"][-1]["rows"] if kind == "warning"]
     assert any("measured peak memory, 20.0 GiB" in w and "16 GiB" in w for w in warnings), warnings
+    # sized by the key the warning names, the Sandbox holds the peak: no warning, and the plan bills it
+    sized = plan.plan(es("modal.kernel_sandbox_memory_gb=20"), command="train_es", backend="modal")
+    assert not [text for kind, text in sized["tables"][-1]["rows"] if kind == "warning" and "peak memory" in text]
+    assert plan.kernel_step_size(es("modal.kernel_sandbox_memory_gb=20"))[1] == 20 * 1024
     written(es())   # 3.5 GiB fits the 16 GiB Sandbox
     p = plan.plan(es(), command="train_es", backend="modal")
     assert not [text for kind, text in p["tables"][-1]["rows"] if kind == "warning" and "peak memory" in text]
+
+
+def test_a_run_whose_kernel_sandbox_is_below_the_measured_peak_refuses_to_start(monkeypatch):
+    """Every kernel step would end in `error` (nothing verifies): refused before the app runs."""
+    from prover_cli.on_modal import remote
+
+    written(es(), figures={**FIGURES, "kernel_peak_memory_gib": calibration.figure(20.0, 9, "test")})
+    monkeypatch.setattr(remote, "to_wire", lambda *a: pytest.fail("the run went on to its call"))
+    with pytest.raises(ConfigError, match="modal.kernel_sandbox_memory_gb to at least 20"):
+        remote.run_remote("train_es", es(), {})
+    assert plan.kernel_memory_problem(es("modal.kernel_sandbox_memory_gb=20")) is None
 
 
 def test_the_doctor_never_writes_a_figure_the_plan_would_refuse(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 import modal
 
 from prover_cli.config import load_config
-from prover_cli.errors import BackendError, InputError
+from prover_cli.errors import BackendError, ConfigError, InputError
 from prover_cli.jsonl import write_text_atomic
 from prover_cli.on_modal.functions import LEDGER_FILE, REMOTE_FUNCTIONS, Generator, options
 from prover_cli.on_modal.images import DEFAULTS, SETTINGS, app, deploy_settings, runs_volume
@@ -116,6 +116,11 @@ def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]
         # Your config names other Volumes, app or Lean versions than this import declared.
         os.environ.update(deploy_settings(config))
         return reload_package().run_remote(name, config, kwargs)
+    from prover_cli.on_modal.plan import kernel_memory_problem
+
+    memory_problem = kernel_memory_problem(config)
+    if memory_problem:   # every kernel step would end in `error`: refuse before anything is billed
+        raise ConfigError(memory_problem)
     kwargs = dict(kwargs)
     detach = bool(kwargs.pop("detach", False))
     config_dict, remote_kwargs, uploads = to_wire(name, config, kwargs)

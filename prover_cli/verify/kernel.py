@@ -105,10 +105,6 @@ class CheckerPin:
         return OWN_CHECKER if self.dialect == "batch" else "safe_verify"
 
     @property
-    def checks_imports(self) -> bool:
-        return self.imports != "none"
-
-    @property
     def describe(self) -> str:
         if self.dialect == "batch":
             return f"{OWN_CHECKER} {self.commit[:12]} (prover_cli/verify/checker, Lean {self.toolchain}; not compiled here)"

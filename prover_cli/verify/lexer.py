@@ -218,19 +218,8 @@ def is_letter_like(ch: str) -> bool:
             or 0x1D49C <= c <= 0x1D59F)                                 # script/fraktur letters
 
 
-def is_subscript_alnum(ch: str) -> bool:
-    c = ord(ch)
-    return (0x2080 <= c <= 0x2089 or 0x2090 <= c <= 0x209C or 0x1D62 <= c <= 0x1D6A
-            or c == 0x2C7C)
-
-
 def is_id_first(ch: str) -> bool:
     return ("a" <= ch <= "z") or ("A" <= ch <= "Z") or ch == "_" or is_letter_like(ch)
-
-
-def is_id_rest(ch: str) -> bool:
-    return (is_id_first(ch) or ch.isascii() and ch.isdigit() or ch in "'!?"
-            or is_subscript_alnum(ch))
 
 
 _CHAR_ESCAPES = set("\\\"'ntr")
@@ -240,6 +229,7 @@ _HEX = set("0123456789abcdefABCDEF")
 # string bodies are consumed by the regex engine: lexing stays linear and fast on huge inputs.
 _ID_FIRST_CLASS = ("A-Za-z_\u03b1-\u03ba\u03bc-\u03c9\u0391-\u039f\u03a1\u03a2\u03a4-\u03a9"
                    "\u03ca-\u03fb\u1f00-\u1ffe\u2100-\u214f\U0001d49c-\U0001d59f")
+# Lean's isIdRest: isIdFirst, ASCII digits, ' ! ?, and the subscript letters and digits (isSubScriptAlnum)
 _ID_REST_RUN = re.compile(f"[{_ID_FIRST_CLASS}0-9'!?\u2080-\u2089\u2090-\u209c\u1d62-\u1d6a\u2c7c]*")
 _WHITESPACE_RUN = re.compile(r"[ \t\r\n]+")
 _BLOCK_COMMENT_MARK = re.compile(r"/-|-/")

@@ -9,9 +9,11 @@ the plan's table does. So this benchmark and `--dry-run` agree by construction. 
 the `modal.est_*` estimates, or the doctor's measured ones when a calibration file matches the
 config (`modal.calibration`; the first line says which).
 
-Rows: the barrier (what `modal.es_member_gpus = 0` runs: one GPU per member, then Lean in fresh
-Sandboxes), the configured schedule, and the cheapest pipelined schedule (GPUs 1..population,
-members resident per GPU 1, 2, 4, 8) whose iteration ends within a bound: the barrier's iteration
+Rows: the barrier (what `modal.es_member_gpus = 0` runs: one GPU per member, the loop's GPU
+waiting, then Lean in fresh Sandboxes), the configured schedule (the loop's GPU evaluating a share
+beside `modal.es_member_gpus` member containers), and the cheapest pipelined schedule (member
+containers 1..population - 1, members resident per GPU 1, 2, 4, 8; 8 is priced, not checked
+against the GPU's memory: docs/modal.md) whose iteration ends within a bound: the barrier's iteration
 time, twice and four times it (or `--max-iteration-s`). Printed per row: GPUs billed, members
 per GPU, Lean workers, iteration seconds, GPU-busy share of billed GPU-seconds, USD per iteration
 (kernel stage included) and per 1,000 samples, and the ratio to the barrier. These are estimates
@@ -56,7 +58,7 @@ def main() -> None:
               "USD/1k samples", "vs barrier"]
     rows = [row("barrier (es_member_gpus = 0)", barrier, barrier)]
     if plan.es_pipelined(config):
-        rows.append(row(f"configured ({config.modal.es_member_gpus} x {config.modal.es_members_per_gpu})",
+        rows.append(row(f"configured (loop + {config.modal.es_member_gpus} x {config.modal.es_members_per_gpu})",
                         configured, barrier))
     bounds = [args.max_iteration_s] if args.max_iteration_s else [barrier["iteration_s"] * k for k in (1, 2, 4)]
     for bound in bounds:

@@ -344,7 +344,7 @@ class ModalConfig:
                                "waiting for Lean (the barrier schedule); N > 0 = N GPU containers that each "
                                "evaluate their share of the members one after another, handing each member's "
                                "proofs to Lean and going on (the pipelined schedule, docs/modal.md); the ES "
-                               "loop's own GPU container comes on top of the N.", min=0)
+                               "loop's own GPU container comes on top of the N and evaluates share 0 itself.", min=0)
     es_members_per_gpu: int = _key(1, "Pipelined schedule only: members resident on one GPU at once, each its own "
                                    "engine with 1/N of `generate.gpu_memory_utilization`.", min=1, max=16)
     calibration: str = _key("", "A calibration file written by `prover doctor --backend modal` (docs/modal.md, "

@@ -547,7 +547,7 @@ def _run_on_modal(todo: list[dict[str, Any]], reporter: Any) -> None:
             continue
         name = f"train_{method}"
         wires = [remote.to_wire(name, run["config"], {"resume": False}) for run in batch]
-        with modal.enable_output(), remote.app.run():
+        with modal.enable_output(), remote.app_of(name).run():   # this method's app only (images.py)
             for config, _, _ in wires:   # a stale run is trained whole on the Volume too, never on top
                 try:
                     remote.runs_volume.remove_file(config["run"]["dir"], recursive=True)

@@ -29,7 +29,24 @@ refuses unknown ones; `exec(*args, workdir=, text=)` runs the command as a local
 stdin/stdout/stderr streams shaped like modal's StreamWriter/StreamReader, and refuses any
 program the Sandbox's image does not declare (plan.py `executables`: no host `kill`);
 `poll()` returns None, then 124 after the timeout or 137 after `terminate()`; either ends every
-process of the Sandbox; `exec` on a finished Sandbox raises.
+process of the Sandbox; `exec` on a finished Sandbox raises. `create` builds its image (below).
+
+Apps and image builds (BUILDS; `apps_running` installs the app stand-in), after modal 1.6.4 and
+modal-labs/modal-client@69519aef (py/modal/):
+- `App.run()` creates every function and class registered on the app before its block runs
+  (runner.py `_create_all_objects`: `{**local_app_state.functions, **local_app_state.classes}`),
+  and creating one loads its dependencies, the image among them (_functions.py `_deps`): every
+  image of the app is built, and a failed build raises ImageBuildError out of `run()`;
+- `Sandbox.create(image=...)` loads (builds) its image when the Sandbox is created (sandbox.py
+  `_Sandbox._create`, its `_load`); `app=` must be running (ValueError "App has not been
+  initialized yet", sandbox/_common.py `_resolve_app_id_and_client`), and `app=None` outside a
+  container is InvalidError: enforced while `apps_running` is installed (other tests create
+  Sandboxes with no app stand-in running, as before);
+- `Image.build()` without an app builds that image alone (_image.py `_Image.build`);
+- a Function of an app that is not running cannot be called (`_Object._validate_is_hydrated`:
+  ExecutionError "... because the App it is defined on is not running"): `FunctionStandIn`.
+A build that fails (BUILDS.failing) raises ImageBuildError with the client's wording
+(_image.py: "Image build for <id> failed.\nView the build logs: ..."); no build runs anything.
 """
 
 from __future__ import annotations
@@ -222,6 +239,140 @@ class VolumeStandIn:
 
 
 # --------------------------------------------------------------------------------------------
+# Apps and image builds
+# --------------------------------------------------------------------------------------------
+
+class BuildControls:
+    """The test's view of image builds and running apps (not part of Modal's surface)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.built: list[str] = []        # image names (images.IMAGES), one per load, in order
+        self.failing: set[str] = set()    # image names whose build fails
+        self.ran: list[str] = []          # names of the apps whose `run()` was entered
+        self.detached: list[bool] = []    # each of those runs' `detach`
+
+    enforce_apps = False                  # Sandbox.create checks its `app=` (set by apps_running)
+
+
+BUILDS = BuildControls()
+
+
+def image_name(image: Any) -> str:
+    from prover_cli.on_modal import images
+
+    return next((name for name, declared in images.IMAGES.items() if image is declared), "<undeclared image>")
+
+
+def build_image(image: Any) -> str:
+    """Load one image as the client does: its id, or ImageBuildError when the test made it fail."""
+    name = image_name(image)
+    image_id = f"im-standin-{name}"
+    if name in BUILDS.failing:
+        raise modal.exception.ImageBuildError(
+            f"Image build for {image_id} failed.\nView the build logs:\n  modal image logs {image_id}", image_id)
+    BUILDS.built.append(name)
+    return image_id
+
+
+def _impl(obj: Any) -> Any:
+    from modal._utils.async_utils import synchronizer
+
+    return synchronizer._translate_in(obj)
+
+
+def app_images(app: Any) -> list[Any]:
+    """Every image `app.run()` loads: those of every registered function and class (classes
+    through their service function), as `_create_all_objects` indexes them."""
+    state = _impl(app)._local_state
+    objects = [*state.functions.values(), *(c._get_class_service_function() for c in state.classes.values())]
+    return [synchronizer_out(o._spec.image) for o in objects if o._spec.image is not None]
+
+
+def synchronizer_out(obj: Any) -> Any:
+    from modal._utils.async_utils import synchronizer
+
+    return synchronizer._translate_out(obj)
+
+
+def app_of_function(function: Any) -> Any:
+    """The app a Modal Function or Cls is registered on (the client's own record, `_app`)."""
+    impl = _impl(function)
+    if isinstance(function, modal.Cls):
+        impl = impl._get_class_service_function()
+    return synchronizer_out(impl._app)
+
+
+def is_running(app: Any) -> bool:
+    return _impl(app)._app_id is not None
+
+
+@contextlib.contextmanager
+def _app_run(self: Any, *, name: str | None = None, client: Any = None, detach: bool = False,
+             interactive: bool = False, environment_name: str | None = None) -> Iterator[Any]:
+    """`App.run()` (the signature of modal 1.6.4's): build every image of the app, then run the block."""
+    for image in app_images(self):
+        build_image(image)           # a failed build ends run() before its block, as on Modal
+    impl = _impl(self)
+    impl._app_id = f"ap-standin-{self.name}"
+    BUILDS.ran.append(self.name)
+    BUILDS.detached.append(detach)
+    try:
+        yield self
+    finally:
+        impl._app_id = None
+
+
+def _image_build(self: Any, app: Any = None) -> Any:
+    """`Image.build(app=None)`: this image alone; an `app` given must be running."""
+    if app is not None and not is_running(app):
+        raise modal.exception.InvalidError("App has not been initialized yet. Use the context manager `app.run()` "
+                                           "or `App.lookup`")
+    return types.SimpleNamespace(object_id=build_image(self))
+
+
+def apps_running(monkeypatch) -> BuildControls:
+    """Install the app and image-build stand-ins (on modal.App and modal.Image themselves)."""
+    BUILDS.reset()
+    monkeypatch.setattr(BUILDS, "enforce_apps", True)
+    monkeypatch.setattr(modal.App, "run", _app_run)
+    monkeypatch.setattr(modal.Image, "build", _image_build)
+    return BUILDS
+
+
+class FunctionStandIn:
+    """A Modal Function (or a Cls method) of `app`: callable only while `app` runs, as on Modal;
+    records its calls and returns `result`."""
+
+    def __init__(self, app: Any, result: Any):
+        self._app, self._result, self._calls, self._options = app, result, [], None
+
+    def with_options(self, **options: Any) -> "FunctionStandIn":
+        self._options = options
+        return self
+
+    def __call__(self, **parameters: Any) -> Any:   # a Cls: instantiated with its parameters
+        return types.SimpleNamespace(generate_file=self)
+
+    def _hydrated(self) -> None:
+        if not is_running(self._app):
+            raise modal.exception.ExecutionError("Function has not been hydrated with the metadata it needs to run "
+                                                 "on Modal, because the App it is defined on is not running.")
+
+    def remote(self, *args: Any) -> Any:
+        self._hydrated()
+        self._calls.append(("remote", args))
+        return self._result
+
+    def spawn(self, *args: Any) -> Any:
+        self._hydrated()
+        self._calls.append(("spawn", args))
+        return types.SimpleNamespace(object_id="fc-standin", get=lambda: self._result)
+
+
+# --------------------------------------------------------------------------------------------
 # Sandbox
 # --------------------------------------------------------------------------------------------
 # Return codes as the modal 1.6.4 client reports them:
@@ -382,6 +533,13 @@ class SandboxStandIn:
             raise TypeError(f"Sandbox.create() got unexpected keyword arguments {sorted(unknown)}")
         if args:
             raise AssertionError("the stand-in runs REPLs through exec(), not as the entrypoint")
+        if BUILDS.enforce_apps:
+            app = kwargs.get("app")
+            if app is None:
+                raise modal.exception.InvalidError("Sandboxes require an App when created outside of a Modal container.")
+            if not is_running(app):
+                raise ValueError("App has not been initialized yet. To create an App lazily, use `App.lookup`")
+        build_image(kwargs.get("image"))   # the Sandbox's image loads at create (a failed build raises here)
         if SANDBOXES.barrier is not None:
             SANDBOXES.barrier.wait()
         box = cls(kwargs)
@@ -484,6 +642,7 @@ def sandboxes_running(monkeypatch, fake_repl) -> Iterator[SandboxControls]:
     from prover_cli.on_modal import images, sandbox
 
     SANDBOXES.reset({tuple(images.REPL_COMMAND): [sys.executable, str(fake_repl)], **kernel_command_map()})
+    BUILDS.built.clear()
     monkeypatch.setattr(sandbox, "Sandbox", SandboxStandIn)
     yield SANDBOXES
     for box in SANDBOXES.created:

@@ -125,7 +125,7 @@ FIELDS = ("image", "gpu", "cpu", "memory_mb", "timeout_s", "retries", "max_conta
 
 def test_module_imports_without_credentials_or_network(tmp_path):
     probe = ("import prover_cli.on_modal.remote as m; "
-             "print(sorted(m.app.registered_functions))")
+             "print(sorted(n for a in m.APPS.values() for n in a.registered_functions))")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -542,12 +542,13 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs, on one GPU container of its own: it replays
     # at most 10 iterations from the newest snapshot (250 s), makes two generation calls (163.84 s),
-    # then its 4 REPL Sandboxes (2 cores, 16 GiB) import the header and check 80 proofs each (60 +
-    # 400 s), the last verdict a kernel pass (4.5 s) and a checker import (5 s) later; 320 kernel
-    # passes of 4.65625 s; the loop and its 30 warm members wait those 883.34 s with it.
-    lean_s = 60 + 80 * 5 + 4.5 + 5
+    # then its proofs go to the Sandbox placement sized as 5 batches of 64 (sandbox_concurrency): 20
+    # REPL Sandboxes (2 cores, 16 GiB), each up for a batch's lifetime, the header and 16 proofs
+    # (60 + 80 s) and the batch's kernel stage (4 rounds of 4.5 s + 2 checker imports of 5 s);
+    # 320 kernel passes of 4.65625 s; the loop and its 30 warm members wait those 581.84 s with it.
+    lean_s = 60 + 16 * 5 + (4 * 4.5 + 2 * 5)
     eval_s = 250 + 2 * 8192 / 100 + lean_s
-    eval_usd = (32 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 4 * lean_s * (2 * 0.142 + 16 * 0.024)
+    eval_usd = (32 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 20 * lean_s * (2 * 0.142 + 16 * 0.024)
                 + 320 * per_pass * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
@@ -683,7 +684,7 @@ def fake_modal(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     volume, fake_app = VolumeStandIn(tmp_path / "mnt"), FakeApp()
     monkeypatch.setattr(remote, "runs_volume", volume)
-    monkeypatch.setattr(remote, "app", fake_app)
+    monkeypatch.setattr(remote, "APPS", {role: fake_app for role in remote.APPS})   # every role's app
     return types.SimpleNamespace(volume=volume, app=fake_app)
 
 

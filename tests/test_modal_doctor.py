@@ -1,7 +1,9 @@
 """`prover doctor --backend modal`: every step, end to end, against the stand-ins; `--dry-run` starts nothing.
 
 What stands in for Modal here (none of these results is a Modal result): the images are "built"
-by a fake that returns an id; the Lean Sandbox is tests/modal_standin.py's SandboxStandIn running
+by tests/modal_standin.py's build stand-in (BUILDS: an id, or ImageBuildError for an image the
+test makes fail), and each app's `run()` builds every image of the app first, as Modal's does
+(`apps_running`); the Lean Sandbox is tests/modal_standin.py's SandboxStandIn running
 tests/fake_repl.py for the image's REPL (so the canary's verdicts are the REPL stand-in's, not
 Lean's); the GPU step is `doctor_gpu.local()` on the offline tiny model with the transformers
 sampler (no GPU, no vLLM); the Volumes are VolumeStandIns, each call in a fresh "container".
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from modal_standin import SANDBOXES, VolumeStandIn, sandboxes_running
+from modal_standin import BUILDS, SANDBOXES, VolumeStandIn, app_of_function, apps_running, is_running, sandboxes_running
 from prover_cli.cli import app
 from prover_cli.on_modal import calibration, doctor, functions, images, plan, remote, sandbox
 
@@ -38,24 +40,19 @@ def standins(tmp_path, monkeypatch):
     for module in (functions, remote):
         monkeypatch.setattr(module, "runs_volume", runs)
     monkeypatch.setattr(functions, "models_volume", models)
-    built, calls = [], []
-
-    def build(image):
-        name = next(n for n, declared in images.IMAGES.items() if declared is image)
-        built.append(name)
-        return f"im-standin-{name}"
+    calls = []
 
     def call(function, *args):  # each remote call in a fresh container, as Modal runs separate Functions
+        assert is_running(app_of_function(function)), "a Function called while its app does not run"
         calls.append(args)
         with runs._container(f"call-{len(calls)}"), models._container(f"call-{len(calls)}"):
             return function.local(*args)
 
-    monkeypatch.setattr(doctor, "build", build)
-    monkeypatch.setattr(doctor, "app_running", contextlib.nullcontext)
     monkeypatch.setattr(doctor, "call", call)
     gen = sandboxes_running(monkeypatch, FAKE_REPL)
     next(gen)
-    yield {"built": built, "calls": calls, "runs": runs, "models": models}
+    apps_running(monkeypatch)   # Sandboxes from your machine need a running app (the Lean one)
+    yield {"built": BUILDS.built, "calls": calls, "runs": runs, "models": models}
     with contextlib.suppress(StopIteration):
         next(gen)
 
@@ -72,7 +69,8 @@ def test_every_step_runs_and_reports_its_result_time_and_cost(standins):
     steps = {s["name"]: s for s in out["steps"]}
     assert list(steps) == ["images", "lean sandbox", "gpu model", "volumes"]
     assert all(s["result"] == "ok" for s in steps.values()) and out["ok"] is True
-    assert sorted(standins["built"]) == sorted(images.IMAGES) and {"gpu", "lean", "orchestrator", "trl"} <= set(images.IMAGES)
+    assert set(standins["built"]) == set(images.IMAGES) and {"gpu", "lean", "orchestrator", "trl"} <= set(images.IMAGES)
+    assert all(out["images"][name]["ok"] for name in images.IMAGES)
     assert "lean im-standin-lean" in steps["images"]["detail"] and steps["images"]["usd"] == "not priced"
     # one Sandbox, created exactly as verification creates them, terminated after the canary; then
     # the kernel canary, each step in a fresh Sandbox as the kernel stage creates them
@@ -137,21 +135,31 @@ def test_a_write_that_is_not_committed_fails_the_round_trip(standins, monkeypatc
     assert steps["lean sandbox"]["result"] == "ok"  # the other steps still ran
 
 
-def test_a_step_whose_image_does_not_build_is_not_run(standins, monkeypatch):
-    real_build = doctor.build
-
-    def build(image):
-        if image is images.lean_image:
-            raise RuntimeError("Image build for im-x failed")
-        return real_build(image)
-
-    monkeypatch.setattr(doctor, "build", build)
+def test_a_step_whose_image_does_not_build_is_not_run(standins):
+    BUILDS.failing = {"lean"}
     result = runner.invoke(app, [*ARGS, "--json"])
     assert result.exit_code == 1
     steps = {s["name"]: s for s in json.loads(result.stdout)["steps"]}
-    assert steps["images"]["result"] == "FAILED" and "lean FAILED: RuntimeError" in steps["images"]["detail"]
+    assert steps["images"]["result"] == "FAILED" and "lean FAILED: ImageBuildError" in steps["images"]["detail"]
     assert steps["lean sandbox"]["result"] == "not run" and SANDBOXES.created == []
     assert steps["gpu model"]["result"] == "ok" and steps["volumes"]["result"] == "ok"
+
+
+def test_a_failing_trl_image_is_reported_as_its_own_and_every_step_still_runs(standins):
+    """Before one app per role, `app.run()` built the TRL image for every step and its failure
+    ended the doctor before any report; now the TRL image fails alone."""
+    BUILDS.failing = {"trl"}
+    result = runner.invoke(app, [*ARGS, "--json"])
+    assert result.exit_code == 1
+    out = json.loads(result.stdout)
+    steps = {s["name"]: s for s in out["steps"]}
+    assert steps["images"]["result"] == "FAILED"
+    assert "trl FAILED: ImageBuildError: Image build for im-standin-trl failed" in steps["images"]["detail"]
+    for name in ("gpu", "lean", "kernel", "orchestrator"):
+        assert out["images"][name] == {"ok": True, "detail": f"im-standin-{name}"}
+        assert f"{name} im-standin-{name}" in steps["images"]["detail"]
+    assert out["images"]["trl"]["ok"] is False and "trl" not in standins["built"]
+    assert all(steps[name]["result"] == "ok" for name in ("lean sandbox", "gpu model", "volumes"))
 
 
 def test_dry_run_lists_the_steps_and_their_cost_and_starts_nothing(tmp_path):

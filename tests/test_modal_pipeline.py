@@ -200,8 +200,11 @@ def test_population_on_modal_sends_one_share_per_gpu_and_puts_members_back_in_or
     monkeypatch.setattr(functions, "_commit", lambda volume: seen.setdefault("committed", True))
     config = config_from_dict({"es": {"population": 6}, "modal": {"es_member_gpus": 2}})
     generate = functions.population_on_modal(config, config.to_dict())
+    loop_running.set()   # the loop's share fails at once: the member containers' shares need not wait for it
     with pytest.raises(RuntimeError, match="before the loop loaded its sampler"):
         generate(3, [{"id": "p"}])   # train_es loads the loop's sampler through `loop_share` first
+    loop_running.clear()
+    remote_running.clear()
 
     class LoopPipeline:   # the loop's own share: what the loop's GPU evaluates meanwhile
         def evaluate(self, iteration, members, problems):

@@ -85,7 +85,7 @@ def assert_one_sandbox_per_repl(standin, config):
 def test_sandbox_arguments_isolate_the_batch_and_bound_it():
     config = make_config(verify_cpus=4.0, verify_memory_gb=16)
     arguments = sandbox.sandbox_arguments(config)
-    assert arguments["image"] is images.lean_image and arguments["app"] is images.app
+    assert arguments["image"] is images.lean_image and arguments["app"] is images.lean_app
     assert arguments["block_network"] is True
     assert arguments["volumes"] == {} and arguments["secrets"] == []
     assert arguments["cpu"] == (4.0, 4.0) and arguments["memory"] == (16 * 1024, 16 * 1024)  # hard limits

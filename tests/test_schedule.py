@@ -85,3 +85,15 @@ def test_member_containers_catch_up_first_and_verdicts_wait_for_the_kernel_stage
                                 loop_generates=True), PRICES)
     assert (r.generation_end_s, r.iteration_s, r.gpu_busy_s, r.gpu_billed_s) == (25.0, 28.0, 45.0, 56.0)
     assert r.lean_billed_s == 28.0 and r.usd == pytest.approx(56 * 1.0 + 28 * 0.1)
+
+
+def test_the_loops_gpu_pays_its_own_catch_up_when_its_other_engines_replay_the_update():
+    # GPU 0 is the loop's: engine 0 made the update, its other engines replay it for 3 s; GPU 1 (a
+    # member container) for 5 s. Members end at 13, 15, 23, 25; 1 s each on one warm worker: 26 s,
+    # 2 GPUs billed (none waits: the loop's is one of the two)
+    work = IterationWork(members=4, generation_s=10.0, proofs_per_member=1, proof_s=1.0, header_s=0.0,
+                         catch_up_s=5.0, loop_catch_up_s=3.0)
+    r = simulate(work, Schedule("p", gpus=2, lean_workers=1, barrier=False, proofs_per_header=0, warm_lean=True,
+                                loop_generates=True), PRICES)
+    assert (r.generation_end_s, r.iteration_s, r.gpu_busy_s, r.gpu_billed_s) == (25.0, 26.0, 48.0, 52.0)
+    assert r.usd == pytest.approx(52 * 1.0 + 26 * 0.1)

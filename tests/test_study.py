@@ -320,9 +320,8 @@ class ContainerRuns:
 def test_a_study_on_modal_fans_whole_runs_out_and_pulls_what_it_reports_on(tmp_path, monkeypatch):
     import torch
 
-    from modal_standin import VolumeStandIn
-    from prover_cli.on_modal import functions, remote
-    from test_modal import FakeApp
+    from modal_standin import BUILDS, VolumeStandIn, apps_running
+    from prover_cli.on_modal import functions, images, remote
 
     torch.set_num_threads(1)
     monkeypatch.chdir(tmp_path)
@@ -330,7 +329,7 @@ def test_a_study_on_modal_fans_whole_runs_out_and_pulls_what_it_reports_on(tmp_p
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-standin")
     volume = VolumeStandIn(tmp_path / "volume")
     monkeypatch.setattr(remote, "runs_volume", volume)
-    monkeypatch.setattr(remote, "app", FakeApp())
+    apps_running(monkeypatch)   # each app's run() builds its functions' images, as Modal's does
     fakes = {name: ContainerRuns(name, volume) for name in ("train_es", "train_grpo")}
     for name, fake in fakes.items():
         monkeypatch.setitem(functions.REMOTE_FUNCTIONS, name, fake)
@@ -342,6 +341,8 @@ def test_a_study_on_modal_fans_whole_runs_out_and_pulls_what_it_reports_on(tmp_p
     assert (first["trained"], first["reused"]) == (8, 0)
     assert sorted(fakes["train_es"].calls) == sorted(f"study/runs/es/n{n}/seed{s}" for n in (4, 8) for s in (0, 1))
     assert len(fakes["train_grpo"].calls) == 4 and "gpu" in fakes["train_es"].options   # the run's own resources
+    # each method ran its own app only: ES the GPU image, GRPO the TRL image; never the Lean ones
+    assert BUILDS.ran == [images.gpu_app.name, images.grpo_app.name] and set(BUILDS.built) == {"gpu", "trl"}
     for n in (4, 8):   # what the report reads came back from the Volume, with the code that made it
         run = Path("study/runs/grpo") / f"n{n}" / "seed0"
         assert {"metrics.jsonl", "config.toml", "code.json", "study-run.json"} <= {p.name for p in run.iterdir()}

@@ -3,12 +3,14 @@
 #     prover doctor --config configs/kimina-es.toml --backend modal --dry-run   # the steps and their cost
 #     prover doctor --config configs/kimina-es.toml --backend modal             # run them
 #
-# In one ephemeral app: build (or find) the four images, start one Lean Sandbox and run the
-# verify canary in it, load the configured model on one GPU and generate one ES member's call,
-# and check the Volumes' commit/reload round trip. Each step reports its result, its time and
-# what it cost (its containers' reserved GPUs, cores and GiB for the seconds it took, at the
-# `[modal]` prices). A failing step does not stop the others, except that a step whose image did
-# not build is not run. The steps and their estimates come from `plan.doctor_steps`.
+# Build (or find) every image, each on its own, so a failing build is that image's failure and
+# the others still build and report; then, each in the ephemeral app of its role (images.py),
+# start one Lean Sandbox and run the verify canary in it, load the configured model on one GPU
+# and generate one ES member's call, and check the Volumes' commit/reload round trip. Each step
+# reports its result, its time and what it cost (its containers' reserved GPUs, cores and GiB
+# for the seconds it took, at the `[modal]` prices). A failing step does not stop the others,
+# except that a step whose image did not build is not run (nor its app, whose `app.run()` would
+# build that image again and fail). The steps and their estimates come from `plan.doctor_steps`.
 #
 # The calibration (on_modal/calibration.py): the steps also measure what the plan otherwise
 # assumes, and the doctor writes it to the calibration file the plan then uses:
@@ -23,11 +25,11 @@
 # A figure whose step failed is left out (the plan keeps its estimate, labelled default).
 #
 # What only stand-ins exercise: tests run this module with the Sandbox and Volume stand-ins
-# (tests/modal_standin.py), images "built" by a fake, the functions run with `.local()` on the
-# tiny model. No test has run it against Modal, and no figure a test writes is a GPU or Lean
+# (tests/modal_standin.py), images "built" and apps run by its stand-ins (Modal's rule: an app's
+# `run()` builds every image of the app, a Sandbox's image builds at its creation; one image can
+# be made to fail), the functions run with `.local()` on the tiny model. No test has run it against Modal, and no figure a test writes is a GPU or Lean
 # figure: the stand-ins' own.
 
-import contextlib
 import dataclasses
 import re
 import secrets
@@ -42,17 +44,16 @@ from prover_cli.on_modal.plan import doctor_steps
 # Seams the tests replace (with the stand-ins); on your machine these are Modal's own calls.
 
 
-def app_running() -> Any:
-    """The ephemeral app every step runs in (its containers stop when it ends)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(modal.enable_output())
-    stack.enter_context(images.app.run())
-    return stack
+def app_running(app: Any) -> Any:
+    """The ephemeral app a step runs in (its containers and Sandboxes stop when it ends)."""
+    return app.run()
 
 
 def build(image: Any) -> str:
-    """Build the image (a no-op when Modal has it cached) and return its id."""
-    return image.build(images.app).object_id
+    """Build the image (a no-op when Modal has it cached) and return its id. Without an app,
+    `Image.build()` runs in an ephemeral app of its own (modal/_image.py `_Image.build`), so
+    no other image is built with it."""
+    return image.build().object_id
 
 
 def call(function: Any, *args: Any) -> Any:
@@ -60,6 +61,7 @@ def call(function: Any, *args: Any) -> Any:
 
 
 IMAGE_OF_STEP = {"lean sandbox": "lean", "gpu model": "gpu", "volumes": "orchestrator"}
+APP_OF_STEP = {"lean sandbox": "lean", "gpu model": "gpu", "volumes": "data"}   # images.APPS: the step's role
 
 
 def run_doctor(config: Any) -> dict[str, Any]:
@@ -83,25 +85,24 @@ def run_doctor(config: Any) -> dict[str, Any]:
         "volumes": _volumes,
     }
     rows, report = [], []
-    with app_running():
-        built: dict[str, bool] = {}
+    builds: dict[str, dict[str, Any]] = {}   # each image's own build: ok, and its id or its error
+    with modal.enable_output():
         started = time.monotonic()
-        details = []
         for name, image in images.IMAGES.items():
             try:
-                details.append(f"{name} {build(image)}")
-                built[name] = True
+                builds[name] = {"ok": True, "detail": build(image)}
             except Exception as exc:  # one image's failure: the others are still worth knowing
-                details.append(f"{name} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
-                built[name] = False
-        report.append(("images", all(built.values()), "; ".join(details), time.monotonic() - started))
+                builds[name] = {"ok": False, "detail": f"FAILED: {type(exc).__name__}: {str(exc)[:300]}"}
+        report.append(("images", all(b["ok"] for b in builds.values()),
+                       "; ".join(f"{name} {b['detail']}" for name, b in builds.items()), time.monotonic() - started))
         for name, body in bodies.items():
-            if not built.get(IMAGE_OF_STEP[name], False):
+            if not builds[IMAGE_OF_STEP[name]]["ok"]:
                 report.append((name, None, f"not run: the {IMAGE_OF_STEP[name]} image did not build", None))
                 continue
             started = time.monotonic()
             try:
-                ok, detail = body()
+                with app_running(images.APPS[APP_OF_STEP[name]]):
+                    ok, detail = body()
             except Exception as exc:
                 ok, detail = False, f"{type(exc).__name__}: {str(exc)[:500]}"
             report.append((name, ok, detail, time.monotonic() - started))
@@ -118,6 +119,7 @@ def run_doctor(config: Any) -> dict[str, Any]:
         "app": config.modal.app_name,
         "steps": [{"name": r[0], "result": r[1], "detail": r[2], "seconds": r[3], "usd": r[4]} for r in rows],
         "usd_total": round(total, 4),
+        "images": builds,
         "calibration": {"path": written, "figures": measured},
         "tables": [{"title": f"prover doctor --backend modal (app `{config.modal.app_name}`): each step's "
                              "result, time and cost (reserved resources x seconds x [modal] prices)",

@@ -17,7 +17,7 @@ import modal
 from prover_cli.backends import resolve
 from prover_cli.config import config_from_dict
 from prover_cli.on_modal import sandbox
-from prover_cli.on_modal.images import DEFAULTS, IMAGES, app, mounts, models_volume, runs_volume
+from prover_cli.on_modal.images import DEFAULTS, IMAGES, data_app, gpu_app, grpo_app, lean_app, mounts, models_volume, runs_volume
 from prover_cli.on_modal.plan import MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
 
 # The decorators below declare the resources of the default config; `remote.run_remote` applies
@@ -186,7 +186,7 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
 
 # ## Model weights: downloaded once, into the models Volume
 
-@app.function(**_declared("download_model"))  # one writer, so two runs never race on a file
+@gpu_app.function(**_declared("download_model"))  # one writer, so two runs never race on a file
 def download_model(config: dict[str, Any]) -> dict[str, Any]:
     cfg = _config(config)
     _reload(runs_volume)
@@ -211,7 +211,8 @@ def _ensure_model(config: dict[str, Any]) -> None:
     if modal.is_local():
         download_model.local(config)
         return
-    download_model.remote(config)
+    # the download of this container's own app (images.py: a container calls no other app's functions)
+    DOWNLOADS.get(os.environ.get("PROVER_IMAGE", ""), download_model).remote(config)
     _reload(models_volume)
     _reload(runs_volume)
     os.environ["HF_HUB_OFFLINE"] = "1"  # fail closed: never a second, racing download
@@ -219,17 +220,17 @@ def _ensure_model(config: dict[str, Any]) -> None:
 
 # ## Data and verification entry points
 
-@app.function(**_declared("prepare_data"))  # rewrites problems.jsonl whole: a retry is safe
+@data_app.function(**_declared("prepare_data"))  # rewrites problems.jsonl whole: a retry is safe
 def prepare_data(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("prepare_data", config, kwargs)
 
 
-@app.function(**_declared("verify"))  # drives the Sandboxes; the verdict file resumes, so a retry redoes no proof
+@data_app.function(**_declared("verify"))  # drives the Sandboxes; the verdict file resumes, so a retry redoes no proof
 def verify(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("verify", config, kwargs, route_verification=True)
 
 
-@app.function(**_declared("lean_image_check"))  # builds the Lean image at deploy; runs no proof
+@lean_app.function(**_declared("lean_image_check"))  # builds the Lean image at deploy; runs no proof
 def lean_image_check() -> dict[str, Any]:
     """What the Lean image holds: the toolchain `lean --version` reports and the pinned versions."""
     import subprocess
@@ -247,7 +248,7 @@ def lean_image_check() -> dict[str, Any]:
 # The engine loads in `@modal.enter`, once per container, with this process's working directory
 # outside the Volumes (vLLM's worker processes inherit it for their lifetime).
 
-@app.cls(**_declared("generate"))
+@gpu_app.cls(**_declared("generate"))
 class Generator:
     config_json: str = modal.parameter()
     model: str = modal.parameter(default="")           # `prover generate --model`, if given
@@ -292,7 +293,7 @@ class Generator:
 # idles. The held-out evaluation: pipelined, on the loop's GPU with its live weights; barrier,
 # on one `es_heldout` container that rebuilds theta from the ledger.
 
-@app.cls(**_declared("es_member"))  # a member is a pure function of (ledger, t, i): retries are safe
+@gpu_app.cls(**_declared("es_member"))  # a member is a pure function of (ledger, t, i): retries are safe
 class ESMember:
     config_json: str = modal.parameter()
 
@@ -401,14 +402,14 @@ def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-@app.function(**_declared("train_es"))  # exactly one writer of a run's ledger; a retry resumes from it
+@gpu_app.function(**_declared("train_es"))  # exactly one writer of a run's ledger; a retry resumes from it
 def train_es(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("train_es", config, kwargs, needs_model=True, before=es_arguments(config))
 
 
 # `eval`'s resources with a GPU: one container, up for one evaluation (no long scaledown window);
 # it only reads the run directory, so a retry recomputes the same numbers
-@app.function(**_declared("eval"))
+@gpu_app.function(**_declared("eval"))
 def es_heldout(config: dict[str, Any], iteration: int, record: dict[str, Any]) -> dict[str, Any]:
     """The held-out evaluation of theta_iteration: the ledger + the loop's pending `record` (es/member.py)."""
     cfg = _config(config)
@@ -435,17 +436,27 @@ def heldout_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int,
 
 # ## GRPO, replay and eval
 
-@app.function(**_declared("train_grpo"))  # policy, optimizer state and colocated vLLM on one GPU
+@grpo_app.function(**_declared("train_grpo"))  # policy, optimizer state and colocated vLLM on one GPU
 def train_grpo(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("train_grpo", config, kwargs, needs_model=True)
 
 
-@app.function(**_declared("replay_seeds"))  # exact on CPU; `--device cuda` adds a GPU
+# GRPO's app has its own download (a container calls only its own app's functions, images.py),
+# in the TRL image (the GPU image's pins and TRL), so `train grpo` builds that image only.
+@grpo_app.function(**{**_declared("download_model"), "image": IMAGES["trl"]})
+def download_model_grpo(config: dict[str, Any]) -> dict[str, Any]:
+    return download_model.local(config)
+
+
+DOWNLOADS = {"trl": download_model_grpo}   # by the container's PROVER_IMAGE (images.py); else the GPU app's
+
+
+@gpu_app.function(**_declared("replay_seeds"))  # exact on CPU; `--device cuda` adds a GPU
 def replay_seeds(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return _call_library("replay_seeds", config, kwargs, needs_model=True)
 
 
-@app.function(**_declared("eval"))  # scoring `--verdicts` needs no GPU; generating adds one
+@gpu_app.function(**_declared("eval"))  # scoring `--verdicts` needs no GPU; generating adds one
 def evaluate(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     needs_model = kwargs.get("verdicts") is None
     return _call_library("eval", config, kwargs, needs_model=needs_model)
@@ -460,7 +471,7 @@ def evaluate(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 DOCTOR_PROMPT = "theorem doctor_probe : 1 + 1 = 2 := by"
 
 
-@app.function(**_declared("doctor_gpu"))
+@gpu_app.function(**_declared("doctor_gpu"))
 def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
     """Load the configured model with the configured sampler on this container's GPU and generate one
     ES member's call as training makes it: es.problems_per_iteration prompts x es.samples_per_problem
@@ -500,7 +511,7 @@ def _probe_paths(nonce: str) -> list[Path]:
     return [Path(mount) / ".prover-doctor" / nonce for mount in (RUNS_MOUNT, MODELS_MOUNT)]
 
 
-@app.function(**_declared("doctor_volumes"))
+@data_app.function(**_declared("doctor_volumes"))
 def doctor_volume_write(nonce: str) -> dict[str, Any]:
     for path, volume in zip(_probe_paths(nonce), (runs_volume, models_volume)):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -509,7 +520,7 @@ def doctor_volume_write(nonce: str) -> dict[str, Any]:
     return {"written": [str(p) for p in _probe_paths(nonce)]}
 
 
-@app.function(**_declared("doctor_volumes"))
+@data_app.function(**_declared("doctor_volumes"))
 def doctor_volume_read(nonce: str) -> dict[str, Any]:
     seen = {}
     for path, volume in zip(_probe_paths(nonce), (runs_volume, models_volume)):

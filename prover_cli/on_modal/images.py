@@ -1,7 +1,7 @@
 # # Images and Volumes, as declarations
 #
-# The app, its two Volumes and one image per job, built from the pins in `plan.py`. Nothing
-# here runs anything: Modal builds the images on the first `modal deploy` / `app.run()`.
+# The apps (one per role), the two Volumes and one image per job, built from the pins in `plan.py`.
+# Nothing here runs anything: Modal builds an app's images on its `app.run()` / `modal deploy`.
 
 # No `from __future__ import annotations`: Modal reads the class parameters' types at runtime.
 import dataclasses
@@ -42,7 +42,38 @@ MATHLIB_REV = SETTINGS["PROVER_MATHLIB_REV"]
 SPECS = image_specs(LEAN_TOOLCHAIN, MATHLIB_REV)
 PINS = {"python": PYTHON_VERSION, "elan": SPECS["lean"].toolchain["elan"]}
 
-app = modal.App(SETTINGS["PROVER_MODAL_APP"])
+# ## Apps, one per role
+#
+# `app.run()` creates every function and class registered on the app, and creating a function
+# loads its image: modal/runner.py `_create_all_objects` indexes `{**functions, **classes}` and
+# loads each; modal/_functions.py `_deps` lists the image among a function's dependencies
+# (modal-labs/modal-client@69519aef, py/; the same in the modal 1.6.4 we pin). One app for
+# everything made every command build (and fail with) the TRL and Lean images. So each role has
+# its app and a command runs only the one its function is in (`remote.APP_OF`):
+# - `gpu_app` (the GPU image): generate, ES (loop, members, held-out), eval, replay, the doctor's GPU step;
+# - `data_app` (the orchestrator image): prepare-data, verify, the doctor's Volume probe;
+# - `grpo_app` (the TRL image): train_grpo and its own model download;
+# - `lean_app` (the Lean image): `lean_image_check`, and the Sandboxes started from your machine.
+# The Lean and kernel images belong to no function a command runs: a Sandbox's image is loaded
+# (built, or found cached) when the Sandbox is created (modal/sandbox.py `_Sandbox._create`,
+# its `_load` resolves `image`), so verification builds them at its first Sandbox.
+# A function calls only functions of its own app: a container initialises the app of the function
+# it runs and no other (modal/app.py `_init_container`, modal/_container_entrypoint.py), so caller
+# and callee share an app (tests/test_modal_apps.py checks every cross-container call).
+
+APP_NAME = SETTINGS["PROVER_MODAL_APP"]
+gpu_app = modal.App(APP_NAME)
+data_app = modal.App(f"{APP_NAME}-data")
+grpo_app = modal.App(f"{APP_NAME}-grpo")
+lean_app = modal.App(f"{APP_NAME}-lean")
+APPS = {"gpu": gpu_app, "data": data_app, "grpo": grpo_app, "lean": lean_app}
+
+
+def sandbox_app() -> Any:
+    """The `app=` of a Sandbox: inside a container none, so Modal attaches it to the container's own
+    app (the only one running there: modal/sandbox/_common.py `_resolve_app_id_and_client`); on
+    your machine (the doctor) the Lean app, which the caller runs."""
+    return lean_app if modal.is_local() else None
 
 # ## Volumes
 #

@@ -239,7 +239,25 @@ def kernel_s_per_pass(config: Any, passes_per_batch: int) -> float:
 def kernel_step_size(config: Any) -> tuple[float, int]:
     """(cores, MiB) of one kernel-stage Sandbox: what one REPL of a verification Sandbox gets."""
     v, m = config.verify, config.modal
-    return max(1.0, m.verify_cpus / v.workers), max(4 * 1024, int(m.verify_memory_gb * 1024 / v.workers))
+    memory_mb = (m.kernel_sandbox_memory_gb * 1024 if m.kernel_sandbox_memory_gb
+                 else max(4 * 1024, int(m.verify_memory_gb * 1024 / v.workers)))
+    return max(1.0, m.verify_cpus / v.workers), memory_mb
+
+
+def kernel_memory_problem(config: Any) -> str | None:
+    """Why a kernel-stage Sandbox of this config would run out of memory, by the doctor's measured
+    peak (the calibration file), or None: no kernel stage, no measured peak, or it fits."""
+    from prover_cli.on_modal.calibration import resolve
+
+    if config.data.task != "lean" or not config.verify.kernel_check:
+        return None
+    figures = resolve(config)
+    sandbox_gib = kernel_step_size(config)[1] / 1024
+    if figures.kernel_peak_memory_gib is None or figures.kernel_peak_memory_gib <= sandbox_gib:
+        return None
+    return (f"the kernel stage's measured peak memory, {figures.kernel_peak_memory_gib:.1f} GiB per step "
+            f"({figures.path}), exceeds its Sandbox's {sandbox_gib:g} GiB: set modal.kernel_sandbox_memory_gb "
+            f"to at least {math.ceil(figures.kernel_peak_memory_gib)}")
 
 
 def kernel_step_timeout_s(config: Any) -> int:
@@ -541,10 +559,11 @@ def es_iteration_cost(config: Any) -> dict[str, Any]:
 
 def cheapest_es_pipeline(config: Any, *, max_iteration_s: float,
                          resident_options: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any] | None:
-    """The pipelined schedule (GPUs 1..population x members per GPU) of least USD per iteration whose
-    iteration ends within `max_iteration_s` (ties: fewer GPUs, then fewer members per GPU); None if none does."""
+    """The pipelined schedule (member containers 1..population - 1 beside the loop's GPU x members per
+    GPU) of least USD per iteration whose iteration ends within `max_iteration_s` (ties: fewer GPUs,
+    then fewer members per GPU); None if none does."""
     best = None
-    for gpus in range(1, config.es.population + 1):
+    for gpus in range(1, max(2, config.es.population)):
         for resident in resident_options:
             cost = es_iteration_cost(with_es_schedule(config, gpus, resident))
             if cost["iteration_s"] <= max_iteration_s and (best is None or round(cost["usd"], 9) < round(best["usd"], 9)):
@@ -732,7 +751,6 @@ def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict
     warm members wait. Both ES placements check its proofs as the Sandbox placement sizes the pool
     (sandbox.sandbox_concurrency): `verify.workers` REPL Sandboxes per `modal.verify_batch_size`
     proofs, each up for a batch's lifetime (header, its proofs, its kernel stage)."""
-    m = config.modal
     evaluations, samples = heldout_evaluations(config, work.iterations)
     calls = 1 if config.run.eval_temperature == 0 else 2
     evaluation = _Work(work.unit, evaluations, samples, 1, calls * config.generate.max_tokens,
@@ -923,13 +941,9 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                                           f"{k} x 4 bytes per parameter besides {share:g} of its memory (not checked "
                                           "here: the config has no parameter count; docs/modal.md has kimina-es's "
                                           "arithmetic)"])
-    if figures.kernel_peak_memory_gib is not None and v.kernel_check:
-        sandbox_gib = res["kernel_sandbox"].memory_mb / 1024
-        if figures.kernel_peak_memory_gib > sandbox_gib:
-            notes.append(["warning", f"the kernel stage's measured peak memory, {figures.kernel_peak_memory_gib:.1f} GiB "
-                                     f"per step ({figures.path}), exceeds its Sandbox's {sandbox_gib:g} GiB (one REPL's "
-                                     "share of modal.verify_memory_gb): raise modal.verify_memory_gb or lower "
-                                     "verify.workers"])
+    memory_problem = kernel_memory_problem(config)
+    if memory_problem:
+        notes.append(["warning", memory_problem + " (a run refuses to start)"])
     if command == "train_es":
         bound = es_gap_bound_s(config)
         replay_iterations, replay_s = cold_member_replay(config)

@@ -2,13 +2,16 @@
 #
 #     prover train es --config configs/kimina-es.toml --backend modal --dry-run   # plan.py, no Modal
 #     prover train es --config configs/kimina-es.toml --backend modal --detach
-#     modal run --detach -m prover_cli.on_modal.remote --command train_es --config configs/kimina-es.toml
-#     modal deploy -m prover_cli.on_modal.remote                               # optional: a persistent app
+#     modal run -m prover_cli.on_modal.remote --command train_es --config configs/kimina-es.toml --detach
+#     modal deploy -m prover_cli.on_modal.functions::gpu_app                   # optional: a persistent app
 #
 # `run_remote` is what `prover <command> --backend modal` calls (through `backends.MODAL_RUNNER`).
 # It uploads the inputs that exist on your machine to the runs Volume (same relative path),
 # runs the function in an ephemeral app, and downloads the small outputs back. With `--detach`
 # it spawns the call in a detached app and returns at once; the outputs stay on the Volume.
+# The app is the one the function is in (`APP_OF`, images.py: one per role), so a command builds
+# only its own images: `verify` the orchestrator one (and the Lean one at its first Sandbox),
+# `generate`, `train es`, `eval` and `replay-seeds` the GPU one, `train grpo` the TRL one.
 
 import contextlib
 import dataclasses
@@ -25,9 +28,17 @@ from prover_cli.config import load_config
 from prover_cli.errors import BackendError, ConfigError, InputError
 from prover_cli.jsonl import write_text_atomic
 from prover_cli.on_modal.functions import LEDGER_FILE, REMOTE_FUNCTIONS, Generator, options
-from prover_cli.on_modal.images import DEFAULTS, SETTINGS, app, deploy_settings, runs_volume
+from prover_cli.on_modal.images import APP_NAME, APPS, DEFAULTS, SETTINGS, deploy_settings, runs_volume
 
 REMOTE_NAMES = (*REMOTE_FUNCTIONS, "generate")
+# The role (images.APPS) whose app holds each command's function and every function it calls.
+APP_OF = {"prepare_data": "data", "verify": "data", "generate": "gpu", "train_es": "gpu", "replay_seeds": "gpu",
+          "eval": "gpu", "train_grpo": "grpo"}
+
+
+def app_of(name: str) -> Any:
+    """The app to run for library function `name`: the one its Modal function is registered on."""
+    return APPS[APP_OF[name]]
 
 # Arguments that name inputs (uploaded when they exist here) and outputs (downloaded when small).
 _INPUT_ARGS = ("source", "proofs_path", "problems_path", "ledger_path", "ledger", "verdicts", "model")
@@ -125,6 +136,7 @@ def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]
     detach = bool(kwargs.pop("detach", False))
     config_dict, remote_kwargs, uploads = to_wire(name, config, kwargs)
     with contextlib.redirect_stdout(sys.stderr), modal.enable_output():  # stdout carries only --json
+        app = app_of(name)
         with app.run(detach=detach):
             upload(uploads)
             call = _remote_call(name, config, config_dict, remote_kwargs)
@@ -197,23 +209,29 @@ def _pull(paths: list[str]) -> list[str]:
     return pulled
 
 
-# `modal run [--detach] -m prover_cli.on_modal.remote --command train_es --config configs/kimina-es.toml`:
-# the same call from Modal's own CLI. The call is spawned, then awaited, so with `--detach` it
-# keeps running when this terminal closes (`modal app logs` to watch, `modal volume get` for results).
+# `modal run -m prover_cli.on_modal.remote --command train_es --config configs/kimina-es.toml [--detach]`:
+# the same call from Modal's own CLI. The entrypoint's app holds no function (`modal run` builds
+# nothing); it runs the command's own app, spawns the call and awaits it. With this `--detach`
+# (not `modal run --detach`, which would detach only the empty entrypoint app) the command's app is
+# detached, so the call keeps running when this terminal closes (`modal app logs` to watch,
+# `modal volume get` for results).
+
+entry_app = modal.App(f"{APP_NAME}-entrypoint")
 
 ENTRYPOINT_COMMANDS = ("prepare_data", "generate", "train_es", "train_grpo", "eval")
 
 
-@app.local_entrypoint()
-def main(command: str, config: str = "", overrides: str = "", resume: bool = False) -> None:
+@entry_app.local_entrypoint()
+def main(command: str, config: str = "", overrides: str = "", resume: bool = False, detach: bool = False) -> None:
     if command not in ENTRYPOINT_COMMANDS:
         raise SystemExit(f"--command {command!r}: use one of {', '.join(ENTRYPOINT_COMMANDS)}; "
                          "commands that take files run as `prover <command> ... --backend modal`")
     cfg = load_config(config or None, [o for o in overrides.split(",") if o])
     kwargs: dict[str, Any] = {"resume": resume} if command in ("train_es", "train_grpo") else {}
     config_dict, remote_kwargs, uploads = to_wire(command, cfg, kwargs)
-    upload(uploads)
-    handle = _remote_call(command, cfg, config_dict, remote_kwargs).spawn()
-    print(f"function call {handle.object_id}", file=sys.stderr)
-    result = handle.get()
+    with app_of(command).run(detach=detach):
+        upload(uploads)
+        handle = _remote_call(command, cfg, config_dict, remote_kwargs).spawn()
+        print(f"function call {handle.object_id}", file=sys.stderr)
+        result = handle.get()
     print(json.dumps({k: v for k, v in result.items() if k != "tables"}, indent=2, default=str))

@@ -44,9 +44,9 @@ from prover_cli.on_modal.images import (
     LEAN_TOOLCHAIN,
     MATHLIB_REV,
     REPL_COMMAND,
-    app,
     kernel_image,
     lean_image,
+    sandbox_app,
 )
 from prover_cli.on_modal.plan import kernel_step_size, resources
 from prover_cli.verify.transport import describe_exit
@@ -64,7 +64,7 @@ def sandbox_arguments(config: Any) -> dict[str, Any]:
     r = resources(config)["verify_sandbox"]
     cpu, memory_mb = kernel_step_size(config)
     return dict(
-        app=app,
+        app=sandbox_app(),                        # images.py: the container's own app, or the Lean app
         image=lean_image,
         workdir=LEAN_PROJECT_DIR,
         block_network=True,                       # a proof cannot reach anything: Lean needs no network
@@ -351,7 +351,7 @@ def kernel_sandbox_arguments(config: Any) -> dict[str, Any]:
     the fast path's image), no network, no Volumes, no secrets; one REPL's share of the
     verification Sandbox's cores and memory."""
     r = resources(config)["kernel_sandbox"]
-    return dict(app=app, image=kernel_image, workdir=LEAN_PROJECT_DIR, block_network=True, volumes={}, secrets=[],
+    return dict(app=sandbox_app(), image=kernel_image, workdir=LEAN_PROJECT_DIR, block_network=True, volumes={}, secrets=[],
                 cpu=(r.cpu, r.cpu), memory=(r.memory_mb, r.memory_mb), timeout=r.timeout_s)
 
 

@@ -15,7 +15,9 @@ member's proofs. Two schedules, simulated event by event from the same timings:
   an H100 mostly idle, at a cost `resident_slowdown` that only a measurement can give); a member's proofs
   go to Lean the moment its samples arrive, on Lean workers that stay warm across iterations (the
   header imported once per worker, not once per batch), so Lean runs under the generation instead
-  of after it. Fewer GPUs, each busy nearly all the time.
+  of after it. Fewer GPUs, each busy nearly all the time; with `loop_generates` the loop's own
+  GPU is GPU 0, so no GPU waits (its catch-up is `loop_catch_up_s`: 0 when the update moved its
+  only engine).
 
 Lean runs in one of two ways. Warm workers (`Schedule.sandboxes == 0`): each proof goes to the
 earliest free worker, first come first served; a worker pays `header_s` before every

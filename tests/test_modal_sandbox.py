@@ -8,6 +8,8 @@ Sandbox has been created by these tests. That the summary and verdicts equal a l
 tests/test_verify_same_across_backends.py.
 """
 
+import contextlib
+import dataclasses
 import json
 import re
 import signal
@@ -121,6 +123,28 @@ def test_each_repl_process_runs_in_a_sandbox_of_its_own(standin):
     assert all(v["verifier"]["repl_command"] == images.REPL_COMMAND for v in verdicts)
     assert all(v["reason"].endswith(f"kernel check passed (prover_check {images.KERNEL_PIN.commit[:8]})")
                for v in verdicts if v["verdict"] == "verified")
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_pipelined_share_keeps_its_repl_sandboxes_warm_through_its_members(standin, warm):
+    """One ES share's members verified one call each (pipeline.py's verification thread): warm
+    through the share, its verify.workers REPL Sandbox imports the header once and serves every
+    call, and ends with the share; per call (the placement's own rule) each call starts its own."""
+    from prover_cli.on_modal.pipeline import warm_through_the_share
+
+    config = config_from_dict({"data": {"task": "lean"}, **{k: v for k, v in dataclasses.asdict(make_config()).items()
+                                                            if k in ("verify", "modal")}})
+    calls = [[record("a"), record("b")], [record("c"), record("d")], [record("e")]]
+    with on_modal(config):
+        with warm_through_the_share(config) if warm else contextlib.nullcontext():
+            verdicts = [v for batch in calls for v in engine.verify_records(batch, config.verify, keep_warm=True)]
+            started_in_the_share = len(repl_starts(standin))
+    assert [v["verdict"] for v in verdicts] == ["verified"] * 5
+    boxes = [box for box in standin.created if box._kwargs["image"] is images.lean_image]
+    assert started_in_the_share == len(boxes) == (1 if warm else 3)   # one header import per REPL start
+    if warm:
+        assert boxes[0]._kwargs["timeout"] == sandbox.warm_share_timeout_s(config) > plan.verify_batch_timeout_s(config)
+    assert all(box.poll() is not None for box in boxes)   # none outlives the share
 
 
 def test_the_pool_is_sized_as_the_plans_batches():

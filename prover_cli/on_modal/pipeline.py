@@ -22,8 +22,8 @@ to the share's one verification thread and goes on to the next member while Lean
 thread calls the library's reward (`rollout.score`: for Lean, `verify_records(..., keep_warm=True)`
 at the container's placement) as soon as a member arrives and the previous call is done, with
 every member that arrived meanwhile in the same call: one call at a time, since a warm pool is one
-pool (verify/engine.py), and fewer calls when Lean is the slower side, so fewer header imports
-where the placement starts its workers per call (on Modal's Sandboxes it does: sandbox.py). A
+pool (verify/engine.py). On Modal the share's `verify.workers` REPL Sandboxes stay warm through the
+share (`warm_through_the_share`): each imports the header once per iteration, not once per member. A
 task's reward of a sample depends on that sample alone, so these rewards are the barrier
 schedule's, where the loop scores every member in one call (tests/test_modal_pipeline.py).
 
@@ -130,17 +130,35 @@ class MemberPipeline:
     def _verify_as_they_arrive(self, arrived: queue.Queue, problems: list[dict[str, Any]]) -> None:
         """One verification call for every member that arrived while the last call ran: verification
         starts as soon as a member arrives and Lean is free, and when Lean is the slower side, the
-        members waiting for it go together (fewer calls, so fewer header imports where the
-        placement does not keep workers warm: on_modal/sandbox.py)."""
-        while True:
-            waiting = [arrived.get()]
-            while not arrived.empty():
-                waiting.append(arrived.get())
-            members = [item for item in waiting if item is not None]
-            if members:
-                score_together(self.task, problems, members, self.config)
-            if len(members) < len(waiting):  # the end marker, always the last item put
-                return
+        members waiting for it go together (fewer, larger calls), at the share's warm pool."""
+        with warm_through_the_share(self.config):
+            while True:
+                waiting = [arrived.get()]
+                while not arrived.empty():
+                    waiting.append(arrived.get())
+                members = [item for item in waiting if item is not None]
+                if members:
+                    score_together(self.task, problems, members, self.config)
+                if len(members) < len(waiting):  # the end marker, always the last item put
+                    return
+
+
+@contextlib.contextmanager
+def warm_through_the_share(config: Any) -> Any:
+    """Lean workers that stay warm through the share: on Modal's Sandboxes (whose placement starts
+    its REPLs per call, since an idle Sandbox is billed) the share's `verify.workers` REPL
+    Sandboxes import the header once and serve every member of the share, then end with it
+    (sandbox.warm_share_placement; the plan bills them for the iteration). A placement that
+    keeps workers warm anyway (local) is left as it is."""
+    from prover_cli.verify.placement import current, verification_at
+
+    if config.data.task != "lean" or config.verify.backend != "repl" or current().keep_warm:
+        yield
+        return
+    from prover_cli.on_modal.sandbox import warm_share_placement
+
+    with verification_at(warm_share_placement(config), this_thread=True):   # shares in one process keep apart
+        yield
 
 
 def score_together(task: Any, problems: list[dict[str, Any]], members: list[tuple[list[str], Future]],

@@ -58,10 +58,12 @@ STARTUP_TIMEOUT_S = 180.0  # a Sandbox is scheduled, then the image starts: seco
 CREATE_ATTEMPTS = 2        # Sandbox capacity comes and goes: one more try before the run stops
 
 
-def sandbox_arguments(config: Any) -> dict[str, Any]:
+def sandbox_arguments(config: Any, timeout_s: int | None = None) -> dict[str, Any]:
     """Everything `Sandbox.create` gets for one REPL process, from the plan: one REPL's share of a
-    verification batch's cores and memory (`kernel_step_size`), the batch's timeout."""
+    verification batch's cores and memory (`kernel_step_size`), the batch's timeout (or `timeout_s`)."""
     r = resources(config)["verify_sandbox"]
+    if timeout_s is not None:
+        r = dataclasses.replace(r, timeout_s=timeout_s)
     cpu, memory_mb = kernel_step_size(config)
     return dict(
         app=sandbox_app(),                        # images.py: the container's own app, or the Lean app
@@ -79,8 +81,8 @@ def sandbox_arguments(config: Any) -> dict[str, Any]:
 class SandboxBox:
     """A Sandbox for REPL processes: created on first use, replaced when it has died."""
 
-    def __init__(self, config: Any):
-        self.arguments = sandbox_arguments(config)
+    def __init__(self, config: Any, timeout_s: int | None = None):
+        self.arguments = sandbox_arguments(config, timeout_s)
         self.memory_limit_gb = float(config.verify.memory_limit_gb)
         self.sandbox: Any = None
         self.created = 0
@@ -557,14 +559,14 @@ def sandbox_concurrency(config: Any, verify_config: Any, proofs: int | None) -> 
         max_proofs_per_process=min(verify_config.max_proofs_per_process, proofs_per_repl))
 
 
-def repl_sandboxes(config: Any) -> Callable[[], "SandboxTransport"]:
+def repl_sandboxes(config: Any, timeout_s: int | None = None) -> Callable[[], "SandboxTransport"]:
     """A TransportFactory: every REPL process the pool starts gets a Sandbox of its own, created
     when it starts and ended when it is killed or recycled. A Sandbox that dies under a proof is a
     REPL killed from outside: the pool's one retry in a fresh process runs in a fresh Sandbox."""
     memory_limit_gb = float(config.verify.memory_limit_gb)
 
     def transport() -> SandboxTransport:
-        return SandboxTransport(SandboxBox(config), list(REPL_COMMAND), LEAN_PROJECT_DIR, memory_limit_gb,
+        return SandboxTransport(SandboxBox(config, timeout_s), list(REPL_COMMAND), LEAN_PROJECT_DIR, memory_limit_gb,
                                 own_sandbox=True)
 
     return transport
@@ -587,6 +589,33 @@ def verification_placement(config: Any) -> Any:
     return Placement(where="modal kernel sandboxes",
                      configure=lambda verify, proofs: _kernel_verify_config(verify),
                      kernel_runner=lambda verify: SandboxRunner(config))
+
+
+def warm_share_timeout_s(config: Any) -> int:
+    """A warm share REPL's Sandbox lives through its share: the header, then up to
+    `verify.max_proofs_per_process` proofs at their timeout (the pool recycles it there), within
+    Modal's ceiling. A backstop only: each read has its own deadline, and the share's end ends it."""
+    from prover_cli.on_modal.plan import MAX_TIMEOUT_S
+
+    v = config.verify
+    return int(min(MAX_TIMEOUT_S, v.header_timeout_s + v.max_proofs_per_process * (v.timeout_s + 5) + 120))
+
+
+def warm_share_placement(config: Any) -> Any:
+    """Where one share of the pipelined ES schedule verifies (pipeline.py): `verify.workers` REPL
+    Sandboxes kept warm through the share, so each imports the header once per iteration, not once
+    per member, and is recycled only by `verify.max_proofs_per_process`; they end with the share
+    (verification_at closes the warm pools made under it). This is what the plan bills
+    (`plan.es_lean_workers`: `verify.workers` workers per generating GPU, up the whole iteration)."""
+    from prover_cli.verify.placement import Placement
+
+    timeout_s = warm_share_timeout_s(config)
+    return Placement(
+        where="modal sandboxes, warm through one ES share",
+        configure=lambda verify, proofs: _sandbox_verify_config(verify),   # verify.workers processes, as configured
+        transport_factory=lambda verify: repl_sandboxes(config, timeout_s),
+        kernel_runner=lambda verify: SandboxRunner(config),
+        keep_warm=True)
 
 
 def write_atomic(path: Path, text: str) -> None:

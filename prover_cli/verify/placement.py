@@ -15,7 +15,9 @@ never the verdict rules, the policy (`engine.policy_digest`), the summary or the
 
 The placement is process-wide, not a contextvar: verification started from any thread of the
 call must run at the same place (a contextvar starts empty in each new thread on Python 3.11),
-and a Modal container runs one call at a time. Placements nest; the innermost one holds.
+and a Modal container runs one call at a time. Placements nest; the innermost one holds. A
+thread may also enter one for itself alone (`this_thread=True`: an ES share's warm pool,
+on_modal/pipeline.py), which holds over the process-wide one for that thread only.
 """
 
 from __future__ import annotations
@@ -60,27 +62,43 @@ def when_left(hook: Callable[[Placement], None]) -> None:
     _WHEN_LEFT.append(hook)
 
 
+_THIS_THREAD = threading.local()   # .stack: placements entered with `this_thread=True` by this thread
+
+
 def current() -> Placement:
-    """The innermost placement entered, else LOCAL."""
+    """The innermost placement this thread entered for itself, else the innermost process-wide
+    one, else LOCAL."""
+    own = getattr(_THIS_THREAD, "stack", None)
+    if own:
+        return own[-1]
     with _LOCK:
         return _STACK[-1] if _STACK else LOCAL
 
 
 @contextlib.contextmanager
-def verification_at(placement: Placement) -> Iterator[Placement]:
+def verification_at(placement: Placement, *, this_thread: bool = False) -> Iterator[Placement]:
     """Verification started inside the block runs at `placement`; warm verifiers made there are
-    closed when the block ends (their processes belong to that place)."""
-    with _LOCK:
-        _STACK.append(placement)
+    closed when the block ends (their processes belong to that place). `this_thread=True`: only
+    for verification this thread starts (one ES share's verification thread beside another's in
+    one process), over the process-wide placement."""
+    if this_thread:
+        stack = _THIS_THREAD.__dict__.setdefault("stack", [])
+        stack.append(placement)
+    else:
+        with _LOCK:
+            _STACK.append(placement)
     try:
         yield placement
     finally:
-        with _LOCK:
-            # remove this entry (the innermost one unless blocks were left out of order)
-            for k in range(len(_STACK) - 1, -1, -1):
-                if _STACK[k] is placement:
-                    del _STACK[k]
-                    break
+        if this_thread:
+            stack.remove(placement)
+        else:
+            with _LOCK:
+                # remove this entry (the innermost one unless blocks were left out of order)
+                for k in range(len(_STACK) - 1, -1, -1):
+                    if _STACK[k] is placement:
+                        del _STACK[k]
+                        break
         for hook in list(_WHEN_LEFT):
             hook(placement)
 

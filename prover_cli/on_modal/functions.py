@@ -397,7 +397,9 @@ def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
             print(f"retry of {call_id}: resuming from {cfg.run.dir}/{LEDGER_FILE}", file=sys.stderr)
             return {**arguments, "resume": True}
         return arguments
-    sandbox.write_atomic(marker, call_id)
+    from prover_cli.jsonl import write_text_atomic  # the package's one atomic-file writer
+
+    write_text_atomic(marker, call_id)
     _commit(runs_volume)
     return arguments
 

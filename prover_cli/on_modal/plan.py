@@ -1058,14 +1058,8 @@ class DoctorStep:
         return sum(line.usd(config).values())
 
 
-def doctor_batch(config: Any) -> int:
-    """Sequences in the doctor's generation call: one ES member's (calibration.generation_batch)."""
-    from prover_cli.on_modal.calibration import generation_batch
-
-    return generation_batch(config)
-
-
 def doctor_steps(config: Any) -> list[DoctorStep]:
+    from prover_cli.on_modal.calibration import generation_batch
     from prover_cli.verify.canary import canaries_for
 
     m, res = config.modal, resources(config)
@@ -1086,7 +1080,7 @@ def doctor_steps(config: Any) -> list[DoctorStep]:
                    sandbox, 2 * m.est_header_s + 2 * canaries * m.est_verify_s_per_proof, sandbox=True),
         DoctorStep("gpu model", f"one {gpu_spec(config)} container of the gpu image",
                    f"load {config.model.name} with the {config.generate.backend} sampler (downloading it into the "
-                   f"models Volume once) and generate one ES member's call: {doctor_batch(config)} sequences of up "
+                   f"models Volume once) and generate one ES member's call: {generation_batch(config)} sequences of up "
                    f"to {config.generate.max_tokens} tokens (generate.max_tokens), whose tokens/s the calibration "
                    "records",
                    res["doctor_gpu"], DOCTOR_EST_MODEL_LOAD_S + config.generate.max_tokens / decode_tokens_per_s(config)),

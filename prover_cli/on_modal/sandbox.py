@@ -31,7 +31,6 @@ import signal
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any, Callable
 
 import modal
@@ -616,9 +615,3 @@ def warm_share_placement(config: Any) -> Any:
         transport_factory=lambda verify: repl_sandboxes(config, timeout_s),
         kernel_runner=lambda verify: SandboxRunner(config),
         keep_warm=True)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    from prover_cli.jsonl import write_text_atomic  # the package's one atomic-file writer
-
-    write_text_atomic(path, text)

@@ -1,6 +1,7 @@
 """JSONL helpers: bad lines are reported by number, torn tails are dropped on resume."""
 
 import json
+import os
 
 import pytest
 
@@ -192,3 +193,31 @@ def test_read_utf8_names_the_line_of_a_bad_byte(tmp_path):
     assert str(err.value) == f"{path}:3: not valid UTF-8 (byte 0xc3 at column 9)"
     path.write_bytes(b'\xef\xbb\xbf[{"id": "a"}]')
     assert read_utf8(path) == '[{"id": "a"}]'
+
+
+def test_a_jsonl_read_from_a_pipe_gives_what_the_same_file_gives(tmp_path):
+    """Pipes and FIFOs are read through `_StreamLines` (reads a signal can always stop): the same
+    records, bad lines and line numbers as the regular file, with the writer sending a few bytes
+    at a time and a line over io.max_line_bytes among them."""
+    import threading
+
+    from prover_cli.jsonl import read_jsonl
+
+    data = (b'{"a": 1}\n\n' + b'{"long": "' + b"x" * 300 + b'"}\n' + b"not json\n" + b'{"b": 2}').replace(b"\n\n", b"\n \n")
+    regular = tmp_path / "p.jsonl"
+    regular.write_bytes(data)
+    fifo = tmp_path / "p.fifo"
+    os.mkfifo(fifo)
+
+    def write_slowly():
+        with open(fifo, "wb", buffering=0) as handle:
+            for start in range(0, len(data), 7):
+                handle.write(data[start:start + 7])
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    from_pipe = list(read_jsonl(fifo, max_line_bytes=100))
+    writer.join()
+    from_file = list(read_jsonl(regular, max_line_bytes=100))
+    assert [(n, repr(r)) for n, r in from_pipe] == [(n, repr(r)) for n, r in from_file]
+    assert [n for n, _ in from_file] == [1, 3, 4, 5]   # the blank line counted, the long one reported

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,7 +11,68 @@ from typing import Any, Callable
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# ../shared (real Lean transcripts and datasets) sits beside the checkout on the development
+# machines only: a fresh clone has none. Tests reach it only through the `shared` fixture below
+# (and `shared_files` for a parametrization), which skip, naming what is missing, when it is absent;
+# tests/test_no_shared.py holds every other test to that. PROVER_TEST_SHARED=none makes them act
+# as on a clone without it (.ci/run does, so CI sees what a newcomer sees); a path points them at
+# another copy.
+SHARED_ENV = "PROVER_TEST_SHARED"
+_SHARED_BESIDE = REPO.parent / "shared"
+
+
+def shared_root() -> Path | None:
+    """The ../shared directory tests may read, or None where there is none (or PROVER_TEST_SHARED=none)."""
+    chosen = os.environ.get(SHARED_ENV, "")
+    if chosen == "none":
+        return None
+    root = Path(chosen) if chosen else _SHARED_BESIDE
+    return root if root.is_dir() else None
+
+
+def shared_files(*patterns: str) -> list[Path]:
+    """Files of ../shared matching the glob `patterns` (sorted per pattern), for a parametrization;
+    [] where there is no ../shared. A test parametrized by them still asks for the `shared` fixture,
+    which is what skips it, and marks it, when ../shared is absent."""
+    root = shared_root()
+    return [] if root is None else [path for pattern in patterns for path in sorted(root.glob(pattern))]
+
+
+def shared_name(path: Path) -> str:
+    """`path` relative to ../shared (a test id)."""
+    root = shared_root()
+    return str(path.relative_to(root)) if root is not None else str(path)
+
+
+@pytest.fixture
+def shared() -> Callable[..., Path]:
+    """A factory: `shared("data", "minif2f", "minif2f.jsonl")` -> the path inside ../shared, or a
+    skip naming it when ../shared or that path is absent. Every test that reads ../shared asks for
+    this fixture (conftest marks it `shared`: `pytest -m shared` selects them all)."""
+
+    def need(*parts: str) -> Path:
+        root = shared_root()
+        wanted = "../shared/" + "/".join(parts)
+        if root is None:
+            why = f"{SHARED_ENV}=none" if os.environ.get(SHARED_ENV) == "none" else "no ../shared beside the checkout"
+            pytest.skip(f"needs {wanted} ({why}: it holds real Lean transcripts and datasets, present only on "
+                        "the development machines)")
+        path = root.joinpath(*parts)
+        if not path.exists():
+            pytest.skip(f"needs {wanted}, absent from {root}")
+        return path
+
+    return need
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "shared: reads ../shared through the `shared` fixture (skipped without it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "shared" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.shared)
 FAKE_REPL = REPO / "tests" / "fake_repl.py"
 # The kernel stage's stand-ins (tests/fake_lean.py, and tests/fake_checker.py for the default
 # toolchain's checker, our prover_check at Lean 4.15): every verify test runs the stage.

@@ -15,10 +15,7 @@ from prover_cli.jsonl import load_jsonl_strict
 from prover_cli.prompts import DEEPSEEK_HEADER
 from prover_cli.verify.statement import candidate_from_record, check_statement
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-MINIF2F = SHARED / "data" / "minif2f" / "minif2f.jsonl"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-needs_shared = pytest.mark.skipif(not MINIF2F.exists(), reason="../shared/data is not present")
 runner = CliRunner()
 
 
@@ -58,8 +55,8 @@ def write_jsonl(path, rows):
 
 # -- miniF2F ----------------------------------------------------------------------------------
 
-@needs_shared
-def test_minif2f_gives_488_problems_244_per_split_with_headers_intact(tmp_path):
+def test_minif2f_gives_488_problems_244_per_split_with_headers_intact(tmp_path, shared):
+    MINIF2F = shared("data", "minif2f", "minif2f.jsonl")
     out = tmp_path / "problems.jsonl"
     result = prepare_data(make_config(tmp_path), source=str(MINIF2F), out_path=out)
     assert result["preset"] == "deepseek"

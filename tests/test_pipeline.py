@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prover_cli.cli import app
-from tests.conftest import SHARED, fake_repl_command, kernel_stand_in_sets
+from tests.conftest import fake_repl_command, kernel_stand_in_sets
 
 runner = CliRunner()
 
@@ -65,11 +65,11 @@ def test_lean_chain_generate_verify_eval(tmp_path, tiny_cache):
     assert Path(scored["plot"]).exists()
 
 
-def test_human_proofs_as_completions_verify_and_score(tmp_path):
+def test_human_proofs_as_completions_verify_and_score(tmp_path, shared):
     """Real miniF2F human proofs, wrapped as model completions, pass every text check and the
-    stand-in's protocol; eval then counts them as solved."""
-    rows = lines(SHARED / "data" / "minif2f" / "minif2f_valid_few_shot_proofs.jsonl")[:6]
-    header = json.loads((SHARED / "data" / "minif2f" / "minif2f.jsonl").read_text(encoding="utf-8").splitlines()[0])["header"]
+    stand-in's protocol; eval then counts them as solved (skipped without ../shared/data)."""
+    rows = lines(shared("data", "minif2f", "minif2f_valid_few_shot_proofs.jsonl"))[:6]
+    header = json.loads(shared("data", "minif2f", "minif2f.jsonl").read_text(encoding="utf-8").splitlines()[0])["header"]
     proofs = tmp_path / "samples.jsonl"
     with proofs.open("w", encoding="utf-8") as handle:
         for row in rows:

@@ -1,7 +1,6 @@
 """Prompt templates by family, and extracting the Lean answer from completions."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -23,9 +22,6 @@ from prover_cli.prompts import (
     resolve_family,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-FEW_SHOT = SHARED / "data" / "minif2f" / "minif2f_valid_few_shot_proofs.jsonl"
-MINIF2F = SHARED / "data" / "minif2f" / "minif2f.jsonl"
 
 PROBLEM = {
     "id": "mathd_algebra_478",
@@ -207,8 +203,9 @@ def test_fences_in_the_problem_text_cannot_break_the_answer():
         assert extract_lean_block(stored) == problem["formal_statement"] + "  nlinarith [sq_nonneg x]"
 
 
-@pytest.mark.skipif(not FEW_SHOT.exists(), reason="../shared/data is not present")
-def test_real_minif2f_proofs_round_trip_through_the_deepseek_path():
+def test_real_minif2f_proofs_round_trip_through_the_deepseek_path(shared):
+    FEW_SHOT = shared("data", "minif2f", "minif2f_valid_few_shot_proofs.jsonl")
+    MINIF2F = shared("data", "minif2f", "minif2f.jsonl")
     statements = {json.loads(line)["name"]: json.loads(line) for line in MINIF2F.read_text(encoding="utf-8").splitlines()}
     rows = [json.loads(line) for line in FEW_SHOT.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 67

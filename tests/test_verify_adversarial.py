@@ -8,13 +8,11 @@ import json
 
 import pytest
 
-from conftest import SHARED
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
 from test_verify_denylist import CHEATS
 from test_verify_statement import REJECTED_COMPLETIONS, STATEMENT, completion
 
-DATA = SHARED / "data"
 
 
 def proof(record_id: str, text: str, statement: str = STATEMENT) -> dict:
@@ -137,10 +135,9 @@ def _jsonl(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-@pytest.mark.skipif(not (DATA / "proofs").exists(), reason="no ../shared/data")
-def test_lean_workbook_proofs_as_completions_are_verified(verify_config):
+def test_lean_workbook_proofs_as_completions_are_verified(verify_config, shared):
     """100 real Goedel-Prover files (header, comments, theorem, proof) as model completions."""
-    rows = _jsonl(DATA / "proofs" / "lean_workbook_goedel_kimina_fixtures.jsonl")
+    rows = _jsonl(shared("data", "proofs", "lean_workbook_goedel_kimina_fixtures.jsonl"))
     records = [{"id": r["id"], "formal_statement": r["formal_statement"],
                 "completion": f"Here is the proof.\n```lean4\n{r['full_code']}\n```"} for r in rows]
     verdicts = verify_records(records, verify_config())
@@ -149,9 +146,8 @@ def test_lean_workbook_proofs_as_completions_are_verified(verify_config):
     assert bad == []
 
 
-@pytest.mark.skipif(not (DATA / "minif2f").exists(), reason="no ../shared/data")
-def test_minif2f_human_proofs_as_proofs_are_verified(verify_config):
-    rows = _jsonl(DATA / "minif2f" / "minif2f_valid_few_shot_proofs.jsonl")
+def test_minif2f_human_proofs_as_proofs_are_verified(verify_config, shared):
+    rows = _jsonl(shared("data", "minif2f", "minif2f_valid_few_shot_proofs.jsonl"))
     records = [{"id": r["name"], "formal_statement": r["formal_statement"], "proof": r["formal_proof"]}
                for r in rows]
     verdicts = verify_records(records, verify_config())
@@ -159,10 +155,9 @@ def test_minif2f_human_proofs_as_proofs_are_verified(verify_config):
         [(v["id"], v["reason"]) for v in verdicts if v["verdict"] != "verified"]
 
 
-@pytest.mark.skipif(not (DATA / "proofs").exists(), reason="no ../shared/data")
-def test_mutated_real_proofs_are_rejected(verify_config):
+def test_mutated_real_proofs_are_rejected(verify_config, shared):
     """The data README's suggestions: statement edits, renames, sorry bodies, added axioms."""
-    row = _jsonl(DATA / "proofs" / "lean_workbook_goedel_kimina_fixtures.jsonl")[0]
+    row = _jsonl(shared("data", "proofs", "lean_workbook_goedel_kimina_fixtures.jsonl"))[0]
     code, name, statement = row["full_code"], row["id"], row["formal_statement"]
     body = code[code.index(statement) + len(statement):]
     mutants = {

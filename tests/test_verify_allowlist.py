@@ -7,13 +7,11 @@ import json
 
 import pytest
 
-from conftest import SHARED
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
 from prover_cli.verify.statement import Rejected, TextPolicy, candidate_from_record
 from test_verify_statement import STATEMENT, completion
 
-DATA = SHARED / "data"
 MINIF2F_HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 0\n\n"
                   "open BigOperators Real Nat Topology Rat\n\n")
 
@@ -264,10 +262,9 @@ def _jsonl(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="no ../shared/data")
-def test_no_real_proof_in_shared_data_is_rejected_by_the_text_checks():
-    few_shot = _jsonl(DATA / "minif2f" / "minif2f_valid_few_shot_proofs.jsonl")
-    workbook = _jsonl(DATA / "proofs" / "lean_workbook_goedel_kimina_fixtures.jsonl")
+def test_no_real_proof_in_shared_data_is_rejected_by_the_text_checks(shared):
+    few_shot = _jsonl(shared("data", "minif2f", "minif2f_valid_few_shot_proofs.jsonl"))
+    workbook = _jsonl(shared("data", "proofs", "lean_workbook_goedel_kimina_fixtures.jsonl"))
     records = [{"id": r["name"], "formal_statement": r["formal_statement"], "proof": r["formal_proof"],
                 "header": MINIF2F_HEADER} for r in few_shot]
     # the same proofs as model output: the statement and proof inside a lean4 block

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PATIENCE_S, SHARED, fake_repl_command
+from conftest import PATIENCE_S, fake_repl_command, shared_files
 from prover_cli.verify import rules
 from prover_cli.verify.repl import (
     ReplDied,
@@ -23,9 +23,10 @@ from prover_cli.verify.repl import (
     split_requests,
 )
 
-TRANSCRIPTS = SHARED / "lean-repl-transcripts"
-IN_FILES = sorted(TRANSCRIPTS.glob("*.in")) + sorted(TRANSCRIPTS.glob("mathlib/*.in"))
-needs_transcripts = pytest.mark.skipif(not IN_FILES, reason=f"no transcripts under {TRANSCRIPTS}")
+# The real REPL transcripts in ../shared/lean-repl-transcripts, read through conftest's `shared`
+# fixture: without ../shared each test below runs once, as `no-transcripts`, and the fixture skips it.
+IN_FILES = shared_files("lean-repl-transcripts/*.in", "lean-repl-transcripts/mathlib/*.in")
+IN_CASES = IN_FILES or [None]
 
 
 def load(in_path: Path) -> tuple[list[dict], list]:
@@ -35,23 +36,23 @@ def load(in_path: Path) -> tuple[list[dict], list]:
 
 
 def ids(paths):
-    return [str(p.relative_to(TRANSCRIPTS)) for p in paths]
+    return [p.as_posix().split("lean-repl-transcripts/", 1)[1] if p else "no-transcripts" for p in paths]
 
 
 # --------------------------------------------------------------------------------------------
 # Every transcript
 # --------------------------------------------------------------------------------------------
 
-@needs_transcripts
-def test_all_transcripts_are_covered():
+def test_all_transcripts_are_covered(shared):
+    shared("lean-repl-transcripts")  # skips without ../shared, naming it
     assert len(IN_FILES) >= 40 and any("mathlib" in str(p) for p in IN_FILES)
 
 
-@needs_transcripts
-@pytest.mark.parametrize("in_path", IN_FILES, ids=ids(IN_FILES))
-def test_transcript_responses_follow_the_repl_state_machine(in_path):
+@pytest.mark.parametrize("in_path", IN_CASES, ids=ids(IN_CASES))
+def test_transcript_responses_follow_the_repl_state_machine(in_path, shared):
     """One response per request; env and proof-state numbers follow the REPL's counters; protocol
     errors occur exactly for unknown envs/proof states or thrown tactics."""
+    shared("lean-repl-transcripts")  # skips without ../shared, naming it
     requests, responses = load(in_path)
     assert len(responses) == len(requests)
     next_env = next_state = 0
@@ -97,11 +98,11 @@ def test_transcript_responses_follow_the_repl_state_machine(in_path):
             next_state += 1
 
 
-@needs_transcripts
-@pytest.mark.parametrize("in_path", IN_FILES, ids=ids(IN_FILES))
-def test_transcript_sorries_are_detected_in_both_quote_styles(in_path):
+@pytest.mark.parametrize("in_path", IN_CASES, ids=ids(IN_CASES))
+def test_transcript_sorries_are_detected_in_both_quote_styles(in_path, shared):
     """A response with sorries or the sorry warning fails the rules; each signal alone suffices,
     in the backtick style the transcripts use and in the straight-quote style of Lean <= 4.27."""
+    shared("lean-repl-transcripts")  # skips without ../shared, naming it
     _, responses = load(in_path)
     for response in responses:
         if "env" not in response:
@@ -126,10 +127,10 @@ def test_transcript_sorries_are_detected_in_both_quote_styles(in_path):
             assert rules.judge_proof(only_sorries).status == "rejected"
 
 
-@needs_transcripts
-@pytest.mark.parametrize("in_path", IN_FILES, ids=ids(IN_FILES))
-def test_reader_is_independent_of_chunking(in_path):
+@pytest.mark.parametrize("in_path", IN_CASES, ids=ids(IN_CASES))
+def test_reader_is_independent_of_chunking(in_path, shared):
     """The client reads pipes in arbitrary pieces; the responses must not depend on where they split."""
+    shared("lean-repl-transcripts")  # skips without ../shared, naming it
     out_bytes = in_path.with_name(in_path.name[:-3] + ".expected.out").read_bytes()
     expected = parse_responses(out_bytes)
     rng = random.Random(in_path.name)
@@ -143,18 +144,18 @@ def test_reader_is_independent_of_chunking(in_path):
     assert got == expected and not reader.pending().strip()
 
 
-@needs_transcripts
-@pytest.mark.parametrize("in_path", IN_FILES, ids=ids(IN_FILES))
-def test_encoded_requests_survive_the_repl_line_joining(in_path):
+@pytest.mark.parametrize("in_path", IN_CASES, ids=ids(IN_CASES))
+def test_encoded_requests_survive_the_repl_line_joining(in_path, shared):
+    shared("lean-repl-transcripts")  # skips without ../shared, naming it
     requests, _ = load(in_path)
     wire = b"".join(encode_request(r) for r in requests).decode("utf-8")
     assert [json.loads(r) for r in split_requests(wire)] == requests
 
 
-@needs_transcripts
-def test_raw_newline_in_a_request_is_what_the_transcript_shows():
+def test_raw_newline_in_a_request_is_what_the_transcript_shows(shared):
+    transcripts = shared("lean-repl-transcripts")  # skips without ../shared, naming it
     # invalid_line_break: a raw newline inside the JSON string vanishes (`by` + `sorry` -> `bysorry`).
-    text = (TRANSCRIPTS / "invalid_line_break.in").read_text(encoding="utf-8")
+    text = (transcripts / "invalid_line_break.in").read_text(encoding="utf-8")
     assert json.loads(split_requests(text)[0])["cmd"] == "theorem foo : 1 = 1 := bysorry"
     assert b"\\n" in encode_request({"cmd": "a\nb"}) and encode_request({"cmd": "a\nb"}).count(b"\n") == 2
 
@@ -177,10 +178,10 @@ def _load_fake_module():
     return module
 
 
-@needs_transcripts
-def test_canned_responses_are_copied_from_the_transcripts():
+def test_canned_responses_are_copied_from_the_transcripts(shared):
+    transcripts = shared("lean-repl-transcripts")  # skips without ../shared, naming it
     for name, (source, index, response) in _load_fake_module().CANNED.items():
-        transcript = parse_responses((TRANSCRIPTS / source).read_bytes())
+        transcript = parse_responses((transcripts / source).read_bytes())
         assert transcript[index] == response, name
 
 

@@ -108,15 +108,12 @@ def test_a_trusted_statement_that_does_not_elaborate_is_an_error_of_the_record(v
     assert got[0].status == "error" and "trusted statement does not elaborate" in got[0].reason
 
 
-def test_check_answers_have_the_shape_of_the_recorded_transcript():
+def test_check_answers_have_the_shape_of_the_recorded_transcript(shared):
     """`#check` in the real REPL (dup_msg transcript): one info message with pos/endPos, then env;
     an unknown name is an error message with an env. The stand-in answers in the same shape."""
-    from conftest import SHARED
     from prover_cli.verify.repl import parse_responses
 
-    transcript = SHARED / "lean-repl-transcripts" / "dup_msg.expected.out"
-    if not transcript.exists():
-        pytest.skip("no ../shared/lean-repl-transcripts")
+    transcript = shared("lean-repl-transcripts", "dup_msg.expected.out")
     _, known, unknown = parse_responses(transcript.read_bytes())
     proc = ReplProcess(fake_repl_command())
     proc.start()

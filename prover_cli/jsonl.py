@@ -160,9 +160,11 @@ class _StreamLines:
     stops. Python runs a signal's handler only between bytecodes: a signal that lands after the
     input is opened but before a blocking `read(2)` begins (a FIFO whose writer just connected:
     seen, about one run in ten) interrupts nothing, and the read then waits for ever with the
-    handler never run. So every read here is preceded by a `select` that returns at least every
-    `_POLL_S` seconds, back in Python, where a pending handler runs; `select` said readable, so
-    the `os.read` that follows returns at once. Regular files are read as before."""
+    handler never run. So every read here is preceded by a `poll` that returns at least every
+    `_POLL_S` seconds, back in Python, where a pending handler runs; `poll` said readable (or hung
+    up: end of input), so the `os.read` that follows returns at once. `poll`, not `select`:
+    `select` refuses a descriptor numbered 1024 or more (a process with many files open).
+    Regular files are read as before."""
 
     _POLL_S = 0.25
 
@@ -171,12 +173,13 @@ class _StreamLines:
         self._fd = handle.fileno()
         self._buffer = b""
         self._eof = False
+        self._poller = select.poll()
+        self._poller.register(self._fd, select.POLLIN | select.POLLPRI)   # hang-up and errors are always reported
 
     def readline(self, size: int) -> bytes:
         """Up to `size` bytes, ending at the first newline if one comes first (as BufferedReader's)."""
         while b"\n" not in self._buffer[:size] and len(self._buffer) < size and not self._eof:
-            readable, _, _ = select.select([self._fd], [], [], self._POLL_S)
-            if readable:
+            if self._poller.poll(self._POLL_S * 1000):   # milliseconds
                 chunk = os.read(self._fd, 1 << 16)
                 self._buffer += chunk
                 self._eof = not chunk
@@ -273,6 +276,8 @@ class ResumableWriter:
         self.done_ids: set[str] = set()
         self.records: list[dict[str, Any]] = []
         self._handle = None
+        self._created = False   # this writer made the file (it was not there before)
+        self._written = 0
 
     def __enter__(self) -> "ResumableWriter":
         try:
@@ -288,6 +293,7 @@ class ResumableWriter:
                 self.records.append(obj)
                 if self.key in obj:
                     self.done_ids.add(str(obj[self.key]))
+        self._created = not self.path.exists()
         try:
             self._handle = self.path.open("a", encoding="utf-8")
         except OSError as exc:
@@ -331,6 +337,7 @@ class ResumableWriter:
                 os.fsync(self._handle.fileno())
         except OSError as exc:
             raise MachineError.from_os_error(exc, self.path, "write") from None
+        self._written += 1
         self.records.append(record)
         if self.key in record:
             self.done_ids.add(str(record[self.key]))
@@ -343,6 +350,10 @@ class ResumableWriter:
             except OSError as error:
                 if exc[0] is None:  # a close that fails on its own is news; after a failure it is not
                     raise MachineError.from_os_error(error, self.path, "write") from None
+            if exc[0] is not None and self._created and not self._written:
+                # failed (or interrupted) before its first record: leave no empty output behind,
+                # which would look like a finished run with nothing in it
+                _remove_quietly(self.path)
 
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from prover_cli.errors import ReplayMismatchError
 from prover_cli.es.member import MemberEvaluator
+from prover_cli.es.population import LocalPopulation
 from prover_cli.es.train import train_es
 from tests.test_es_train import make_config, tensor_hashes
 
@@ -28,13 +29,17 @@ def test_workers_reproduce_the_local_loop(tmp_path, cache_dir):
     workers = [MemberEvaluator(remote), MemberEvaluator(remote)]
     calls = []
 
-    def generate_population(iteration, problems):
-        calls.append(iteration)
-        return [workers[m % 2].completions(iteration=iteration, member=m, problems=problems)
-                for m in range(remote.es.population)]
+    class Workers(LocalPopulation):  # the loop's own sampler updates theta; its members are the workers'
+        def members(self, iteration, problems):
+            calls.append(iteration)
+            return [workers[m % 2].completions(iteration=iteration, member=m, problems=problems)
+                    for m in range(remote.es.population)]
 
-    train_es(remote, generate_population=generate_population)
-    assert calls == [1, 2, 3]
+        def close(self):
+            calls.append("closed")
+
+    train_es(remote, population=Workers(remote))
+    assert calls == [1, 2, 3, "closed"]
     assert all(w.applied == 2 for w in workers)  # each applied iterations 1..2 before iteration 3
 
     ledger = lambda d: json.loads((d / "ledger.json").read_text())

@@ -48,7 +48,8 @@ ES_ENTRY_POINTS = {
     "prover_cli.es.probe": {"probe_es"},                     # `prover train es --probe`
     "prover_cli.es.replay": {"replay_seeds"},                # `prover replay-seeds`, `prover eval --ledger`
     "prover_cli.es.member": {"MemberEvaluator", "heldout_at"},  # ES members and held-out away from the loop (Modal)
-    "prover_cli.es.population": {"member_completions", "load_es_sampler"},  # a pipelined share's engines (Modal)
+    "prover_cli.es.population": {"member_completions", "load_es_sampler",  # a pipelined share's engines (Modal)
+                                 "LocalPopulation"},  # train_es's population seam, which Modal's extends
     "prover_cli.es.signal": {"NOISE_BELOW", "WINDOW"},       # `prover report`'s signal-share diagnostics
     "prover_cli.es.weights": {"NamedWeights", "save_model_dir"},  # a sampler's weights perturbed in place, saved
     "prover_cli.es.fused_cpu": {"*"},                        # `prover doctor`: is the fused path there

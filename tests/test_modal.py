@@ -350,13 +350,13 @@ def test_es_members_fail_the_iteration_instead_of_returning_exceptions(monkeypat
     monkeypatch.setattr(functions.modal, "is_local", lambda: False)
     monkeypatch.setattr(functions, "_commit", lambda volume: seen.setdefault("committed", True))
     config = config_from_dict({"es": {"population": 2}})
-    generate = functions.population_on_modal(config, config.to_dict())
-    assert generate(3, [{"id": "p"}]) == [["x"], ["y"]]
+    population = functions.ModalPopulation(config, config.to_dict())
+    assert population.members(3, [{"id": "p"}]) == [["x"], ["y"]]
     assert seen["return_exceptions"] is False and seen["committed"]
     assert seen["inputs"] == [(3, 0, [{"id": "p"}]), (3, 1, [{"id": "p"}])]
     assert seen["options"]["max_containers"] == config.modal.max_containers
     assert "autoscaler" not in seen
-    generate.release_members()  # after the run: the warm members' long window is lowered to Modal's minimum
+    population.close()  # after the run: the warm members' long window is lowered to Modal's minimum
     assert seen["autoscaler"] == {"scaledown_window": 2}
 
 
@@ -637,13 +637,14 @@ def test_countdown_plan_has_no_verification_containers():
 def test_es_arguments_hand_the_population_to_members_when_the_loop_takes_the_hook(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
-    def train_with_hook(config, *, resume=False, reporter=None, generate_population=None):
+    def train_with_population(config, *, resume=False, reporter=None, population=None):
         raise AssertionError("not called here")
 
-    monkeypatch.setattr(functions, "resolve", lambda name: train_with_hook)
+    monkeypatch.setattr(functions, "resolve", lambda name: train_with_population)
     config = config_from_dict({"run": {"dir": "runs/h"}})
     arguments = functions.es_arguments(config.to_dict())(config, {"resume": False})
-    assert callable(arguments["generate_population"]) and arguments["resume"] is False
+    assert isinstance(arguments["population"], functions.ModalPopulation) and arguments["resume"] is False
+    assert sorted(arguments) == ["population", "resume"]
 
 
 # --------------------------------------------------------------------------------------------

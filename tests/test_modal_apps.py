@@ -162,9 +162,9 @@ def test_the_calls_between_containers_are_the_ones_listed():
                 sites.add(top.name)
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "fan_out":
                 sites.add(top.name)
-    # _ensure_model: download_model (every caller above); population_on_modal: ESMember (train_es);
-    # heldout_on_modal: es_heldout (train_es); fan_out itself; study_runs: from your machine
-    assert sites == {"fan_out", "_ensure_model", "population_on_modal", "heldout_on_modal", "study_runs"}
+    # _ensure_model: download_model (every caller above); ModalPopulation: ESMember and es_heldout
+    # (train_es); fan_out itself; study_runs: from your machine
+    assert sites == {"fan_out", "_ensure_model", "ModalPopulation", "study_runs"}
 
 
 def test_grpo_downloads_with_its_own_apps_function(monkeypatch, tmp_path):

@@ -21,7 +21,7 @@ from conftest import PATIENCE_S
 from modal_standin import VolumeStandIn
 from prover_cli.config import config_from_dict
 from prover_cli.errors import ReplayMismatchError
-from prover_cli.es.population import evaluate_population
+from prover_cli.es.population import score_members
 from prover_cli.on_modal import functions
 from prover_cli.on_modal.pipeline import MemberPipeline, engine_configs, shares
 from prover_cli.tasks import get_task
@@ -165,15 +165,14 @@ def test_rewards_scored_elsewhere_are_refused_unless_they_are_what_score_returns
     good = {"completions": ["a"], "rewards": [1.0]}
     bad = {"completions": ["b"] * (len(rewards) if isinstance(rewards, list) else 1), "rewards": rewards}
     with pytest.raises(RuntimeError):
-        evaluate_population(None, None, get_task("countdown"), batch * 2, config, 1, None,
-                            generate_population=lambda i, b: [good, bad])
+        score_members([good, bad], get_task("countdown"), batch * 2, config, 1, None)
 
 
 def test_members_scored_and_unscored_together_are_refused():
     config = config_from_dict({"es": {"population": 2, "problems_per_iteration": 1}})
     with pytest.raises(RuntimeError, match="some members came back scored"):
-        evaluate_population(None, None, get_task("countdown"), [{"id": "p"}], config, 1, None,
-                            generate_population=lambda i, b: [{"completions": ["a"], "rewards": [1.0]}, ["b"]])
+        score_members([{"completions": ["a"], "rewards": [1.0]}, ["b"]], get_task("countdown"), [{"id": "p"}],
+                      config, 1, None)
 
 
 def test_population_on_modal_sends_one_share_per_gpu_and_puts_members_back_in_order(monkeypatch):
@@ -199,10 +198,10 @@ def test_population_on_modal_sends_one_share_per_gpu_and_puts_members_back_in_or
     monkeypatch.setattr(functions.modal, "is_local", lambda: False)
     monkeypatch.setattr(functions, "_commit", lambda volume: seen.setdefault("committed", True))
     config = config_from_dict({"es": {"population": 6}, "modal": {"es_member_gpus": 2}})
-    generate = functions.population_on_modal(config, config.to_dict())
+    population = functions.ModalPopulation(config, config.to_dict())
     loop_running.set()   # the loop's share fails at once: the member containers' shares need not wait for it
     with pytest.raises(RuntimeError, match="before the loop loaded its sampler"):
-        generate(3, [{"id": "p"}])   # train_es loads the loop's sampler through `loop_share` first
+        population.members(3, [{"id": "p"}])   # train_es loads the loop's sampler through the population first
     loop_running.clear()
     remote_running.clear()
 
@@ -213,8 +212,8 @@ def test_population_on_modal_sends_one_share_per_gpu_and_puts_members_back_in_or
             seen["loop"] = (iteration, list(members), problems)
             return [{"member": m, "completions": [f"c{m}"], "rewards": [m / 4]} for m in members]
 
-    generate.loop_share.pipeline = LoopPipeline()
-    got = generate(3, [{"id": "p"}])
+    population.loop_share.pipeline = LoopPipeline()
+    got = population.members(3, [{"id": "p"}])
     # member i on GPU i % 3: share 0 is the loop's, shares 1 and 2 go to the two member containers
     assert seen["loop"] == (3, [0, 3], [{"id": "p"}])
     assert seen["inputs"] == [(3, [1, 4], [{"id": "p"}]), (3, [2, 5], [{"id": "p"}])]

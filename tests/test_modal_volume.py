@@ -158,14 +158,13 @@ def test_members_fail_when_the_loop_does_not_commit_before_the_fan_out(tmp_path,
             return real_fan_out(function, inputs, return_exceptions=return_exceptions)
 
     monkeypatch.setattr(functions, "fan_out", fan_out_in_containers)
-    real_population = functions.population_on_modal
+    real_members = functions.ModalPopulation.members
 
-    def population_without_commit(config, config_dict):
-        generate = real_population(config, config_dict)
-        return lambda iteration, problems: (monkeypatch.setattr(functions, "_commit", lambda v: None),
-                                            generate(iteration, problems))[1]
+    def members_without_commit(self, iteration, problems):
+        monkeypatch.setattr(functions, "_commit", lambda v: None)
+        return real_members(self, iteration, problems)
 
-    monkeypatch.setattr(functions, "population_on_modal", population_without_commit)
+    monkeypatch.setattr(functions.ModalPopulation, "members", members_without_commit)
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(tmp_path / "cache"), "device": "cpu", "dtype": "float32"},
         "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 8, "problems": "data/p.jsonl"},

@@ -2,13 +2,14 @@
 
     batch = pick_problems(problems, run_seed, iteration, es.problems_per_iteration)   # same for every member
     texts = member_completions(sampler, weights, task, batch, config, iteration, member)  # perturb, sample, restore
-    means, rewards = evaluate_population(sampler, weights, task, batch, config, iteration, reporter)
+    population = LocalPopulation(config); population.load_sampler()  # what train_es evaluates members with
+    means, rewards, completions = population.evaluate(iteration, batch, reporter)
 
-The training loop (es/train.py), the probe (es/probe.py) and Modal's member workers (es/member.py)
-all run these, so a member's samples are the same wherever it is evaluated. Sampling and scoring
-go through prover_cli/rollout.py: a member's completions are problem-major, and every member's
-samples of an iteration are scored in one task call (member-major), so a Lean verify pool works
-on all of them at once.
+The training loop (es/train.py, through a population), the probe (es/probe.py) and Modal's member
+workers (es/member.py) all run `member_completions`, so a member's samples are the same wherever
+it is evaluated. Sampling and scoring go through prover_cli/rollout.py: a member's completions
+are problem-major, and every member's samples of an iteration are scored in one task call
+(member-major), so a Lean verify pool works on all of them at once.
 """
 
 from __future__ import annotations
@@ -58,34 +59,73 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
         weights.restore()
 
 
-def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
-                        iteration: int, reporter: Reporter,
-                        generate_population: Any = None,
-                        completions_out: list[str] | None = None) -> tuple[list[float], list[float]]:
-    """(mean reward of each member, reward of every sample); `completions_out`, when given, receives
-    every sample's completion text in the rewards' order (the trainer counts their tokens).
+# ---------------------------------------------------------------------------------------------
+# The population seam: what the training loop (es/train.py) asks of wherever its members run.
+# `LocalPopulation` evaluates them here, one after another, on the loop's own sampler; Modal's
+# (on_modal/functions.py, ModalPopulation) fans them out to GPU containers. Either way the loop
+# scores, updates and writes the ledger itself.
+# ---------------------------------------------------------------------------------------------
 
-    `generate_population(iteration, batch) -> [member 0, member 1, ...]` lets a backend sample the
-    members elsewhere (Modal fans them out to GPU workers, `es/member.py`). Each member is either
-    its completions (the barrier schedule: every sample is scored here, in one task call) or
-    `{"completions": [...], "rewards": [...]}`, already scored by the same `rollout.score` where it
-    was sampled (the pipelined schedule, on_modal/pipeline.py). A task's reward of a sample depends
-    on that sample alone, so both give the same rewards; the update and the ledger stay here.
-    """
+class LocalPopulation:
+    """An iteration's members and the held-out evaluation, in this process, on the loop's sampler.
+
+        population.load_sampler()                             # the loop's sampler; its weights are theta
+        means, rewards, texts = population.evaluate(iteration, batch, reporter)
+        population.heldout(iteration, record, problems, reporter)  # eval/* keys of theta_iteration
+        population.close()                                    # after the run, whether it ended or failed
+
+    `members` is what a backend replaces: each member's completions, problem-major, or
+    `{"completions": [...], "rewards": [...]}` already scored by the same `rollout.score` where it
+    was sampled (Modal's pipelined schedule, on_modal/pipeline.py). A task's reward of a sample
+    depends on that sample alone, so both give the same rewards; the update and the ledger stay in
+    the loop. `heldout` here evaluates the live weights, which are theta_iteration once the loop has
+    applied the iteration's update."""
+
+    def __init__(self, config: Any):
+        from prover_cli.tasks import get_task
+
+        self.config = config
+        self.task = get_task(config.data.task)
+        self.sampler: Any = None
+        self.weights: Any = None
+
+    def load_sampler(self) -> Any:
+        self.sampler = load_es_sampler(self.config)
+        self.weights = self.sampler.es_weights()
+        return self.sampler
+
+    def members(self, iteration: int, batch: list[dict[str, Any]]) -> list[Any]:
+        return [member_completions(self.sampler, self.weights, self.task, batch, self.config, iteration, member)
+                for member in range(self.config.es.population)]
+
+    def evaluate(self, iteration: int, batch: list[dict[str, Any]],
+                 reporter: Reporter) -> tuple[list[float], list[float], list[str]]:
+        """(mean reward of each member, reward of every sample, every sample's completion in the
+        rewards' order: member-major, then problem-major)."""
+        return score_members(self.members(iteration, batch), self.task, batch, self.config, iteration, reporter)
+
+    def heldout(self, iteration: int, record: dict[str, Any], problems: list[dict[str, Any]],
+                reporter: Reporter) -> dict[str, Any]:
+        """The held-out evaluation (heldout.py) of theta_iteration: here, the live weights."""
+        from prover_cli.heldout import evaluate_heldout
+
+        return evaluate_heldout(self.sampler, self.config, problems, task=self.task, reporter=reporter)
+
+    def close(self) -> None:
+        """Nothing to release here; a backend lets its workers go."""
+
+
+def score_members(per_member: list[Any], task: Any, batch: list[dict[str, Any]], config: Any, iteration: int,
+                  reporter: Reporter) -> tuple[list[float], list[float], list[str]]:
+    """`LocalPopulation.evaluate` of what `members` returned: every unscored sample scored in one task
+    call (member-major), or every member's rewards as scored elsewhere, checked (never both)."""
     es = config.es
-    if generate_population is None:
-        per_member: list[Any] = [member_completions(sampler, weights, task, batch, config, iteration, member)
-                                 for member in range(es.population)]
-    else:
-        per_member = generate_population(iteration, batch)
     expected = len(batch) * es.samples_per_problem
     scored = [isinstance(m, dict) for m in per_member]
     texts = [m["completions"] if isinstance(m, dict) else m for m in per_member]
     if len(per_member) != es.population or any(len(c) != expected for c in texts):
         raise RuntimeError(f"iteration {iteration}: expected {es.population} members x {expected} samples")
     completions = [text for member in texts for text in member]  # member-major, then problem-major
-    if completions_out is not None:
-        completions_out.extend(completions)
     if all(scored):
         rewards = [r for m in per_member for r in _checked_rewards(task, m["rewards"], expected, iteration)]
     elif any(scored):
@@ -95,7 +135,7 @@ def evaluate_population(sampler: Any, weights: Any, task: Any, batch: list[dict[
     per_member_count = len(rewards) // es.population
     means = [sum(rewards[m * per_member_count:(m + 1) * per_member_count]) / per_member_count
              for m in range(es.population)]
-    return means, rewards
+    return means, rewards, completions
 
 
 def _checked_rewards(task: Any, rewards: Any, expected: int, iteration: int) -> list[float]:

@@ -39,6 +39,7 @@ few iterations were mostly noise; `prover train es --probe` (es/probe.py) measur
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -48,18 +49,17 @@ from typing import Any
 from prover_cli.errors import ConfigError
 from prover_cli.es.ledger import (LEDGER_FILE, bytes_per_iteration, header_differences, make_header,
                                   make_record, read_ledger, reward_text, sha256_file, write_ledger)
-from prover_cli.es.population import evaluate_population, load_es_sampler, pick_problems
+from prover_cli.es.population import LocalPopulation, pick_problems
 from prover_cli.es.replay import rebuild
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
 from prover_cli.es.update import apply_rewards
-from prover_cli.heldout import base_record, eval_due, evaluate_base, evaluate_heldout
+from prover_cli.heldout import base_record, eval_due, evaluate_base
 from prover_cli.jsonl import fsync_directory
 from prover_cli.metrics import completion_tokens
 from prover_cli.model_dir import holds_weights
 from prover_cli.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.run import ResumePoint, Run
-from prover_cli.tasks import get_task
 from prover_cli.tracking import open_tracker
 
 
@@ -67,6 +67,8 @@ from prover_cli.tracking import open_tracker
 # Seeds, problems and members: es/population.py. Each iteration picks its problems from
 # (run seed, iteration); every member samples them with theta + sign * sigma * eps_n at the
 # iteration's one sampling seed, and all samples are scored in one batch (prover_cli/rollout.py).
+# Where the members run is the population's business (LocalPopulation: here, one after another;
+# on_modal/functions.py ModalPopulation: GPU containers); the loop only reads what it returns.
 # ---------------------------------------------------------------------------------------------
 
 # ---------------------------------------------------------------------------------------------
@@ -77,21 +79,23 @@ from prover_cli.tracking import open_tracker
 # ---------------------------------------------------------------------------------------------
 
 def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REPORTER,
-             generate_population: Any = None, heldout_at: Any = None) -> dict[str, Any]:
-    """`generate_population`: es/population.py, evaluate_population. `heldout_at(iteration, record)
-    -> eval/* keys`: a backend's held-out evaluation of theta_iteration elsewhere (Modal: one GPU
-    container that rebuilds it from the ledger and `record`, es/member.py heldout_at); None
-    evaluates the live weights here."""
+             population: Any = None) -> dict[str, Any]:
+    """`population`: where the members and the held-out evaluation run (es/population.py,
+    LocalPopulation: here, the default); closed when the run ends or fails."""
+    population = population if population is not None else LocalPopulation(config)
+    with contextlib.closing(population):
+        return _train(config, population, resume, reporter)
+
+
+def _train(config: Any, population: Any, resume: bool, reporter: Reporter) -> dict[str, Any]:
     es = config.es
     ledger_path = config.run_dir / LEDGER_FILE
     run = Run.open(config, "es", total=es.iterations, total_key="es.iterations", resume=resume,
                    markers=[ledger_path], refusal="a ledger already exists", reporter=reporter)
-    task = get_task(config.data.task)
+    task = population.task
     problems = train_problems(config)
     config.check_problems_per_iteration(len(problems))  # before the model loads: names the key and the split size
-    # the pipelined schedule on Modal: the loop's GPU evaluates a share too, its sampler one of its engines
-    loop_share = getattr(generate_population, "loop_share", None)
-    sampler = loop_share.load_sampler() if loop_share is not None else load_es_sampler(config)
+    sampler = population.load_sampler()  # its weights are theta: the update below moves them in place
     weights = sampler.es_weights()
     problems_sha256 = hashlib.sha256(json.dumps(problems, sort_keys=True).encode()).hexdigest()
     header = make_header(es, model=config.model, generate=config.generate, run_seed=config.run.seed,
@@ -120,10 +124,7 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
         for iteration in range(resumed_from + 1, es.iterations + 1):
             started = time.monotonic()
             batch = pick_problems(problems, config.run.seed, iteration, es.problems_per_iteration)
-            completions: list[str] = []
-            member_rewards, sample_rewards = evaluate_population(sampler, weights, task, batch, config,
-                                                                 iteration, reporter, generate_population,
-                                                                 completions_out=completions)
+            member_rewards, sample_rewards, completions = population.evaluate(iteration, batch, reporter)
             texts = [reward_text(r) for r in member_rewards]
             signal_parts.append(iteration_variances(sample_rewards, es.population, es.antithetic))
             norm, skipped = apply_rewards(weights, [float(t) for t in texts], config.run.seed, iteration,
@@ -155,10 +156,8 @@ def train_es(config: Any, *, resume: bool = False, reporter: Reporter = NULL_REP
             if share is not None:
                 metrics["es/signal_share"] = share
             record = make_record(iteration, texts, fingerprint, skipped, snapshot)
-            if eval_due(config, iteration, es.iterations) and heldout_at is not None:
-                metrics.update(heldout_at(iteration, record))  # the ledger holds it only after the metrics line
-            elif eval_due(config, iteration, es.iterations):  # the live weights are the center theta now
-                metrics.update(evaluate_heldout(sampler, config, heldout, task=task, reporter=reporter))
+            if eval_due(config, iteration, es.iterations):  # theta_iteration: the ledger holds `record` only
+                metrics.update(population.heldout(iteration, record, heldout, reporter))  # after this line
             run.write_metrics(metrics, tracker)
             records.append(record)
             write_ledger(ledger_path, header, records)

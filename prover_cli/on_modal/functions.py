@@ -16,6 +16,7 @@ import modal
 
 from prover_cli.backends import resolve
 from prover_cli.config import config_from_dict
+from prover_cli.es.population import LocalPopulation
 from prover_cli.on_modal import sandbox
 from prover_cli.on_modal.images import DEFAULTS, IMAGES, data_app, gpu_app, grpo_app, lean_app, mounts, models_volume, runs_volume
 from prover_cli.on_modal.plan import MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
@@ -165,7 +166,7 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
                   route_verification: bool = False,
                   before: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None) -> Any:
     """The body of every wrapper: rebuild the config, run the library function on the Volume, commit.
-    `before` may return arguments with a `_finally` callable, run once the library returns or fails."""
+    `before(config, arguments)` returns the library function's arguments (train_es: its population)."""
     cfg = _config(config)
     _reload(runs_volume)
     if needs_model:
@@ -174,12 +175,7 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
         arguments = _paths_in(kwargs)
         if before is not None:
             arguments = before(cfg, arguments)
-        cleanup = arguments.pop("_finally", None)
-        try:
-            result = resolve(name)(cfg, **arguments)
-        finally:
-            if cleanup is not None:
-                cleanup()
+        result = resolve(name)(cfg, **arguments)
     _commit(runs_volume)
     return _as_sent(result)
 
@@ -327,46 +323,68 @@ class ESMember:
 MIN_SCALEDOWN_WINDOW_S = 2  # Modal's smallest scaledown_window
 
 
-def population_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, list[dict[str, Any]]], list[Any]]:
-    members = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
-    from prover_cli.on_modal.pipeline import LoopShare
+class ModalPopulation(LocalPopulation):
+    """train_es's population on Modal (es/population.py has the seam): the members in `ESMember`
+    containers, and the held-out evaluation on one `es_heldout` container (barrier) or on the loop's
+    GPU with its live weights (pipelined: no replay, no extra container). `close`, once the run
+    ends or fails, lets the warm member containers go instead of after their long window."""
 
-    loop_share = LoopShare(config) if config.modal.es_member_gpus else None  # the loop's GPU: share 0
+    def __init__(self, config: Any, config_dict: dict[str, Any]):
+        super().__init__(config)
+        self.config_dict = config_dict
+        self.containers = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
+        from prover_cli.on_modal.pipeline import LoopShare
 
-    def generate_population(iteration: int, problems: list[dict[str, Any]]) -> list[Any]:
-        _commit(runs_volume)
-        if loop_share is not None:  # pipelined: share 0 on the loop's GPU, one share per member container
+        self.loop_share = LoopShare(config) if config.modal.es_member_gpus else None  # the loop's GPU: share 0
+        self.evaluation = None if self.loop_share is not None else \
+            es_heldout.with_options(**options("eval", config, gpu=True))
+
+    def load_sampler(self) -> Any:
+        """Pipelined: the loop's sampler is engine 0 of its share (on_modal/pipeline.py, LoopShare)."""
+        if self.loop_share is None:
+            return super().load_sampler()
+        self.sampler = self.loop_share.load_sampler()
+        self.weights = self.sampler.es_weights()
+        return self.sampler
+
+    def members(self, iteration: int, problems: list[dict[str, Any]]) -> list[Any]:
+        _commit(runs_volume)  # the members read the ledger of iteration - 1
+        population = self.config.es.population
+        if self.loop_share is not None:  # pipelined: share 0 on the loop's GPU, one share per member container
             from concurrent.futures import ThreadPoolExecutor
 
             from prover_cli.on_modal.pipeline import shares
 
-            own, *theirs = shares(config.es.population, config.modal.es_member_gpus + 1)
+            own, *theirs = shares(population, self.config.modal.es_member_gpus + 1)
             inputs = [(iteration, share, problems) for share in theirs]
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="es-shares") as remote:
-                elsewhere = remote.submit(fan_out, members.share, inputs, return_exceptions=False)
-                here = loop_share.evaluate(iteration, own, problems)  # while the member containers run theirs
+                elsewhere = remote.submit(fan_out, self.containers.share, inputs, return_exceptions=False)
+                here = self.loop_share.evaluate(iteration, own, problems)  # while the member containers run theirs
                 done = [here, *elsewhere.result()]
             scored = {m["member"]: m for share in done for m in share}
-            if sorted(scored) != list(range(config.es.population)):
+            if sorted(scored) != list(range(population)):
                 raise RuntimeError(f"iteration {iteration}: the shares came back with members {sorted(scored)}")
             return [{"completions": scored[i]["completions"], "rewards": scored[i]["rewards"]}
-                    for i in range(config.es.population)]
-        inputs = [(iteration, member, problems) for member in range(config.es.population)]
-        return fan_out(members.completions, inputs, return_exceptions=False)
+                    for i in range(population)]
+        inputs = [(iteration, member, problems) for member in range(population)]
+        return fan_out(self.containers.completions, inputs, return_exceptions=False)
 
-    def release_members() -> None:
+    def heldout(self, iteration: int, record: dict[str, Any], problems: list[dict[str, Any]],
+                reporter: Any) -> dict[str, Any]:
+        if self.evaluation is None:  # pipelined: the loop's live weights, here
+            return super().heldout(iteration, record, problems, reporter)
+        _commit(runs_volume)  # this iteration's snapshot, if any, and the ledger of iteration - 1
+        return self.evaluation.local(self.config_dict, iteration, record) if modal.is_local() else \
+            self.evaluation.remote(self.config_dict, iteration, record)
+
+    def close(self) -> None:
         """After the run: let the warm members go now instead of after their long window."""
         if modal.is_local():
             return
         try:
-            members.update_autoscaler(scaledown_window=MIN_SCALEDOWN_WINDOW_S)
+            self.containers.update_autoscaler(scaledown_window=MIN_SCALEDOWN_WINDOW_S)
         except Exception as exc:  # the run is done; idle members cost at most one window each
             print(f"could not lower the ES members' scaledown_window: {type(exc).__name__}: {exc}", file=sys.stderr)
-
-    generate_population.release_members = release_members  # type: ignore[attr-defined]
-    if loop_share is not None:  # train_es loads the loop's sampler through it (es/train.py)
-        generate_population.loop_share = loop_share  # type: ignore[attr-defined]
-    return generate_population
 
 
 LEDGER_FILE = "ledger.json"
@@ -375,12 +393,7 @@ LEDGER_FILE = "ledger.json"
 def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
     def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments = resume_after_retry(cfg, arguments)
-        generate_population = population_on_modal(cfg, config_dict)
-        # pipelined: the held-out evaluation on the loop's GPU (live weights, no replay, no extra container)
-        heldout_at = None if cfg.modal.es_member_gpus else heldout_on_modal(cfg, config_dict)
-        return {**arguments, "generate_population": generate_population, "heldout_at": heldout_at,
-                # a wrapped hook (tests/test_modal_volume.py) may not carry it: nothing to release then
-                "_finally": getattr(generate_population, "release_members", None)}
+        return {**arguments, "population": ModalPopulation(cfg, config_dict)}
 
     return before
 
@@ -423,17 +436,6 @@ def es_heldout(config: dict[str, Any], iteration: int, record: dict[str, Any]) -
 
     with verification_in_sandboxes(cfg):
         return heldout_at(cfg, iteration, record)
-
-
-def heldout_on_modal(config: Any, config_dict: dict[str, Any]) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
-    evaluation = es_heldout.with_options(**options("eval", config, gpu=True))
-
-    def heldout_at(iteration: int, record: dict[str, Any]) -> dict[str, Any]:
-        _commit(runs_volume)  # this iteration's snapshot, if any, and the ledger of iteration - 1
-        return evaluation.local(config_dict, iteration, record) if modal.is_local() else \
-            evaluation.remote(config_dict, iteration, record)
-
-    return heldout_at
 
 
 # ## GRPO, replay and eval

@@ -118,8 +118,15 @@ def test_none_never_uses_a_calibration():
     (lambda b: b["figures"]["header_s"].update(samples=0), r"figures.header_s.samples = 0: must be an integer >= 1"),
     (lambda b: b["figures"]["verify_s_per_proof"].update(value=0), "figures.verify_s_per_proof.value = 0: must be a finite number > 0"),
     (lambda b: b["figures"]["header_s"].update(value=-1), "figures.header_s.value = -1: must be a finite number >= 0"),
-    (lambda b: b["figures"].update(resident_slowdown={"value": 0.1, "measured": True, "samples": 1}),
-     "figures.resident_slowdown: not a calibrated figure"),
+    (lambda b: b["figures"].update(prefill_slowdown={"value": 0.1, "measured": True, "samples": 1}),
+     "figures.prefill_slowdown: not a calibrated figure"),
+    (lambda b: b["figures"]["decode_tokens_per_s"].update(value=1e308),
+     "figures.decode_tokens_per_s.value = 1e+308: outside the physical range [0.5, 20000]"),
+    (lambda b: b["figures"]["decode_tokens_per_s"].update(value=1e-308),
+     "figures.decode_tokens_per_s.value = 1e-308: outside the physical range"),
+    (lambda b: b["figures"]["header_s"].update(value=1e308), "figures.header_s.value = 1e+308: outside the physical range"),
+    (lambda b: b["figures"]["decode_tokens_per_s"].update(value=float("nan")),
+     "figures.decode_tokens_per_s.value = nan: must be a finite number"),
     (lambda b: b.update(format="prover-calibration/0"), "format = 'prover-calibration/0': expected 'prover-calibration/1'"),
 ])
 def test_a_malformed_calibration_is_refused_naming_the_file_and_key(tmp_path, change, expected):
@@ -195,3 +202,67 @@ def test_the_doctor_records_decode_speed_only_on_the_configured_gpu(monkeypatch,
         assert measured["decode_tokens_per_s"]["samples"] == 8 and "102.4 tokens/s" in detail
     else:
         assert measured == {} and "decode speed not recorded" in detail
+
+
+# -- physics bounds: a figure no one measured is refused, never priced (issue #40) -------------
+
+@pytest.mark.parametrize("setting, key", [("modal.est_decode_tokens_per_s=1e308", "est_decode_tokens_per_s"),
+                                          ("modal.est_decode_tokens_per_s=1e-308", "est_decode_tokens_per_s"),
+                                          ("modal.est_header_s=1e308", "est_header_s"),
+                                          ("modal.est_verify_s_per_proof=1e-308", "est_verify_s_per_proof"),
+                                          ("modal.est_update_s=1e308", "est_update_s"),
+                                          ("modal.est_resident_slowdown=1e308", "est_resident_slowdown"),
+                                          ("modal.gpu_price_per_hour=1e308", "gpu_price_per_hour")])
+def test_a_set_figure_outside_its_physical_range_is_refused_naming_the_key(setting, key):
+    with pytest.raises(ConfigError) as err:
+        plan.plan(es(setting), command="train_es", backend="modal")
+    assert str(err.value).startswith(f"--set {setting}: ") and "physical range" in str(err.value)
+    result = runner.invoke(app, ["train", "es", "--config", str(KIMINA_ES), "--backend", "modal", "--dry-run",
+                                 "--set", setting])
+    assert result.exit_code == 2 and "unexpected" not in result.stderr and f"--set {setting}" in result.stderr
+
+
+def test_a_config_file_figure_outside_its_physical_range_names_the_file(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text(KIMINA_ES.read_text(encoding="utf-8").replace("[modal]\n", "[modal]\nest_header_s = 1e308\n"),
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{path}: modal.est_header_s = 1e\+308: outside the physical range"):
+        plan.plan(load_config(path), command="train_es", backend="modal")
+
+
+def test_zero_keeps_meaning_the_gpu_tables_figure():
+    p = plan.plan(es("modal.est_decode_tokens_per_s=0", "modal.gpu_price_per_hour=0"), command="train_es", backend="modal")
+    assert p["figures"]["decode_tokens_per_s"]["value"] == 100.0
+
+
+def test_a_measured_decode_speed_of_1e308_is_never_priced_as_measured(tmp_path):
+    """The issue's case: 1e308 tokens/s in a calibration was used silently, labelled measured."""
+    path = written(es(), tmp_path / "c.json")
+    body = json.loads(path.read_text(encoding="utf-8"))
+    body["figures"]["decode_tokens_per_s"]["value"] = 1e308
+    path.write_text(json.dumps(body), encoding="utf-8")
+    result = runner.invoke(app, ["train", "es", "--config", str(KIMINA_ES), "--backend", "modal", "--dry-run",
+                                 "--json", "--set", f"modal.calibration={path}"])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)
+    assert error["ok"] is False and error["kind"] == "config" and "est_usd_total" not in error
+    assert error["error"].startswith(f"{path}: figures.decode_tokens_per_s.value = 1e+308: outside the physical range")
+
+
+# -- the doctor and scripts/gpu_first_contact.py share one file --------------------------------
+
+def test_a_write_keeps_the_other_writers_figures_measured_on_the_same_fingerprint(tmp_path):
+    config = es()
+    path = tmp_path / "c.json"
+    calibration.write(path, config, {"header_s": calibration.figure(40.0, 1, "lean")}, "2026-12-01T00:00:00Z")
+    calibration.write(path, config, {"resident_slowdown": calibration.figure(0.6, 3, "two engines")},
+                      "2026-12-07T00:00:00Z", by="scripts/gpu_first_contact.py")
+    body = calibration.load(path)
+    assert set(body["figures"]) == {"header_s", "resident_slowdown"}
+    p = plan.plan(es(f"modal.calibration={path}"), command="train_es", backend="modal")
+    assert p["figures"]["header_s"]["source"] == "measured (doctor, 2026-12-01, n = 1)"
+    assert p["figures"]["resident_slowdown"] == {"value": 0.6, "source": "measured (gpu_first_contact, 2026-12-07, n = 3)"}
+    # another fingerprint: replaced whole
+    calibration.write(path, es("generate.max_tokens=4096"), {"header_s": calibration.figure(41.0, 1, "x")},
+                      "2026-12-08T00:00:00Z")
+    assert set(calibration.load(path)["figures"]) == {"header_s"}

@@ -21,8 +21,17 @@ The format (JSON, one object; docs/modal.md, *Calibration*):
                                          "unit": "tokens/s per sequence", "how": "..."}, ...}}
 
 Only the figures in FIGURES are allowed; each must say measured = true with a sample size >= 1
-and a finite value >= 0 (> 0 for speeds); anything else refuses the whole file, naming it and the
-key. A figure the doctor could not measure is left out (its estimate stays, labelled default).
+and a finite value >= 0 (> 0 for speeds) inside its physical range (PHYSICAL); anything else
+refuses the whole file, naming it and the key. A figure the doctor could not measure is left out
+(its estimate stays, labelled default). scripts/gpu_first_contact.py writes the same file (the GPU
+figures: decode speed, the resident slowdown, what an engine and es_init hold); a write keeps the
+figures of the other writer when the file was measured on the same fingerprint, each figure with
+its own `by` and `measured_at`.
+
+Physics bounds (`check_physics`): every figure the plan prices with, measured or set in the config
+(`modal.est_*`, the prices), must lie in a physical range (a decode speed of 1e308 or 1e-308
+tokens/s, a header of 1e308 s, a NaN are no one's measurement); outside it the plan refuses,
+naming the file (or `--set`) and the key, never pricing with it.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +51,9 @@ DIR_ENV = "PROVER_CALIBRATION_DIR"
 NEVER = "none"
 
 # figure -> (the [modal] key it replaces, unit, must be > 0); kernel_peak_memory_gib replaces no
-# key: it sizes (the plan warns when the kernel Sandbox is smaller than the measured peak).
+# key: it sizes (the plan warns when the kernel Sandbox is smaller than the measured peak); nor do
+# the memory figures of scripts/gpu_first_contact.py, which replace the memory model's estimates
+# (gpu_memory.py) in the plan's "memory per GPU" table.
 FIGURES: dict[str, tuple[str | None, str, bool]] = {
     "decode_tokens_per_s": ("est_decode_tokens_per_s", "tokens/s per sequence", True),
     "header_s": ("est_header_s", "s per header import", False),
@@ -50,7 +61,63 @@ FIGURES: dict[str, tuple[str | None, str, bool]] = {
     "kernel_check_s_per_proof": ("est_kernel_check_s_per_proof", "s per pass (`lean -o`)", False),
     "kernel_import_s": ("est_kernel_import_s", "s per checker process", False),
     "kernel_peak_memory_gib": (None, "GiB peak RSS of one kernel-stage step", True),
+    "resident_slowdown": ("est_resident_slowdown", "fraction of a generation per further engine on the GPU", False),
+    "engine_overhead_gib": (None, "GiB one engine takes at start beyond its vLLM budget (CUDA context, graphs)", False),
+    "es_init_gib": (None, "GiB es_init keeps (the fp32 master and what its allocator holds)", True),
 }
+BY_SHORT = {"prover doctor --backend modal": "doctor", "scripts/gpu_first_contact.py": "gpu_first_contact"}
+
+DAY_S = 86400.0
+# The physical range of every figure and of the [modal] key it replaces: (low, high, why).
+PHYSICAL: dict[str, tuple[float, float, str]] = {
+    "decode_tokens_per_s": (0.5, 20000.0, "tokens/s of one sequence: no GPU decodes a sequence faster than its "
+                                          "memory bandwidth over the weights allows"),
+    "header_s": (0.0, DAY_S, "seconds, at most a day"),
+    "verify_s_per_proof": (0.001, DAY_S, "seconds, from a millisecond to a day"),
+    "kernel_check_s_per_proof": (0.0, DAY_S, "seconds, at most a day"),
+    "kernel_import_s": (0.0, DAY_S, "seconds, at most a day"),
+    "kernel_peak_memory_gib": (0.001, 4096.0, "GiB of one process"),
+    "resident_slowdown": (0.0, 4.0, "each further engine adds at most a few generations' time (1 = fully serial)"),
+    "engine_overhead_gib": (0.0, 2048.0, "GiB of one GPU"),
+    "es_init_gib": (0.001, 2048.0, "GiB of one GPU"),
+}
+# [modal] keys the plan prices with that no figure replaces: (low, high, why); 0 is allowed where
+# the key's default means "the table's figure" (ZERO_MEANS_DEFAULT).
+PHYSICAL_KEYS: dict[str, tuple[float, float, str]] = {
+    "est_update_s": (0.0, DAY_S, "seconds, at most a day"),
+    "est_replay_s_per_iteration": (0.0, DAY_S, "seconds, at most a day"),
+    "gpu_price_per_hour": (0.01, 1000.0, "USD per GPU-hour"),
+    "cpu_price_per_core_hour": (0.0, 100.0, "USD per core-hour"),
+    "memory_price_per_gib_hour": (0.0, 100.0, "USD per GiB-hour"),
+    "sandbox_cpu_price_per_core_hour": (0.0, 100.0, "USD per core-hour"),
+    "sandbox_memory_price_per_gib_hour": (0.0, 100.0, "USD per GiB-hour"),
+}
+ZERO_MEANS_DEFAULT = ("est_decode_tokens_per_s", "gpu_price_per_hour")
+
+
+def physical_problem(value: Any, low: float, high: float, why: str) -> str | None:
+    """Why `value` is not a physical figure in [low, high], or None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return f"must be a finite number in [{low:g}, {high:g}] ({why})"
+    if not low <= value <= high:
+        return f"outside the physical range [{low:g}, {high:g}] ({why})"
+    return None
+
+
+def check_physics(config: Any) -> None:
+    """Every `[modal]` figure the plan prices with inside its physical range; ConfigError naming where it came from."""
+    m = config.modal
+    bounds = {key: PHYSICAL[name] for name, (key, _, _) in FIGURES.items() if key} | PHYSICAL_KEYS
+    for key, (low, high, why) in bounds.items():
+        value = getattr(m, key)
+        if key in ZERO_MEANS_DEFAULT and value == 0:
+            continue
+        problem = physical_problem(value, low, high, why)
+        if problem:
+            origin = config.origins.get(f"modal.{key}")
+            where = (origin if origin and origin.startswith("--set ") else
+                     f"{origin or config.source}: modal.{key} = {value!r}")
+            raise ConfigError(f"{where}: {problem}", hint=f"set modal.{key} to a measured figure, or leave it out")
 
 
 def generation_batch(config: Any) -> int:
@@ -93,12 +160,24 @@ def figure(value: float, samples: int, how: str) -> dict[str, Any]:
     return {"value": round(float(value), 4), "measured": True, "samples": int(samples), "how": how}
 
 
-def write(path: Path, config: Any, figures: dict[str, dict[str, Any]], measured_at: str) -> Path:
-    """The calibration file, written whole or not at all (a temporary file renamed over it)."""
-    body = {"format": FORMAT, "measured_at": measured_at, "by": "prover doctor --backend modal",
-            "fingerprint": fingerprint(config),
-            "figures": {name: {**item, "unit": FIGURES[name][1]} for name, item in figures.items()}}
-    _check_figures(path, body["figures"])   # never write what the plan would refuse
+def write(path: Path, config: Any, figures: dict[str, dict[str, Any]], measured_at: str,
+          by: str = "prover doctor --backend modal") -> Path:
+    """The calibration file, written whole or not at all (a temporary file renamed over it). The
+    figures of a file already there, measured on this fingerprint and not measured again now, stay
+    (each with its own `by` and `measured_at`): the doctor and scripts/gpu_first_contact.py share it."""
+    new = {name: {**item, "unit": FIGURES[name][1], "by": by, "measured_at": measured_at}
+           for name, item in figures.items()}
+    _check_figures(path, new)   # never write what the plan would refuse
+    kept: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            old = load(path)
+        except ConfigError:
+            old = None     # unreadable or refused: replaced whole
+        if old is not None and old["fingerprint"] == fingerprint(config):
+            kept = {name: item for name, item in old["figures"].items() if name not in new}
+    body = {"format": FORMAT, "measured_at": measured_at, "by": by, "fingerprint": fingerprint(config),
+            "figures": {**kept, **new}}
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -119,6 +198,7 @@ class Figures:
     path: str | None                  # the calibration file used, if any
     note: str                         # one line for the plan's notes
     kernel_peak_memory_gib: float | None = None
+    memory: dict[str, float] = field(default_factory=dict)   # engine_overhead_gib, es_init_gib: measured, when there
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -155,6 +235,9 @@ def _check_figures(path: Path, figures: dict[str, Any]) -> None:
                 or (FIGURES[name][2] and value == 0)):
             raise ConfigError(f"{path}: figures.{name}.value = {value!r}: must be a finite number "
                               f"{'> 0' if FIGURES[name][2] else '>= 0'}")
+        problem = physical_problem(value, *PHYSICAL[name])
+        if problem:
+            raise ConfigError(f"{path}: figures.{name}.value = {value!r}: {problem}")
 
 
 def mismatches(body: dict[str, Any], config: Any) -> list[str]:
@@ -193,7 +276,8 @@ def resolve(config: Any) -> Figures:
         if origin is not None:
             sources[name] = f"set ({origin})"
         elif item is not None:
-            sources[name] = f"measured (doctor, {body['measured_at'][:10]}, n = {item['samples']})"
+            by = BY_SHORT.get(item.get("by") or body.get("by"), "doctor")
+            sources[name] = f"measured ({by}, {str(item.get('measured_at') or body['measured_at'])[:10]}, n = {item['samples']})"
             if key:
                 updates[key] = float(item["value"])
         else:
@@ -202,5 +286,9 @@ def resolve(config: Any) -> Figures:
     if body is not None:
         note = f"calibrated: {path} (measured {body['measured_at'][:10]} by the doctor on {body['fingerprint']['modal.gpu']})"
     priced = replace(config, modal=replace(config.modal, **updates)) if updates else config
+    check_physics(config)     # what the config says, named by its file or --set (the file's were checked at load)
+    measured = {name: float(body["figures"][name]["value"]) for name in ("engine_overhead_gib", "es_init_gib")
+                if body and name in body["figures"]}
     return Figures(priced, sources, str(path) if body else None, note,
-                   float(peak["value"]) if peak and sources["kernel_peak_memory_gib"].startswith("measured") else None)
+                   float(peak["value"]) if peak and sources["kernel_peak_memory_gib"].startswith("measured") else None,
+                   measured)

@@ -403,18 +403,50 @@ class _Work:
     generation_calls: int     # GPU calls that generate, per iteration (ES: one per member)
     decode_tokens: int        # tokens one generation call decodes per sequence, at most
     proofs: int               # proofs sent to Lean per iteration (0 for Python-checked tasks)
+    rounds: int = 1           # rounds of one generation call: its sequences over what the engine's KV cache holds
+    train_s: float = 0.0      # GRPO: the optimizer step's forward and backward passes
+    train_note: str = ""
+
+
+def _memory(config: Any, command: str, measured: dict[str, float] | None = None) -> tuple[Any, list[Any]]:
+    """(the model's shape, each GPU's memory: gpu_memory.py) as this config lays its engines out."""
+    from prover_cli.on_modal.gpu_memory import gpu_memory
+
+    return gpu_memory(config, command, pipelined=command == "train_es" and es_pipelined(config), measured=measured)
+
+
+def _kv_capacity(config: Any, command: str, *, heldout: bool = False) -> int:
+    """Sequences one engine holds at once where the call runs (0: not known here). ES: a member GPU's
+    engine; its held-out evaluation on the loop's engine 0 (pipelined) or es_eval's one engine (barrier)."""
+    if command == "train_es" and heldout and not es_pipelined(config):
+        from prover_cli.on_modal.gpu_memory import es_gpus, model_facts
+
+        facts = model_facts(config)
+        gpus = es_gpus(config, facts, pipelined=False) if facts and config.modal.gpu in MODAL_GPUS else []
+    else:
+        _, gpus = _memory(config, command)
+    if not gpus:
+        return 0
+    return gpus[0 if heldout else -1].kv_sequences
 
 
 def _work_per_iteration(config: Any, command: str) -> _Work:
+    from prover_cli.on_modal.gpu_memory import grpo_train_s, model_facts, rounds
+
     lean = config.data.task == "lean"
     if command == "train_es":
         es = config.es
         samples = es.population * es.problems_per_iteration * es.samples_per_problem
+        batch = es.problems_per_iteration * es.samples_per_problem     # one member's call
         return _Work("iteration", es.iterations, samples, es.population, config.generate.max_tokens,
-                     samples if lean else 0)
+                     samples if lean else 0, rounds=rounds(batch, _kv_capacity(config, command)))
     g = config.grpo
     samples = g.per_device_train_batch_size * g.gradient_accumulation_steps
-    return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0)
+    calls = rounds(samples, _kv_capacity(config, command))   # TRL generates a step's completions in one call
+    train_s, how = grpo_train_s(config, model_facts(config), samples,
+                                calls * g.max_completion_length / decode_tokens_per_s(config))
+    return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0, rounds=calls,
+                 train_s=train_s, train_note=how)
 
 
 def heldout_evaluations(config: Any, iterations: int) -> tuple[int, int]:
@@ -446,7 +478,7 @@ class _Timings:
 
 def _timings(config: Any, command: str, work: _Work) -> _Timings:
     m, v = config.modal, config.verify
-    generation_s = work.decode_tokens / decode_tokens_per_s(config)
+    generation_s = work.rounds * work.decode_tokens / decode_tokens_per_s(config)
     if command == "train_es":
         gen_waves = math.ceil(work.generation_calls / m.max_containers)
         gen_containers = min(work.generation_calls, m.max_containers)
@@ -463,7 +495,7 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
                 if v.kernel_check and batches and batch_passes else 0.0)
     batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
     verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
-    iteration_s = gen_waves * generation_s + verify_waves * batch_s
+    iteration_s = gen_waves * generation_s + work.train_s + verify_waves * batch_s
     t = _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
                  iteration_s, kernel_passes, kernel_s)
     if command != "train_es":
@@ -550,7 +582,9 @@ def es_iteration_cost(config: Any) -> dict[str, Any]:
     t = _timings(config, "train_es", work)
     usd = sum(sum(line.usd(config).values()) for line in _billed_lines(config, "train_es", work, t))
     pipelined = es_pipelined(config)
+    _, gpus = _memory(config, "train_es")
     return {"schedule": "pipelined" if pipelined else "barrier", "iteration_s": t.iteration_s, "usd": usd,
+            "fits": memory_problem(config, "train_es", gpus) is None, "memory_checked": bool(gpus),
             "gpu_busy_fraction": t.es.gpu_busy_fraction, "gpus_billed": es_gpus_billed(config),
             "resident": config.modal.es_members_per_gpu if pipelined else 1,
             "lean_workers": es_lean_workers(config) if pipelined else t.batches * config.verify.workers,
@@ -560,12 +594,14 @@ def es_iteration_cost(config: Any) -> dict[str, Any]:
 def cheapest_es_pipeline(config: Any, *, max_iteration_s: float,
                          resident_options: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any] | None:
     """The pipelined schedule (member containers 1..population - 1 beside the loop's GPU x members per
-    GPU) of least USD per iteration whose iteration ends within `max_iteration_s` (ties: fewer GPUs,
-    then fewer members per GPU); None if none does."""
+    GPU) of least USD per iteration whose iteration ends within `max_iteration_s` and whose GPUs hold
+    its engines (`memory per GPU`; ties: fewer GPUs, then fewer members per GPU); None if none does."""
     best = None
     for gpus in range(1, max(2, config.es.population)):
         for resident in resident_options:
             cost = es_iteration_cost(with_es_schedule(config, gpus, resident))
+            if not cost["fits"]:
+                continue
             if cost["iteration_s"] <= max_iteration_s and (best is None or round(cost["usd"], 9) < round(best["usd"], 9)):
                 best = cost
     return best
@@ -751,10 +787,17 @@ def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict
     warm members wait. Both ES placements check its proofs as the Sandbox placement sizes the pool
     (sandbox.sandbox_concurrency): `verify.workers` REPL Sandboxes per `modal.verify_batch_size`
     proofs, each up for a batch's lifetime (header, its proofs, its kernel stage)."""
+    from prover_cli.on_modal.gpu_memory import rounds
+
     evaluations, samples = heldout_evaluations(config, work.iterations)
-    calls = 1 if config.run.eval_temperature == 0 else 2
-    evaluation = _Work(work.unit, evaluations, samples, 1, calls * config.generate.max_tokens,
-                       samples if config.data.task == "lean" else 0)
+    r = config.run
+    calls = 1 if r.eval_temperature == 0 else 2
+    capacity = _kv_capacity(config, command, heldout=True)
+    problems = r.eval_problems or 0
+    sequences = [problems] if calls == 1 else [problems * r.eval_n, problems]   # sampled, then greedy
+    call_rounds = [rounds(n, capacity) if problems else 1 for n in sequences]
+    evaluation = _Work(work.unit, evaluations, samples, 1, config.generate.max_tokens,
+                       samples if config.data.task == "lean" else 0, rounds=sum(call_rounds))
     te = _timings(config, "train_grpo", evaluation)  # one container generates, then Lean checks
     es = command == "train_es"
     lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te)
@@ -786,11 +829,18 @@ def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict
         lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, wall_s))
         held = "; in the trainer's container, with its colocated vLLM"
     usd = sum(sum(line.usd(config).values()) for line in lines)
+    round_s = config.generate.max_tokens / decode_tokens_per_s(config)
+    kv = (f"{capacity} sequences at a time (the engine's KV budget: `memory per GPU`)" if capacity else
+          "the engine's KV budget not known here (one round per call assumed)")
+    calls_said = " + ".join(f"{n or 'all'} {'sampled' if calls == 2 and i == 0 else 'greedy'} in {c} round(s)"
+                            for i, (n, c) in enumerate(zip(sequences, call_rounds)))
     note = (f"{evaluations} evaluations (base, every {config.run.eval_every} {work.unit}s, the last) x "
             f"{samples or 'all valid-split'} samples ({config.run.eval_problems or 'all'} problems x "
-            f"{'1 greedy' if calls == 1 else f'{config.run.eval_n} sampled + 1 greedy'}): {calls} generation call(s) of "
-            f"{te.generation_s / calls:.0f} s + {lean} = {wall_s:.0f} s, {usd:.4f} USD each" + held)
-    return {"evaluations": evaluations, "samples": samples, "usd": usd, "wall_s": wall_s, "note": note}
+            f"{'1 greedy' if calls == 1 else f'{config.run.eval_n} sampled + 1 greedy'}): {calls_said}, "
+            f"{kv}, each round {round_s:.0f} s, = {te.generation_s:.0f} s of generation + {lean} = {wall_s:.0f} s, "
+            f"{usd:.4f} USD each" + held)
+    return {"evaluations": evaluations, "samples": samples, "usd": usd, "wall_s": wall_s, "note": note,
+            "rounds": sum(call_rounds), "kv_sequences": capacity}
 
 
 def _wall_note(config: Any, command: str, t: _Timings) -> str:
@@ -816,32 +866,83 @@ def _figure_value(config: Any, name: str, figures: Any) -> Any:
     m = config.modal
     if name == "kernel_peak_memory_gib":
         return round(figures.kernel_peak_memory_gib, 2) if figures.kernel_peak_memory_gib is not None else "-"
+    if name in ("engine_overhead_gib", "es_init_gib"):
+        return round(figures.memory[name], 2) if name in figures.memory else "-"
     return {"decode_tokens_per_s": decode_tokens_per_s(config), "header_s": m.est_header_s,
             "verify_s_per_proof": m.est_verify_s_per_proof, "kernel_check_s_per_proof": m.est_kernel_check_s_per_proof,
-            "kernel_import_s": m.est_kernel_import_s}[name]
+            "kernel_import_s": m.est_kernel_import_s, "resident_slowdown": m.est_resident_slowdown}[name]
+
+
+def _memory_rows(gpus: list[Any]) -> list[list[Any]]:
+    """Each GPU's breakdown; ES's loop and member GPUs once when they hold the same."""
+    if not gpus:
+        return [["-", "not checked: the model's shape is not known here", "-", "gpu_memory.KNOWN_MODELS"]]
+    if len(gpus) == 2 and gpus[0].rows()[1:] == [[gpus[0].role, *row[1:]] for row in gpus[1].rows()[1:]]:
+        return [["each (loop, members)", *row[1:]] for row in gpus[0].rows()]
+    return [row for gpu in gpus for row in gpu.rows()]
+
+
+def _summary_rows(config: Any, command: str, work: _Work, c: _Costs, at_slowdown: dict[str, Any], figures: Any,
+                  gpus: list[Any], credentials: bool, schedule: str) -> list[list[Any]]:
+    """The dry run's first lines: the total, the USD per iteration (ES: at both resident slowdowns),
+    the memory verdict and whether Modal credentials were found."""
+    m, unit = config.modal, work.unit
+    rows: list[list[Any]] = [
+        ["USD in all", f"{c.total:.2f}", f"{work.iterations} {unit}s x {c.cost:.2f}, {c.heldout['evaluations']} held-out "
+                                        f"evaluations x {c.heldout['usd']:.2f}, once per run {c.once_usd:.2f}"],
+        [f"USD per {unit}", f"{c.cost:.2f}", f"{schedule}, {c.t.iteration_s:.0f} s"],
+    ]
+    if command == "train_es":
+        resident = es_pipelined(config) and m.es_members_per_gpu > 1
+        said = (f"{m.es_members_per_gpu} engines per GPU: each further one adds this fraction of a generation "
+                f"(modal.est_resident_slowdown = {m.est_resident_slowdown:g}, {figures.sources['resident_slowdown']})"
+                if resident else "one engine per GPU: no member shares a GPU, so the slowdown does not enter")
+        for slowdown, k in at_slowdown.items():
+            rows.append([f"USD per {unit} at resident slowdown {slowdown}", f"{k['usd_per_iteration']:.2f}",
+                         f"{k['usd_total']:.2f} USD in all; {said}"])
+    if gpus:
+        worst = max(gpus, key=lambda gpu: gpu.used_gib / gpu.total_gib)
+        rows.append(["memory per GPU", "fits", f"{worst.used_gib:.1f} of {worst.total_gib:.1f} GiB ({worst.gpu}) at "
+                                               f"most, margin {worst.margin_gib:.1f} GiB (table below)"])
+    else:
+        rows.append(["memory per GPU", "not checked", f"the shape of {config.model.name} is not known here"])
+    rows.append(["Modal credentials", "found" if credentials else "not found",
+                 "a real run can start" if credentials else
+                 "no MODAL_TOKEN_ID/MODAL_TOKEN_SECRET and no ~/.modal.toml: a real run stops before contacting "
+                 "Modal (`modal token new`); this plan needs none"])
+    return rows
 
 
 def _unit_cost(command: str, work: _Work, t: _Timings, usd: float) -> dict[str, float]:
     """The same unit for ES and GRPO: the GPU-busy share of billed GPU-seconds, USD per 1,000 samples.
-    GPU-busy counts generation (ES: and the members' catch-up); GRPO's backward pass is not in the
-    plan, so its share is a lower bound."""
+    GPU-busy counts generation (ES: and the members' catch-up; GRPO: and its forward and backward passes)."""
     if command == "train_es":
         busy = t.es.gpu_busy_fraction
     else:
-        busy = t.generation_s / t.iteration_s if t.iteration_s else 0.0
+        busy = (t.generation_s + work.train_s) / t.iteration_s if t.iteration_s else 0.0
     return {"gpu_busy_fraction": busy, "usd_per_1k_samples": 1000 * usd / work.samples if work.samples else 0.0}
 
 
-def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
-    from prover_cli.on_modal.calibration import resolve
+SLOWDOWNS = (0.25, 0.75)   # the resident slowdown the plan prices at besides the configured one (issue #40)
 
-    figures = resolve(config)       # measured figures (the doctor's calibration file) in place of estimates
-    config = figures.config
-    m, v = config.modal, config.verify
+
+@dataclass
+class _Costs:
+    t: _Timings
+    lines: list[_Line]
+    breakdown: dict[str, dict[str, float]]
+    cost: float               # USD per iteration / step
+    heldout: dict[str, Any]
+    once_usd: float
+    tail: _Line | None
+    total: float              # the run: every iteration, the held-out evaluations, the once-per-run tail
+
+
+def _costs(config: Any, command: str, work: _Work) -> _Costs:
+    """What one iteration (and the run) costs as `config` prices it."""
     res = resources(config)
     t = _timings(config, command, work)
     lines = _billed_lines(config, command, work, t)
-
     # est_usd_breakdown: per resource, the unit-seconds behind it (GPU-s, core-s, GiB-s) and USD.
     breakdown: dict[str, dict[str, float]] = {}
     for kind, unit in (("gpu", "gpu_s"), ("cpu", "core_s"), ("memory", "gib_s")):
@@ -851,6 +952,70 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
             "usd": round(sum(line.usd(config)[kind] for line in lines), 4)}
     cost = sum(item["usd"] for item in breakdown.values())
     heldout = _heldout_cost(config, command, work, t, res)
+    once_usd, tail = 0.0, None
+    if command == "train_es":
+        # After the last iteration every warm member idles out its scaledown_window, once per run.
+        window = res["es_member"].scaledown_window_s or 0
+        tail = _Line("ESMember idle after the run", res["es_member"], t.gen_containers, "once",
+                     t.gen_containers * window)
+        once_usd = sum(tail.usd(config).values())
+    total = round(cost * work.iterations + once_usd + heldout["usd"] * heldout["evaluations"], 2)
+    return _Costs(t, lines, breakdown, cost, heldout, once_usd, tail, total)
+
+
+def with_resident_slowdown(config: Any, slowdown: float) -> Any:
+    """`config` with another `modal.est_resident_slowdown`."""
+    from dataclasses import replace
+
+    return replace(config, modal=replace(config.modal, est_resident_slowdown=slowdown))
+
+
+def _key_said(config: Any, dotted: str) -> str:
+    """`modal.gpu = "H100" (configs/kimina-es.toml)`: a key, its value and where it was set."""
+    section, key = dotted.split(".")
+    value = getattr(getattr(config, section), key)
+    origin = config.origins.get(dotted)
+    return f"{dotted} = {value!r} ({origin or 'the default'})"
+
+
+def memory_problem(config: Any, command: str, gpus: list[Any]) -> str | None:
+    """Why this config's GPUs cannot hold what it puts on them (gpu_memory.py), naming the config
+    file and the keys that size it; None when every GPU fits."""
+    for gpu in gpus:
+        problem = gpu.problem()
+        if problem:
+            fix = ("one engine per GPU (modal.es_members_per_gpu = 1), a lower generate.gpu_memory_utilization, or a "
+                   "GPU with more memory (modal.gpu)" if command == "train_es" else
+                   "a lower grpo.vllm_gpu_memory_utilization or a GPU with more memory (modal.gpu)")
+            return (f"{config.source}: this config does not fit the GPU's memory: {problem}; set by "
+                    f"{', '.join(_key_said(config, key) for key in gpu.keys)}. Use {fix} (docs/modal.md, "
+                    "*Memory per GPU*)")
+    return None
+
+
+def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
+    from prover_cli.backends import modal_credentials_present
+    from prover_cli.errors import ConfigError
+    from prover_cli.on_modal.calibration import resolve
+
+    figures = resolve(config)       # measured figures (the doctor's calibration file) in place of estimates
+    config = figures.config
+    work = _work_per_iteration(config, command)   # the rounds at the measured decode speed
+    m, v = config.modal, config.verify
+    res = resources(config)
+    facts, gpus = _memory(config, command, figures.memory)
+    refused = memory_problem(config, command, gpus)
+    if refused:
+        raise ConfigError(refused)
+    c = _costs(config, command, work)
+    t, lines, breakdown, cost, heldout, once_usd = c.t, c.lines, c.breakdown, c.cost, c.heldout, c.once_usd
+    at_slowdown = {}
+    if command == "train_es":
+        for slowdown in SLOWDOWNS:
+            other = with_resident_slowdown(config, slowdown)
+            k = _costs(other, command, _work_per_iteration(other, command))
+            at_slowdown[f"{slowdown:g}"] = {"usd_per_iteration": round(k.cost, 4), "usd_total": k.total,
+                                            "wall_s_per_iteration": round(k.t.iteration_s, 1)}
 
     rows: list[list[Any]] = []
     for line in lines:
@@ -859,13 +1024,8 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                      line.calls, round(line.container_s, 1), round(sum(line.usd(config).values()), 4)])
     rows.append(["download_model", res["download_model"].image, "-", res["download_model"].cpu,
                  round(res["download_model"].memory_mb / 1024), 1, "once", 0.0, 0.0])
-    once_usd = 0.0
-    if command == "train_es":
-        # After the last iteration every warm member idles out its scaledown_window, once per run.
-        window = res["es_member"].scaledown_window_s or 0
-        tail = _Line("ESMember idle after the run", res["es_member"], t.gen_containers, "once",
-                     t.gen_containers * window)
-        once_usd = sum(tail.usd(config).values())
+    if c.tail is not None:
+        tail = c.tail
         rows.append([tail.name, tail.r.image, tail.r.gpu.replace(":", " x ") if tail.r.gpu else "-", tail.r.cpu,
                      round(tail.r.memory_mb / 1024), tail.containers, "once", round(tail.container_s, 1),
                      round(once_usd, 4)])
@@ -928,8 +1088,17 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
                    f"core-hour, {m.sandbox_memory_price_per_gib_hour:g} per GiB-hour ([modal] keys)"],
         ["billed", "each container's GPUs, cores and GiB for as long as it is up, idle time of warm containers included"],
         ["not counted", "container start and model load (once per container), network"
-                        + (", the backward pass" if command == "train_grpo" else ", a cold member's replay (above)")],
+                        + (", the trainer's activations in its memory" if command == "train_grpo"
+                           else ", a cold member's replay (above)")],
     ]
+    if command == "train_grpo":
+        notes.insert(2, ["optimizer step", f"forward and backward over the step's {work.samples} completions: "
+                                           f"{work.train_s:.0f} s ({work.train_note}), added to the step"])
+    if work.rounds > 1:
+        notes.insert(2, ["KV rounds", f"one generation call's {work.samples if command == 'train_grpo' else 'member batch of'} "
+                                      f"sequences run in {work.rounds} rounds: the engine's KV cache holds "
+                                      f"{_kv_capacity(config, command)} sequences of prompt + {work.decode_tokens} tokens "
+                                      "at a time (`memory per GPU`)"])
     if heldout["evaluations"]:
         notes.append(["held-out evaluation", heldout["note"]])
     notes.insert(0, ["figures", figures.note])
@@ -937,13 +1106,15 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         k, share = m.es_members_per_gpu, config.generate.gpu_memory_utilization
         notes.append(["resident engines", f"{k} engine(s) per generating GPU, the loop's included, each with 1/{k} "
                                           f"of generate.gpu_memory_utilization = {share:g}; each also keeps an fp32 "
-                                          "master of the weights outside that budget (es/vllm_worker.py): the GPU needs "
-                                          f"{k} x 4 bytes per parameter besides {share:g} of its memory (not checked "
-                                          "here: the config has no parameter count; docs/modal.md has kimina-es's "
-                                          "arithmetic)"])
-    memory_problem = kernel_memory_problem(config)
-    if memory_problem:
-        notes.append(["warning", memory_problem + " (a run refuses to start)"])
+                                          "master of the weights outside that budget (es/vllm_worker.py): "
+                                          + ("`memory per GPU` adds it up" if gpus else
+                                             "not checked here: the model's shape is not known (gpu_memory.py)")])
+    if not gpus:
+        notes.append(["warning", f"memory per GPU not checked: the shape of {config.model.name} is not known here "
+                                 "(gpu_memory.KNOWN_MODELS, or a local checkpoint with its config.json)"])
+    kernel_problem = kernel_memory_problem(config)
+    if kernel_problem:
+        notes.append(["warning", kernel_problem + " (a run refuses to start)"])
     if command == "train_es":
         bound = es_gap_bound_s(config)
         replay_iterations, replay_s = cold_member_replay(config)
@@ -976,18 +1147,30 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     schedule = (f"{'pipelined' if es_pipelined(config) else 'barrier'} (modal.es_member_gpus = {m.es_member_gpus})"
                 if command == "train_es" else "one trainer container (colocated vLLM)")
     figure_rows = [[name, _figure_value(config, name, figures), figures.sources[name]] for name in figures.sources]
+    credentials = modal_credentials_present()
+    memory_rows = _memory_rows(gpus)
+    summary = _summary_rows(config, command, work, c, at_slowdown, figures, gpus, credentials, schedule)
     return {
         "ok": True,
         "command": title,
         "backend": "modal",
         "app": m.app_name,
+        "est_usd_total": total,
+        f"est_usd_per_{work.unit}": round(cost, 4),
+        "modal_credentials": credentials,
+        **({"est_usd_at_resident_slowdown": at_slowdown, "resident_slowdown": {
+            "value": m.est_resident_slowdown, "source": figures.sources["resident_slowdown"],
+            "enters": es_pipelined(config) and m.es_members_per_gpu > 1}} if command == "train_es" else {}),
+        "gpu_memory": {"fits": bool(gpus) and refused is None, "checked": bool(gpus),
+                       "model": ({"name": facts.name, "params": facts.params, "tied": facts.tied, "source": facts.source}
+                                 if facts else None),
+                       "gpus": [gpu.to_json() for gpu in gpus]},
         f"samples_per_{work.unit}": work.samples,
         f"{work.unit}s": work.iterations,
         "samples_total": work.samples * work.iterations,  # the training budget `prover report` compares (held-out not in it)
         f"est_wall_s_per_{work.unit}": round(t.iteration_s, 1),
         f"est_gpu_hours_per_{work.unit}": round(breakdown["gpu"]["gpu_s"] / HOURS, 4),
         f"est_cpu_core_hours_per_{work.unit}": round(breakdown["cpu"]["core_s"] / HOURS, 4),
-        f"est_usd_per_{work.unit}": round(cost, 4),
         "kernel_check": bool(v.kernel_check),
         "est_kernel_check_core_s_per_proof": round(kernel_check_core_s_per_proof(config), 1),
         "est_usd_breakdown": breakdown,
@@ -995,7 +1178,6 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "heldout_samples_per_evaluation": heldout["samples"],
         "est_usd_per_heldout_evaluation": round(heldout["usd"], 4),
         "est_usd_once": round(once_usd, 4),
-        "est_usd_total": total,
         "est_gpu_busy_fraction": round(unit["gpu_busy_fraction"], 4),   # generation over billed GPU-seconds
         "est_usd_per_1k_samples": round(unit["usd_per_1k_samples"], 4),  # per training sample, per unit
         "est_usd_per_1k_samples_run": round(run_per_1k, 4),              # the whole run, evaluations included
@@ -1007,9 +1189,13 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
             "es_gap_bound_s": round(es_gap_bound_s(config), 1)} if command == "train_es" else {}),
         "images": {name: spec.to_json() for name, spec in specs.items()},  # every image the app declares
         "tables": [
+            {"title": f"{title} on Modal: {total:.2f} USD in all, {cost:.2f} USD per {work.unit} (estimates)",
+             "columns": ["", "", ""], "rows": summary},
             {"title": f"plan: {title} on Modal (app `{m.app_name}`), per {work.unit}; seconds and USD estimated",
              "columns": ["function", "image", "GPU", "CPU", "GiB", "parallel", "calls", "container-s", "USD"],
              "rows": rows},
+            {"title": "memory per GPU (GiB; gpu_memory.py)", "columns": ["GPU", "held", "GiB", "how"],
+             "rows": memory_rows},
             {"title": f"cost per {work.unit} by resource", "columns": ["resource", "amount", "container-s", "USD"],
              "rows": [[kind, f"{round(next(iter(item.values())))} {UNIT_NAMES[kind]}", round(item["container_s"]),
                        item["usd"]] for kind, item in breakdown.items()]},
@@ -1139,9 +1325,13 @@ def docs_block(config_path: str) -> str:
     command = "train_grpo" if config_path.endswith("grpo.toml") else "train_es"
     p = plan(config, command=command, backend="modal")
     unit = "step" if command == "train_grpo" else "iteration"
-    functions_table, breakdown_table = p["tables"][0], p["tables"][1]
+    tables = {table["title"].split(" (")[0].split(":")[0]: table for table in p["tables"]}
+    summary, functions_table = p["tables"][0], tables["plan"]
+    memory_table, breakdown_table = tables["memory per GPU"], tables[f"cost per {unit} by resource"]
     lines = [f"`{config_path}`, `prover {p['command']} --backend modal --dry-run`, per {unit}:", "",
+             *_markdown(["", "", ""], summary["rows"][:-1]), "",   # not the credentials: they are this machine's
              *_markdown(functions_table["columns"], functions_table["rows"]), "",
+             *_markdown(memory_table["columns"], memory_table["rows"]), "",
              *_markdown(breakdown_table["columns"], breakdown_table["rows"]), "",
              f"Per {unit}: {p[f'samples_per_{unit}']} samples, ~{p[f'est_wall_s_per_{unit}']:g} s, "
              f"**{p[f'est_usd_per_{unit}']:.2f} USD** (GPU {p['est_usd_breakdown']['gpu']['usd']:.2f}, "

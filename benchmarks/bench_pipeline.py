@@ -12,12 +12,16 @@ config (`modal.calibration`; the first line says which).
 Rows: the barrier (what `modal.es_member_gpus = 0` runs: one GPU per member, the loop's GPU
 waiting, then Lean in fresh Sandboxes), the configured schedule (the loop's GPU evaluating a share
 beside `modal.es_member_gpus` member containers), and the cheapest pipelined schedule (member
-containers 1..population - 1, members resident per GPU 1, 2, 4, 8; 8 is priced, not checked
-against the GPU's memory: docs/modal.md) whose iteration ends within a bound: the barrier's iteration
-time, twice and four times it (or `--max-iteration-s`). Printed per row: GPUs billed, members
-per GPU, Lean workers, iteration seconds, GPU-busy share of billed GPU-seconds, USD per iteration
-(kernel stage included) and per 1,000 samples, and the ratio to the barrier. These are estimates
-from estimates: no GPU, Modal or Lean ran here.
+containers 1..population - 1, members resident per GPU 1, 2, 4, 8, only those whose GPUs hold
+their engines: the plan's `memory per GPU`, prover_cli/on_modal/gpu_memory.py) whose iteration ends
+within a bound: the barrier's iteration time, twice and four times it (or `--max-iteration-s`);
+then the same search with one engine per GPU (what kimina-es ships until a measurement of
+several engines on one GPU says otherwise, issue #40). Several engines per GPU are priced at the
+configured `modal.est_resident_slowdown` (ASSUMED; `--set modal.est_resident_slowdown=0.75` for
+the pessimistic figure). Printed per row: GPUs billed, members per GPU, Lean workers, iteration
+seconds, GPU-busy share of billed GPU-seconds, USD per iteration (kernel stage included) and per
+1,000 samples, the ratio to the barrier, and whether its GPUs hold it. These are estimates from
+estimates: no GPU, Modal or Lean ran here.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ RESIDENT_OPTIONS = (1, 2, 4, 8)
 def row(name: str, cost: dict, barrier: dict) -> list[str]:
     return [name, str(cost["gpus_billed"]), str(cost["resident"]), str(cost["lean_workers"]),
             f"{cost['iteration_s']:.0f}", f"{100 * cost['gpu_busy_fraction']:.1f}%", f"{cost['usd']:.2f}",
-            f"{cost['usd_per_1k_samples']:.3f}", f"{cost['usd'] / barrier['usd']:.3f}x"]
+            f"{cost['usd_per_1k_samples']:.3f}", f"{cost['usd'] / barrier['usd']:.3f}x",
+            ("fits" if cost["fits"] else "NO") if cost["memory_checked"] else "-"]
 
 
 def main() -> None:
@@ -55,18 +60,19 @@ def main() -> None:
     configured = plan.es_iteration_cost(config)
     print(f"{args.config}: {config.es.population} members per iteration; {figures.note}")
     header = ["schedule", "GPUs", "per GPU", "Lean workers", "iteration s", "GPU busy", "USD/iter",
-              "USD/1k samples", "vs barrier"]
+              "USD/1k samples", "vs barrier", "memory"]
     rows = [row("barrier (es_member_gpus = 0)", barrier, barrier)]
     if plan.es_pipelined(config):
         rows.append(row(f"configured (loop + {config.modal.es_member_gpus} x {config.modal.es_members_per_gpu})",
                         configured, barrier))
     bounds = [args.max_iteration_s] if args.max_iteration_s else [barrier["iteration_s"] * k for k in (1, 2, 4)]
-    for bound in bounds:
-        best = plan.cheapest_es_pipeline(config, max_iteration_s=bound, resident_options=RESIDENT_OPTIONS)
-        if best is None:
-            print(f"no pipelined schedule ends within {bound:.0f} s")
-            continue
-        rows.append(row(f"cheapest pipelined <= {bound:.0f} s", best, barrier))
+    for options, label in ((RESIDENT_OPTIONS, "cheapest pipelined"), ((1,), "one engine per GPU")):
+        for bound in bounds:
+            best = plan.cheapest_es_pipeline(config, max_iteration_s=bound, resident_options=options)
+            if best is None:
+                print(f"no pipelined schedule ({label}) ends within {bound:.0f} s and fits")
+                continue
+            rows.append(row(f"{label} <= {bound:.0f} s", best, barrier))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(cell.rjust(w) for cell, w in zip(r, widths)))

@@ -541,13 +541,15 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs, on one GPU container of its own: it replays
-    # at most 10 iterations from the newest snapshot (250 s), makes two generation calls (163.84 s),
+    # at most 10 iterations from the newest snapshot (250 s), makes two generation calls in KV rounds (its
+    # engine, 0.70 of the H100, holds 217 sequences of 512 + 8,192 tokens: 256 sampled in 2 rounds, 64
+    # greedy in 1: 3 x 81.92 s; gpu_memory.py),
     # then its proofs go to the Sandbox placement sized as 5 batches of 64 (sandbox_concurrency): 20
     # REPL Sandboxes (2 cores, 16 GiB), each up for a batch's lifetime, the header and 16 proofs
     # (60 + 80 s) and the batch's kernel stage (4 rounds of 4.5 s + 2 checker imports of 5 s);
     # 320 kernel passes of 4.65625 s; the loop and its 30 warm members wait those 581.84 s with it.
     lean_s = 60 + 16 * 5 + (4 * 4.5 + 2 * 5)
-    eval_s = 250 + 2 * 8192 / 100 + lean_s
+    eval_s = 250 + 3 * 8192 / 100 + lean_s
     eval_usd = (32 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 20 * lean_s * (2 * 0.142 + 16 * 0.024)
                 + 320 * per_pass * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
@@ -578,8 +580,11 @@ def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
             "--set", "verify.kernel_check=false"]
     plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert plan["kernel_check"] is False and plan["est_kernel_check_core_s_per_proof"] == 0.0
-    # 240 proofs per step (the kimina-es budget, 24,000 samples) in Sandboxes of modal.verify_batch_size = 64, 4 workers each
-    assert plan["est_wall_s_per_step"] == round(8192 / 100 + 60 + math.ceil(min(240, 64) / 4) * 5, 1)
+    # 240 proofs per step (the kimina-es budget, 24,000 samples) in Sandboxes of modal.verify_batch_size = 64, 4 workers each;
+    # the 240 completions in 3 KV rounds (0.3 of the H100 holds 81 sequences of 512 + 8,192 tokens), then the
+    # optimizer step: 6 x 1.777 B parameters x 240 x 8,704 tokens at 0.3 of 989 TFLOP/s (gpu_memory.py)
+    train_s = 6 * 1_777_088_000 * 240 * (512 + 8192) / (989e12 * 0.3)
+    assert plan["est_wall_s_per_step"] == round(3 * 8192 / 100 + train_s + 60 + math.ceil(min(240, 64) / 4) * 5, 1)
     human = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert "off: verify.kernel_check = false" in human.stderr and "kernel Sandbox" not in human.stderr
     local = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--dry-run"],
@@ -596,7 +601,9 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     plan = json.loads(grpo.stdout)
     # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round
     # of 4.5 s, then one prover_check process: one 5 s import)
-    step_s = 8192 / 100 + (60 + math.ceil(8 / 4) * 5 + 4.5 + 5)
+    # (and the optimizer step's forward and backward: 6 x 1.777 B parameters x 8 x 8,704 tokens at 0.3 of the
+    # H100's 989 TFLOP/s; gpu_memory.py)
+    step_s = 8192 / 100 + 6 * 1_777_088_000 * 8 * (512 + 8192) / (989e12 * 0.3) + (60 + math.ceil(8 / 4) * 5 + 4.5 + 5)
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
     # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 64 GiB for
     # 79.5 s; the kernel stage: 8 passes x (4.5 + 5 / 8) s in Sandboxes of 2 cores, 16 GiB
@@ -605,7 +612,8 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
     eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 4.5 + 2 * 5  # 168 s, kernel stage included
-    eval_usd = ((2 * 8192 / 100 + eval_batch_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
+    # its generation in KV rounds: 256 sampled, 81 at a time (4 rounds), 64 greedy (1)
+    eval_usd = ((5 * 8192 / 100 + eval_batch_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
                 + 5 * eval_batch_s * (8 * 0.142 + 64 * 0.024)
                 + 320 * (4.5 + 2 * 5 / 64) * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
@@ -630,7 +638,8 @@ def test_plan_warns_when_repls_outgrow_the_verification_container():
 
 def test_countdown_plan_has_no_verification_containers():
     config = config_from_dict({"data": {"task": "countdown"}})
-    rows = modal_plan.plan(config, command="train_es", backend="modal")["tables"][0]["rows"]
+    tables = modal_plan.plan(config, command="train_es", backend="modal")["tables"]
+    rows = next(t for t in tables if t["title"].startswith("plan:"))["rows"]
     assert [r[0] for r in rows] == ["train_es", "ESMember", "download_model", "ESMember idle after the run"]
 
 

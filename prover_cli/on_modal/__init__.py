@@ -8,6 +8,7 @@
 - remote.py     calling from your machine: uploads, the remote call, downloads, `modal run`
 - doctor.py     `prover doctor --backend modal`: every image, a Lean Sandbox, a GPU, the Volumes, once
 - calibration.py  the figures the doctor measured, which the plan then uses in place of estimates
+- gpu_memory.py   what one GPU holds (weights, KV budget, fp32 masters, contexts); the plan refuses what does not fit
 - pipeline.py   the pipelined ES schedule: what one member GPU container does (`modal.es_member_gpus`)
 - schedule.py   one ES iteration as a discrete-event schedule, barrier vs pipelined (no `modal` import)
 

@@ -142,6 +142,14 @@ def fingerprint(config: Any) -> dict[str, Any]:
     }
 
 
+def is_gpu_type(seen: str, gpu: str) -> bool:
+    """Whether a device name ("1 x NVIDIA H100 80GB HBM3") is of the `modal.gpu` type: its name holds
+    the type's family ("A100-80GB": "A100"); "no CUDA device" never is (the doctor's rule,
+    doctor._is_configured_gpu). A decode speed measured on another GPU is never recorded."""
+    family = gpu.split("-")[0].upper()
+    return bool(re.search(rf"\b{re.escape(family)}\b", seen.upper())) and "NO CUDA" not in seen.upper()
+
+
 IDENTITY_KEYS = ("modal.gpu", "model.name")   # another GPU or model: always refused, even when found by default
 
 

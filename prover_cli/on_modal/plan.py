@@ -1193,7 +1193,7 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
         "images": {name: spec.to_json() for name, spec in specs.items()},  # every image the app declares
         "tables": [
             {"title": f"{title} on Modal: {total:.2f} USD in all, {cost:.2f} USD per {work.unit} (estimates)",
-             "columns": ["", "", ""], "rows": summary},
+             "columns": ["", "value", "how"], "rows": summary},
             {"title": f"plan: {title} on Modal (app `{m.app_name}`), per {work.unit}; seconds and USD estimated",
              "columns": ["function", "image", "GPU", "CPU", "GiB", "parallel", "calls", "container-s", "USD"],
              "rows": rows},
@@ -1332,7 +1332,7 @@ def docs_block(config_path: str) -> str:
     summary, functions_table = p["tables"][0], tables["plan"]
     memory_table, breakdown_table = tables["memory per GPU"], tables[f"cost per {unit} by resource"]
     lines = [f"`{config_path}`, `prover {p['command']} --backend modal --dry-run`, per {unit}:", "",
-             *_markdown(["", "", ""], summary["rows"][:-1]), "",   # not the credentials: they are this machine's
+             *_markdown(summary["columns"], summary["rows"][:-1]), "",   # not the credentials: they are this machine's
              *_markdown(functions_table["columns"], functions_table["rows"]), "",
              *_markdown(memory_table["columns"], memory_table["rows"]), "",
              *_markdown(breakdown_table["columns"], breakdown_table["rows"]), "",

@@ -100,6 +100,8 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         start_time = time.monotonic()
         sampling_s = 0.0
         if todo:
+            if sampler is None:
+                check_hub_reachable(model or config.model.name, config.model.revision)
             sampler = sampler or load_sampler(config.model, config.generate, model_path=model)
             sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
             batch_size = config.generate.batch_size
@@ -130,6 +132,72 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         "model": model_label,
         "family": family,
     }
+
+
+# How long the hub probe may take before the hub counts as unreachable (seconds).
+HUB_PROBE_S = 5.0
+
+
+def check_hub_reachable(name: str, revision: str = "main", probe_s: float = HUB_PROBE_S) -> None:
+    """Before a model is fetched from the Hugging Face hub: a BackendError within seconds, naming
+    the model and the hub, when it is not in the local hub cache and the hub cannot be reached
+    (HF_HUB_OFFLINE set, or no connection to HF_ENDPOINT within `probe_s`). Otherwise
+    huggingface_hub retries for about 100 s before its own error. A built name (`tiny`,
+    `tiny-countdown`), a local path or a cached model is not checked: it loads without the hub."""
+    import os
+
+    from prover_cli.built_models import BUILT_NAMES
+    from prover_cli.errors import BackendError
+
+    if name in BUILT_NAMES or Path(name).exists() or _in_hub_cache(name, revision):
+        return
+    hint = ("connect this machine to the hub (or set HF_ENDPOINT to a mirror), or set model.name to a local model "
+            "directory; `tiny` and `tiny-countdown` are built offline")
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise BackendError(f"model {name!r} (revision {revision}) is not in the local Hugging Face cache and "
+                           "HF_HUB_OFFLINE is set: nothing can be downloaded", hint=hint)
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co"
+    problem = _unreachable(endpoint, probe_s)
+    if problem:
+        raise BackendError(f"model {name!r} must be downloaded from {endpoint}, which cannot be reached from this "
+                           f"machine ({problem}); it is not in the local Hugging Face cache", hint=hint)
+
+
+def _in_hub_cache(name: str, revision: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str)
+    except Exception:   # not a repo id the hub would take: transformers names the problem itself
+        return True
+
+
+def _unreachable(endpoint: str, probe_s: float) -> str | None:
+    """Why a TCP connection to `endpoint`'s host cannot be made within `probe_s` seconds (name
+    resolution included), or None when it can."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(endpoint)
+    host = parts.hostname or endpoint
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+    except ValueError:
+        return f"{endpoint!r} has no valid port"
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=probe_s).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"{host}:{port}: {exc.strerror or exc}")
+
+    probe = threading.Thread(target=connect, name="hub-probe", daemon=True)   # name resolution has no timeout
+    probe.start()
+    probe.join(probe_s)
+    return outcome[0] if outcome else f"{host}:{port}: no answer within {probe_s:g} s"
 
 
 def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs: list[list[Any]],

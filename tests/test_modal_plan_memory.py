@@ -223,3 +223,15 @@ def test_the_local_plan_says_all_for_heldout_samples_it_cannot_count():
     assert p["heldout_evaluations"] == 11 and p["heldout_samples_total"] == "all"
     counted = json.loads(runner.invoke(app, ["train", "es", "--config", str(KIMINA_ES), "--dry-run", "--json"]).stdout)
     assert counted["heldout_samples_total"] == 11 * 320
+
+
+def test_a_run_that_does_not_fit_its_gpu_refuses_to_start(monkeypatch):
+    """Not only the dry run: remote.run_remote refuses before the app runs (nothing billed)."""
+    from prover_cli.on_modal import remote
+
+    monkeypatch.setattr(remote, "to_wire", lambda *a: pytest.fail("the run went on to its call"))
+    config = es("modal.es_member_gpus=1", "modal.es_members_per_gpu=4", "generate.gpu_memory_utilization=0.60")
+    with pytest.raises(ConfigError, match="does not fit the GPU's memory"):
+        remote.run_remote("train_es", config, {})
+    assert modal_plan.gpu_memory_problem(es(), "train_es") is None
+    assert modal_plan.gpu_memory_problem(config, "generate") is None

@@ -996,6 +996,18 @@ def memory_problem(config: Any, command: str, gpus: list[Any]) -> str | None:
     return None
 
 
+def gpu_memory_problem(config: Any, command: str) -> str | None:
+    """Why a `train es` / `train grpo` run of this config would not fit its GPUs (the plan's refusal,
+    calibration included), or None; remote.run_remote refuses such a run before anything is billed."""
+    if command not in ("train_es", "train_grpo"):
+        return None
+    from prover_cli.on_modal.calibration import resolve
+
+    figures = resolve(config)
+    _, gpus = _memory(figures.config, command, figures.memory)
+    return memory_problem(figures.config, command, gpus)
+
+
 def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     from prover_cli.backends import modal_credentials_present
     from prover_cli.errors import ConfigError

@@ -132,6 +132,11 @@ def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]
     memory_problem = kernel_memory_problem(config)
     if memory_problem:   # every kernel step would end in `error`: refuse before anything is billed
         raise ConfigError(memory_problem)
+    from prover_cli.on_modal.plan import gpu_memory_problem
+
+    memory_problem = gpu_memory_problem(config, name)
+    if memory_problem:   # the engines would not start (or es_init would run out): what --dry-run refuses
+        raise ConfigError(memory_problem)
     kwargs = dict(kwargs)
     detach = bool(kwargs.pop("detach", False))
     config_dict, remote_kwargs, uploads = to_wire(name, config, kwargs)

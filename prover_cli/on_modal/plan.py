@@ -14,6 +14,14 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
 - generation: every sample decodes `max_tokens` tokens at `modal.est_decode_tokens_per_s` (0: the
   estimate for `modal.gpu` in config.MODAL_GPUS); the samples of one call decode in parallel as one
   batch, so a call lasts max_tokens / speed;
+- rounds: a call of more sequences than its engine's KV cache holds (gpu_memory.py: the budget
+  vLLM gives the engine, less its weights and activation peak, over one sequence's prompt and max
+  tokens) runs in rounds, each a call long (ES members, the held-out evaluation, GRPO's step);
+- GRPO's optimizer step: forward and backward over the step's completions, 6 x parameters x tokens
+  at an ASSUMED fraction of the GPU's bf16 peak (gpu_memory.grpo_train_s), after the generation;
+- memory (gpu_memory.py): each GPU's weights, vLLM budget, fp32 masters, transients and CUDA
+  contexts; a config that does not fit the GPU's memory with a margin is refused (ConfigError
+  naming the config file and keys), by the dry run and by a run (remote.run_remote);
 - verification (Lean task only): each batch of `modal.verify_batch_size` proofs runs in its own
   Sandbox: the header once per REPL (`modal.est_header_s`), then `modal.est_verify_s_per_proof`
   per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
@@ -37,8 +45,12 @@ A GPU is priced at Modal's list price of `modal.gpu` (config.MODAL_GPUS) unless
 (`modal.sandbox_*_price_*`). After the last ES iteration each warm member idles out its
 `scaledown_window` once (`est_usd_once`).
 Not counted: container start and model load (once per container), a cold member's replay (the
-plan prints its worst case), the GRPO backward pass, and network. Measure one iteration and
-adjust the `modal.est_*` keys.
+plan prints its worst case), GRPO's activation memory, and network. ES is priced at the configured
+`modal.est_resident_slowdown` and at 0.25 and 0.75 (`SLOWDOWNS`: an assumption until
+scripts/gpu_first_contact.py measures it). The dry run's first table is the total, the USD per
+iteration, the memory verdict and whether Modal credentials were found (backends.py reads the
+token variables or ~/.modal.toml; nothing imports `modal`). Figures outside a physical range are
+refused (calibration.check_physics). Measure one iteration and adjust the `modal.est_*` keys.
 """
 
 from __future__ import annotations

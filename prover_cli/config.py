@@ -246,6 +246,11 @@ class ESConfig:
     shuffle_rewards: bool = _key(False, "Null control: permute the members' rewards within each iteration (a seeded "
                                  "permutation) before the update, so the update is noise with the real rewards' "
                                  "spread: what \"no learning\" looks like on your setup. The ledger keeps the true rewards.")
+    batched_members: int = _key(0, "Members that generate together in one batched `generate` call, each row with its own "
+                                "member's weights (es/batched.py; transformers sampler, greedy members, this process's "
+                                "loop); 0 = one member at a time. Faster for small models; a completion may differ from "
+                                "the one-at-a-time one only where a float tie flips a token. The ledger is the same format "
+                                "and replays bit-exactly.", min=0)
 
 
 @dataclass

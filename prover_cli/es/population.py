@@ -84,10 +84,15 @@ class LocalPopulation:
     def __init__(self, config: Any):
         from prover_cli.tasks import get_task
 
+        if config.es.batched_members:
+            from prover_cli.es.batched import check_batched
+
+            check_batched(config.es, config.generate)  # before anything loads
         self.config = config
         self.task = get_task(config.data.task)
         self.sampler: Any = None
         self.weights: Any = None
+        self._batched: Any = None
 
     def load_sampler(self) -> Any:
         self.sampler = load_es_sampler(self.config)
@@ -95,8 +100,18 @@ class LocalPopulation:
         return self.sampler
 
     def members(self, iteration: int, batch: list[dict[str, Any]]) -> list[Any]:
+        es = self.config.es
+        if es.batched_members:  # es.batched_members members per `generate` call (es/batched.py)
+            from prover_cli.es.batched import BatchedMembers, chunks
+
+            if self._batched is None:
+                self._batched = BatchedMembers(self.sampler, self.weights)
+            c = self.config
+            return [texts for chunk in chunks(range(es.population), es.batched_members)
+                    for texts in self._batched.completions(self.task, batch, iteration, chunk, es=es, generate=c.generate,
+                                                           run_seed=c.run.seed, family=c.model.family)]
         return [member_completions(self.sampler, self.weights, self.task, batch, self.config, iteration, member)
-                for member in range(self.config.es.population)]
+                for member in range(es.population)]
 
     def evaluate(self, iteration: int, batch: list[dict[str, Any]],
                  reporter: Reporter) -> tuple[list[float], list[float], list[str]]:

@@ -330,6 +330,12 @@ class ModalPopulation(LocalPopulation):
     ends or fails, lets the warm member containers go instead of after their long window."""
 
     def __init__(self, config: Any, config_dict: dict[str, Any]):
+        if config.es.batched_members:
+            from prover_cli.errors import ConfigError
+
+            raise ConfigError(f"es.batched_members = {config.es.batched_members}: batched members run in the loop's "
+                              "own process (--backend local); on Modal each member container evaluates its members",
+                              hint="set es.batched_members = 0 for --backend modal")
         super().__init__(config)
         self.config_dict = config_dict
         self.containers = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))

@@ -1,0 +1,112 @@
+"""ES member evaluation, batched (`es.batched_members`) against one member at a time, side by side in one run.
+
+    .venv/bin/python benchmarks/bench_population.py                        # the demo's shapes, then the paper's
+    .venv/bin/python benchmarks/bench_population.py --shape demo --threads 2
+    .venv/bin/python benchmarks/bench_population.py --shape paper --paper-problems 50   # scaled down, printed
+
+What is timed: one iteration's member generation, `LocalPopulation.members(iteration, batch)`,
+the code the training loop runs (es/population.py), on the demo's base (`tiny-countdown`, CPU,
+float32, greedy members) and the demo's sampling settings (configs/demo.toml). Scoring is left
+out: the countdown check is the same Python for both and costs microseconds a sample. Both modes
+share one loaded sampler and one theta, and are timed interleaved (best of `--repeats` each), so a
+change of machine load hits both alike. Shapes:
+
+- demo: configs/demo.toml as shipped (population 16 x 8 problems x 1 sample = 128 samples an iteration);
+- paper: the ES-at-scale paper's operating point, population 30 x 200 problems x 1 sample
+  (6,000 samples an iteration), `--paper-problems` to scale the problem count down (printed).
+
+Batched runs `--chunk` members per `generate` call (default: the whole population). Before timing,
+each shape checks that the two modes' completions are the same (greedy: they may differ only where
+a float tie flips a token, es/batched.py) and prints the agreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def populations(shape: str, problems_per_member: int, chunk: int, workdir: Path, cache_dir: str):
+    """(one-at-a-time population, batched population, problems file's train split) over one loaded sampler."""
+    from prover_cli.config import load_config
+    from prover_cli.data import prepare_data
+    from prover_cli.es.population import LocalPopulation
+    from prover_cli.problems import train_problems
+
+    overrides = [f"model.cache_dir={cache_dir}", f"data.problems={workdir / 'problems.jsonl'}",
+                 f"run.dir={workdir / 'run'}"]
+    if shape == "paper":  # the demo's 1,024 countdown problems leave ~920 to train on: 200 a member fit
+        overrides += ["es.population=30", f"es.problems_per_iteration={problems_per_member}"]
+    config = load_config(REPO / "configs" / "demo.toml", overrides)
+    if not config.problems_path.exists():
+        prepare_data(config)
+    problems = train_problems(config)
+    config.check_problems_per_iteration(len(problems))
+    batched_config = dataclasses.replace(config, es=dataclasses.replace(config.es, batched_members=chunk or config.es.population))
+    one = LocalPopulation(config)
+    one.load_sampler()
+    together = LocalPopulation(batched_config)
+    together.sampler, together.weights = one.sampler, one.weights  # one model, one theta
+    return one, together, problems
+
+
+def measure(shape: str, args: argparse.Namespace, cache_dir: str) -> dict:
+    from prover_cli.es.population import pick_problems
+
+    with tempfile.TemporaryDirectory(prefix=f"bench-population-{shape}-") as tmp:
+        problems_per_member = args.paper_problems if shape == "paper" else 8
+        one, together, problems = populations(shape, problems_per_member, args.chunk, Path(tmp), cache_dir)
+        es = one.config.es
+        batch = pick_problems(problems, one.config.run.seed, 1, es.problems_per_iteration)
+        samples = es.population * len(batch) * es.samples_per_problem
+        # the agreement check doubles as the warm-up of both paths
+        first, second = one.members(1, batch), together.members(1, batch)
+        pairs = [(a, b) for x, y in zip(first, second) for a, b in zip(x, y)]
+        agree = sum(a == b for a, b in pairs)
+        best = {"one": float("inf"), "batched": float("inf")}
+        for _ in range(args.repeats):
+            for name, population in (("one", one), ("batched", together)):
+                started = time.perf_counter()
+                population.members(1, batch)
+                best[name] = min(best[name], time.perf_counter() - started)
+        return {"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
+                "chunk": together.config.es.batched_members, "agree": agree, "compared": len(pairs),
+                "one_s": best["one"], "batched_s": best["batched"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=("demo", "paper", "both"), default="both")
+    parser.add_argument("--paper-problems", type=int, default=200, help="problems per member at the paper's shape")
+    parser.add_argument("--chunk", type=int, default=0, help="members per batched generate call (0: all)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed iterations of each mode (best is kept)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--cache-dir", default=str(REPO / ".prover-cache"), help="where the demo's base is built")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    shapes = ("demo", "paper") if args.shape == "both" else (args.shape,)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.repeats}; "
+          f"member generation only (es/population.py LocalPopulation.members)")
+    print("| shape | population x problems = samples | batched chunk | one at a time (samples/s) | "
+          "batched (samples/s) | ratio | completions equal |")
+    print("|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        r = measure(shape, args, args.cache_dir)
+        note = "" if shape == "demo" or r["problems"] == 200 else " (scaled from 200)"
+        print(f"| {shape} | {r['population']} x {r['problems']}{note} = {r['samples']} | {r['chunk']} | "
+              f"{r['samples'] / r['one_s']:.0f} | {r['samples'] / r['batched_s']:.0f} | "
+              f"{r['one_s'] / r['batched_s']:.2f}x | {r['agree']}/{r['compared']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

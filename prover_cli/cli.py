@@ -503,7 +503,7 @@ def replay_seeds(
     """Rebuild weights from the base model and a seed ledger, checking every fingerprint.
 
     Examples:
-      prover replay-seeds runs/demo/ledger.json --out runs/demo/replayed
+      prover replay-seeds runs/demo/es/ledger.json --out runs/demo/es/replayed --config configs/demo.toml
     """
     cfg, out = _setup(config, overrides, json_mode)
     _run(backend, "replay_seeds", cfg, out, "replay-seeds", ledger_path=ledger, out_dir=out_dir,
@@ -750,8 +750,9 @@ for _commands in (app, train_app, study_app):
 
 
 def main() -> None:
-    # Progress is ours (rich, on stderr); hub/transformers tqdm bars would interleave with it.
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from prover_cli.progress import quiet_third_party_bars
+
+    quiet_third_party_bars()   # progress is ours (rich, on stderr): no hub/transformers tqdm bars
     import sys
 
     if not _json_requested(sys.argv[1:]):

@@ -67,14 +67,30 @@ def build_tiny_tokenizer():
     return fast
 
 
-def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
-    """Build (or reuse) the tiny model directory and return its path."""
+# vLLM's CPU attention needs head_dim >= 32 ("Unsupported CPU attention configuration:
+# head_dim=16"), and vLLM's Qwen2 takes head_dim as hidden_size / num_attention_heads (it ignores
+# config.head_dim): the real-vLLM tests (tests/real_vllm) build this model with these heads. The
+# weights' shapes, and so the seeded weights, are the same as the default's (q: 64 -> 2 x 32, k/v:
+# 64 -> 1 x 32); only how attention splits them differs. The demo keeps the default (4, 2).
+VLLM_CPU_HEADS = (2, 1)   # (num_attention_heads, num_key_value_heads): head_dim 32
+
+
+def build_tiny_model(out_dir: str | Path, seed: int = 0, heads: tuple[int, int] = (4, 2),
+                     tie_word_embeddings: bool = False) -> Path:
+    """Build (or reuse) the tiny model directory and return its path. `heads`: (attention heads,
+    key/value heads) over hidden size 64; `tie_word_embeddings`: the head is the embedding."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
     marker = out / "prover_tiny.json"
+    recipe = {"version": TINY_VERSION, "seed": seed}
+    if heads != (4, 2) or tie_word_embeddings:   # the default's marker stays as it was (cached bases)
+        recipe.update(heads=list(heads), tie_word_embeddings=tie_word_embeddings)
     if marker.exists():
+        found = json.loads(marker.read_text())
+        if found != recipe:
+            raise ValueError(f"{out}: a tiny model built as {found}, asked for {recipe}: use another directory")
         return out
     tokenizer = build_tiny_tokenizer()
     config = Qwen2Config(
@@ -82,10 +98,10 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads[0],
+        num_key_value_heads=heads[1],
         max_position_embeddings=1024,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -105,6 +121,6 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / "prover_tiny.json").write_text(json.dumps({"version": TINY_VERSION, "seed": seed}) + "\n")
+        (tmp / "prover_tiny.json").write_text(json.dumps(recipe) + "\n")
 
     return write_dir_atomic(out, fill, shared=True)  # a cache: a concurrent build that finished first is kept

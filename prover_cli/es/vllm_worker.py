@@ -33,6 +33,7 @@ checkpoint and `load_weights` takes its shard.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,40 +44,49 @@ class ESWorkerExtension:
 
     def es_init(self, checkpoint_dir: str, master_dtype: str | None = "float32") -> tuple[str, str]:
         """Load the base weights from the checkpoint onto the worker's device, keep their master
-        (fp32 by default) there; returns (engine dtype, master dtype)."""
-        from safetensors.torch import load_file
+        (fp32 by default) there; returns (engine dtype, master dtype).
 
+        One tensor at a time: each checkpoint tensor is read onto the device in the engine's
+        dtype, written through the engine's `load_weights`, turned into its master and dropped,
+        so the GPU never holds the whole checkpoint beside the engine and the masters (the
+        transient is one tensor); on CUDA the allocator's cached blocks are returned at the end,
+        so what stays outside vLLM's budget is the masters alone."""
         from prover_cli.es.weights import NamedWeights
 
         model = self.model_runner.model
         device = next(model.parameters()).device
         dtype = self.model_config.dtype  # the engine's dtype, which the checkpoint was cast to
         aliases = tied_aliases(model)
-        base, self._prover_es_skipped, names = {}, [], set()
-        for file in sorted(Path(checkpoint_dir).glob("*.safetensors")):
-            for name, tensor in load_file(str(file), device=str(device)).items():
-                names.add(name)
-                if not tensor.is_floating_point():
-                    continue
-                if name in aliases:   # e.g. a tied lm_head.weight: alone, vLLM refuses the call
-                    self._prover_es_skipped.append(name)
-                    continue
-                tensor = tensor.to(dtype)
-                # One tensor through the engine's own loader: it writes the value the engine
-                # already holds, and says whether the engine uses this name at all.
-                if model.load_weights([(name, tensor)]):
-                    base[name] = tensor
-                else:
-                    self._prover_es_skipped.append(name)  # e.g. rotary buffers the engine computes
+        tensors = CheckpointTensors(checkpoint_dir, device, dtype)
+        used, self._prover_es_skipped = [], []
+        for name in tensors.names:
+            if not tensors.is_floating_point(name):
+                continue
+            if name in aliases:   # e.g. a tied lm_head.weight: alone, vLLM refuses the call
+                self._prover_es_skipped.append(name)
+                continue
+            # One tensor through the engine's own loader: it writes the value the engine already
+            # holds, and says whether the engine uses this name at all.
+            if model.load_weights([(name, tensors[name])]):
+                used.append(name)
+            else:
+                self._prover_es_skipped.append(name)  # e.g. rotary buffers the engine computes
         orphans = sorted(f"{alias} (tied to {aliases[alias]})" for alias in self._prover_es_skipped
-                         if alias in aliases and aliases[alias] not in names)
+                         if alias in aliases and aliases[alias] not in tensors.names)
         if orphans:   # what vLLM's own check refuses: the tied weight would be uninitialized
             raise ValueError(f"{checkpoint_dir}: tied weights without their canonical tensor: {', '.join(orphans)}")
-        if not base:
+        if not used:
             raise FileNotFoundError(f"{checkpoint_dir}: no *.safetensors weights to take as the ES base")
         # The engine's tensors are written by its own load_weights (fusing q/k/v, gate/up), in
         # the engine's dtype: cast(master + sigma*eps) at perturb, cast(master) at restore.
-        self._prover_es = NamedWeights(base, write=lambda items: model.load_weights(items), master_dtype=master_dtype)
+        # NamedWeights reads the base name by name from this view: one tensor on the device at a time.
+        self._prover_es = NamedWeights(tensors.only(used), write=lambda items: model.load_weights(items),
+                                       master_dtype=master_dtype)
+        tensors.close()
+        if device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()   # the transients' blocks back to the device, not kept by the allocator
         return self._prover_es.dtype, self._prover_es.master_dtype
 
     def es_perturb(self, noise_seed: int, scale32: float) -> None:
@@ -101,6 +111,48 @@ class ESWorkerExtension:
 
     def es_load(self, path: str) -> None:
         self._prover_es.load(path)
+
+
+class CheckpointTensors(Mapping):
+    """The checkpoint's tensors by name, each read from its *.safetensors file onto `device` in
+    `dtype` when asked for, never all at once (safetensors' `safe_open` reads one tensor)."""
+
+    def __init__(self, checkpoint_dir: str, device: Any, dtype: Any, names: list[str] | None = None,
+                 files: dict[str, Any] | None = None):
+        from safetensors import safe_open
+
+        self.device, self.dtype = device, dtype
+        if files is None:
+            files = {}
+            for file in sorted(Path(checkpoint_dir).glob("*.safetensors")):
+                handle = safe_open(str(file), framework="pt", device="cpu")
+                for name in handle.keys():
+                    files[name] = handle
+        self._files = files
+        self.names = sorted(files) if names is None else names
+
+    def only(self, names: list[str]) -> "CheckpointTensors":
+        return CheckpointTensors("", self.device, self.dtype, names=sorted(names), files=self._files)
+
+    def is_floating_point(self, name: str) -> bool:
+        return self._files[name].get_slice(name).get_dtype() in _FLOAT_DTYPES
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.names:
+            raise KeyError(name)
+        return self._files[name].get_tensor(name).to(device=self.device, dtype=self.dtype)
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def close(self) -> None:
+        self._files = {}
+
+
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}  # safetensors' dtype names
 
 
 def tied_aliases(model: Any) -> dict[str, str]:

@@ -37,6 +37,10 @@ class Sample:
     text: str
     finish_reason: str  # "stop" (end of sequence) or "length" (hit max_tokens)
     prompt_tokens: int
+    # Generated tokens without the stop token, on every backend: transformers' sampler cuts at it,
+    # vLLM's token_ids include it (vllm_sampler.completion_token_count drops it). A sample cut by
+    # max_tokens counts all of them. Budgets and metrics count alike (metrics.completion_tokens
+    # re-encodes the text, which holds no special token).
     completion_tokens: int
 
 

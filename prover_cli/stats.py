@@ -229,7 +229,9 @@ def variance_components(per_seed_problem_differences: Sequence[Sequence[float]])
     A seed's difference d_k is the mean of its N per-problem differences, so
     Var(d_k) = s_train^2 + s_eval^2 / N: training luck (between seeds) plus evaluation noise (the
     per-problem variance s_eval^2 over N problems). s_eval^2 is the mean within-seed variance of
-    the per-problem differences; s_train^2 = max(0, the between-seed variance of d_k - s_eval^2 / N)."""
+    the per-problem differences; s_train^2 = max(0, the between-seed variance of d_k - s_eval^2 / N).
+    `var_train_clipped`: the max took 0 (the seeds agree more than evaluation noise alone predicts), so
+    anything sized on it is a bound: seeds or problems needed at least, power at most."""
     seeds = [list(x) for x in per_seed_problem_differences]
     if len(seeds) < 2:
         raise ValueError("a pilot needs at least 2 seeds to separate training luck from evaluation noise")
@@ -241,8 +243,8 @@ def variance_components(per_seed_problem_differences: Sequence[Sequence[float]])
     between = sum((d - grand) ** 2 for d in means) / (len(means) - 1)
     within = sum(sum((v - m) ** 2 for v in x) / (problems - 1) for x, m in zip(seeds, means)) / len(seeds)
     return {"var_seed_difference": between, "var_eval_per_problem": within,
-            "var_train": max(0.0, between - within / problems), "problems": problems, "seeds": len(seeds),
-            "mean_difference": grand}
+            "var_train": max(0.0, between - within / problems), "var_train_clipped": between - within / problems < 0,
+            "problems": problems, "seeds": len(seeds), "mean_difference": grand}
 
 
 def _quantiles(alpha: float, power: float, df: float | None, sided: int) -> float:

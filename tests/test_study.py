@@ -40,6 +40,7 @@ dir = "{directory}"
 seeds = [0, 1]
 train_sizes = [4, 8]
 set = {sets}
+anchors = false
 {extra_study}
 {arms}
 {primary}
@@ -99,7 +100,8 @@ def test_the_demo_study_ships_and_resolves_by_name(tmp_path, monkeypatch):
     study = load_study("demo")
     assert [c.a for c in study.primary] == ["es"] and study.primary[0].test == "non-inferiority"
     plan = plan_study(study)
-    assert plan["runs_total"] == 12 and {r["samples"] for r in plan["runs"]} == {1280}  # matched budgets
+    assert plan["runs_total"] == 24 and plan["tune_runs_total"] == 6
+    assert {r["samples"] for r in plan["runs"]} == {640}  # matched budgets, tuning runs too
     with pytest.raises(ConfigError, match="study file not found"):
         resolve_study("no-such-study")
 
@@ -174,7 +176,8 @@ def test_report_puts_the_primary_first_and_pairs_across_sizes(finished_study):
     jsonl = [json.loads(line) for line in (out / "per_seed.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(jsonl) == len(rows) and {r["seed"] for r in jsonl if r["kind"] == "difference"} == {0, 1}
     assert all(Path(p).stat().st_size > 0 for p in report["plots"])
-    assert [Path(p).name for p in report["plots"]] == ["curves_samples.png", "curves_iterations.png"]
+    assert [Path(p).name for p in report["plots"]] == ["curves_samples.png", "curves_seconds.png", "curves_tokens.png",
+                                                       "limited_data.png"]  # no iterations axis: it mixes units
     assert report["power"][0]["comparison"] == primary["name"]
 
 
@@ -277,9 +280,9 @@ def test_a_training_size_the_split_cannot_hold_fails_before_any_run(tmp_path):
     path = write_study(tmp_path)
     path.write_text(path.read_text(encoding="utf-8").replace("train_sizes = [4, 8]", "train_sizes = [4, 8, 10000]"),
                     encoding="utf-8")
-    with pytest.raises(InputError, match="data.train_size = 10000 but the training split has"):
+    with pytest.raises(ConfigError, match=r"study\.train_sizes: 10,000 but the training split .* has 56 problems"):
         run_study(load_study(path))
-    assert not (tmp_path / "study" / "runs").exists()  # nothing trained
+    assert not (tmp_path / "study").exists()  # refused before anything is written
 
 
 # -- `prover study run --backend modal`: whole runs fanned out, through the run's Modal function ------

@@ -1,6 +1,8 @@
 """The demo's comparison (scripts/demo.sh, benchmarks/bench_demo.py): ES and GRPO from one base, same budget.
 
+    prover_cli.demo.build_base(config)             # the base, built on first use, with a line saying so
     prover_cli.demo.budget_line(config)            # both sample budgets, printed before training
+    prover_cli.demo.noise_line(config)             # what ES's NOISE flag means here
     prover_cli.demo.grpo_eval_every(config)        # GRPO's run.eval_every at ES's evaluation budgets
     prover_cli.demo.comparison(config, es_dir, grpo_dir)["lines"]   # held-out: base -> es, grpo
 
@@ -44,12 +46,58 @@ def budget_line(config: Any) -> str:
             f"{per_step // g.num_generations} prompts x {g.num_generations} completions = {budgets['grpo']} samples")
 
 
+def base_is_built(config: Any) -> bool:
+    """Whether `model.name` (`tiny-countdown`, `tiny`) is already in `model.cache_dir`; True for any
+    other name (nothing to build)."""
+    from prover_cli.tiny_model import TINY_NAME, tiny_model_dir
+    from prover_cli.warmstart import WARMSTART_NAME, warmstart_dir
+
+    m = config.model
+    if m.name == WARMSTART_NAME:
+        return (warmstart_dir(m.cache_dir, m.tiny_seed) / "prover_warmstart.json").exists()
+    if m.name == TINY_NAME:
+        return tiny_model_dir(m.cache_dir, m.tiny_seed).is_dir()
+    return True
+
+
+def build_base(config: Any, say: Any = print) -> str:
+    """The base model's path, built first if it is not cached yet, saying so before the wait (the
+    first `generate` would otherwise sit at 0 % with no word while it is built)."""
+    import time
+
+    from prover_cli.built_models import resolve_model_path
+
+    m = config.model
+    if base_is_built(config):
+        say(f"base model {m.name}: cached in {m.cache_dir}/")
+        return resolve_model_path(m.name, m.cache_dir, m.tiny_seed)
+    what = {"tiny-countdown": "the tiny model warm-started on generated countdown solutions, prover_cli/warmstart.py",
+            "tiny": "a tiny random Qwen2-style model, prover_cli/tiny_model.py"}.get(m.name, m.name)
+    say(f"building the base model {m.name} (first run only; then cached in {m.cache_dir}/): {what}")
+    start = time.monotonic()
+    path = resolve_model_path(m.name, m.cache_dir, m.tiny_seed)
+    say(f"base model {m.name}: built in {time.monotonic() - start:.0f} s")
+    return path
+
+
+def noise_line(config: Any) -> str:
+    """What the ES run's `NOISE` flag and warning mean in the demo, printed before it trains."""
+    es = config.es
+    return (f"ES at this budget: the progress lines will end NOISE and a warning will follow: with "
+            f"{es.problems_per_iteration * es.samples_per_problem} greedy samples per member the members' rewards "
+            "differ mostly by which problems they drew, not by their perturbation (the probe measured it: "
+            "configs/demo.toml). It is what the demo shows, not a fault: the run still trains, and the held-out "
+            "lines at the end say what it learned.")
+
+
 def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
     """The held-out `eval/*` keys of the base model (`model.name`): the evaluation both trainers write
     as their iteration 0 (prover_cli/heldout.py `evaluate_base`, cached, so computed once)."""
+    from prover_cli.progress import NULL_REPORTER, quiet_third_party_bars
+
+    quiet_third_party_bars()   # called from scripts outside `prover` (scripts/demo.sh): no "Loading weights" bar
     from prover_cli.heldout import evaluate_base, weights_sha256
     from prover_cli.problems import heldout_problems
-    from prover_cli.progress import NULL_REPORTER
     from prover_cli.samplers import load_sampler
 
     sampler = load_sampler(config.model, config.generate)

@@ -302,6 +302,11 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
         problems = eval_problems(config, malformed=bad_problems)
     finally:
         log_malformed(reporter, problems_path, bad_problems)
+    problems, repeated = distinct_problems(problems)
+    if repeated:
+        reporter.log(f"{problems_path}: {repeated} row(s) of split {config.eval.split!r} repeat an earlier problem by "
+                     f"content; each problem is counted once ({len(problems)} problems), as the held-out evaluation "
+                     "counts them (docs/eval.md)")
     base = out if out is not None else problems_path.parent / "eval"  # beside the input, never ./runs/default
 
     model_path, model_label = model, model or config.model.name
@@ -354,9 +359,25 @@ def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks:
     result = _report(scored, superseded, ks, str(verdicts_path), eval_dir, config.eval.plot, title=title, extra={
         "model": model_label, "samples_path": str(samples_path), "verdicts": str(verdicts_path),
         "eval_dir": str(eval_dir), "samples_written": generated["samples_written"],
-        "tokens_per_s": generated["tokens_per_s"], "family": generated.get("family"),
+        "tokens_per_s": generated["tokens_per_s"], "family": generated.get("family"), "repeated_rows": repeated,
     })
     return with_malformed(with_malformed(result, problems_path, bad_problems), verdicts_path, bad_verdicts)
+
+
+def distinct_problems(problems: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Each problem once, its first row (`problems.content_key`: a countdown puzzle's numbers and
+    target, a Lean statement up to whitespace and its name), as the held-out evaluation counts them:
+    a puzzle drawn twice is one problem, not two chances. Returns (the problems, rows dropped)."""
+    from prover_cli.problems import content_key
+
+    seen: set[str] = set()
+    kept = []
+    for problem in problems:
+        key = content_key(problem)
+        if key not in seen:
+            seen.add(key)
+            kept.append(problem)
+    return kept, len(problems) - len(kept)
 
 
 def _identity(config: Any, model_label: str) -> dict[str, Any]:

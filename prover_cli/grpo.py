@@ -810,7 +810,27 @@ def summarize(records: list[dict[str, Any]], final_dir: Path, metrics_path: Path
         "elapsed_s": round(last.get("time/elapsed_s", 0.0), 2),
         "metrics": str(metrics_path),
         "final": str(final_dir),
-        "tables": [{"title": "grpo steps",
+        "tables": [{"title": steps_title(len(rows), metrics_path),
                     "columns": ["step", "reward mean", "reward max", "verified", "samples", "wall s"],
-                    "rows": rows}],
+                    "rows": terminal_rows(rows)}],
     }
+
+
+# The most step rows the terminal gets: a longer run's table is thinned to about this many (every
+# step is in metrics.jsonl, one line each), so the result lines after it do not scroll away.
+TERMINAL_STEPS = 10
+
+
+def terminal_rows(rows: list[list[Any]], most: int = TERMINAL_STEPS) -> list[list[Any]]:
+    """Every `stride`-th step and the last, `most` rows or about that; all of them when they are fewer."""
+    if len(rows) <= most:
+        return rows
+    stride = -(-len(rows) // most)
+    return [row for n, row in enumerate(rows, start=1) if n % stride == 0 or n == len(rows)]
+
+
+def steps_title(steps: int, metrics_path: Path, most: int = TERMINAL_STEPS) -> str:
+    if steps <= most:
+        return "grpo steps"
+    stride = -(-steps // most)
+    return f"grpo steps: every {stride}th of {steps} (each step, one line: {metrics_path})"

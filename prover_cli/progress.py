@@ -39,3 +39,26 @@ class NullReporter:
 
 
 NULL_REPORTER = NullReporter()
+
+
+def quiet_third_party_bars() -> None:
+    """Progress is ours (rich, on stderr): the Hugging Face hub's download bars and transformers'
+    own ("Loading weights") would interleave with it, or leak between the demo's result lines. Off
+    for this process: by environment before those libraries are imported (HF_HUB_DISABLE_PROGRESS_BARS,
+    which both read at import), and through transformers' switch if it already is. A user's own
+    setting of the variable is kept."""
+    import os
+    import sys
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"].strip().lower() not in ("1", "true", "yes", "on"):
+        return
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+

@@ -3,8 +3,8 @@
 # task, local backend, no credentials, nothing downloaded. Every stage is a real `prover` command.
 #
 # The base policy is `tiny-countdown`, the tiny random model after a short supervised warm-start
-# on generated countdown solutions (prover_cli/warmstart.py; built on first use, ~20 s, then
-# cached): it solves some held-out problems, not all. ES and GRPO train from it on the same
+# on generated countdown solutions (prover_cli/warmstart.py; built on first use, with a line saying
+# so, then cached): it solves some held-out problems, not all. ES and GRPO train from it on the same
 # problems with the same sample budget, both evaluate their current weights on the same held-out
 # problems (both metrics, sampled and greedy, with 95% intervals), and the demo ends with
 # `prover report` of both runs, one line per metric, and what one seed cannot tell.
@@ -23,14 +23,22 @@ stage "2/8 prepare-data: countdown problems -> $RUN/problems.jsonl"
 prover prepare-data --config "$CONFIG"
 
 stage "3/8 generate: samples of the held-out problems from the base model -> $RUN/samples.jsonl"
+python3 - "$CONFIG" <<'PY'
+import sys
+from prover_cli.config import load_config
+from prover_cli.demo import build_base
+build_base(load_config(sys.argv[1]), say=lambda line: print(line, flush=True))
+PY
 prover generate --config "$CONFIG" --set generate.split=valid
 
 stage "4/8 train es from the base -> $RUN/es/{ledger.json,metrics.jsonl,final/}"
 python3 - "$CONFIG" <<'PY'
 import sys
 from prover_cli.config import load_config
-from prover_cli.demo import budget_line
-print(budget_line(load_config(sys.argv[1])))
+from prover_cli.demo import budget_line, noise_line
+config = load_config(sys.argv[1])
+print(budget_line(config))
+print(noise_line(config))
 PY
 prover train es --config "$CONFIG" --set run.dir="$RUN/es"
 

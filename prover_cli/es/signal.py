@@ -159,12 +159,16 @@ def noise_warning(parts: Sequence[Parts | None], es: Any, minimum: int = WINDOW)
     estimate = (f"about {needed} would reach {NOISE_BELOW} by this estimate" if needed is not None
                 else "this estimate saw no signal at all, so more samples alone may not help: try es.sigma first")
     over = f"the last {len(pooled)} iterations" if len(pooled) > 1 else "the last iteration"
+    # the temperature is advice only where it can be lowered: greedy members (0) are as low as it goes
+    temperature = (f"with a lower member sampling temperature (es.member_temperature = {es.member_temperature:g}; "
+                   "0 = greedy) and " if es.member_temperature > 0 else "")
+    greedy = ("; the members already decode greedily (es.member_temperature = 0), so their rewards differ only by "
+              "the perturbation and the problems drawn" if es.member_temperature == 0 else "")
     return (f"the ES update is mostly sampling noise: signal share {share:.2f} over {over} "
             f"(1 = all signal, below {NOISE_BELOW} = mostly noise). Signal rises with samples per member "
-            f"(es.problems_per_iteration x es.samples_per_problem = {samples} now; {estimate}), with a lower "
-            f"member sampling temperature (es.member_temperature = {es.member_temperature:g}; 0 = greedy) and with a "
-            f"better es.sigma "
-            f"(= {es.sigma:g} now); `prover train es --probe` measures es.sigma and its neighbours before training")
+            f"(es.problems_per_iteration x es.samples_per_problem = {samples} now; {estimate}), {temperature}with a "
+            f"better es.sigma (= {es.sigma:g} now){greedy}; `prover train es --probe` measures es.sigma and its "
+            "neighbours before training")
 
 
 def share_error(parts: Sequence[Parts | None], window: int | None = WINDOW) -> float | None:

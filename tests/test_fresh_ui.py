@@ -93,9 +93,9 @@ def test_modal_plan_tables_at_80_columns_keep_every_word(tables_at_80):
                                  "--backend", "modal", "--dry-run"])
     assert result.exit_code == 0, result.stderr
     assert_every_word_whole(result.stderr, tables_at_80)
-    plan = rendered_columns(result.stderr)[0]
-    # 1908: kimina-es's one pipelined member container idling out its 1908 s window, whole
-    assert "container-s" in "".join(plan) and "1908" in "".join(plan)
+    plan = rendered_columns(result.stderr)[1]   # [0]: the summary (total, USD per iteration, memory, credentials)
+    # 7632: kimina-es's 4 pipelined member containers idling out their 1908 s window, whole
+    assert "container-s" in "".join(plan) and "7632" in "".join(plan)
 
 
 def test_eval_tables_at_80_columns_keep_every_word(tables_at_80, tmp_path, monkeypatch):

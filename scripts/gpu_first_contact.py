@@ -6,7 +6,7 @@
 Run it on a machine with the GPU of `modal.gpu` (an H100 for the kimina configs), vLLM and the
 model already there: `--model` is a local checkpoint directory or a hub name found in the local
 Hugging Face cache (offline: nothing is downloaded). The steps, in order; the script stops at the
-first that fails (except step 4, whose failure is what it measures) and writes what it measured:
+first that fails (except step 5, whose failure is what it measures) and writes what it measured:
 
 1. engine: one vLLM engine at the configured share (`generate.gpu_memory_utilization` /
    `modal.es_members_per_gpu`, as pipeline.engine_configs builds it) with the ES extension
@@ -16,15 +16,15 @@ first that fails (except step 4, whose failure is what it measures) and writes w
    of 8 real Lean Workbook statements (PROBLEMS below) at `generate.max_tokens` and
    `es.member_temperature`: the decode speed per sequence (the longest sequence's tokens over the
    call's seconds, the doctor's rule).
-3. two engines at once: two engines of half the configured share each, the same member batch on
+3. held-out batch: the held-out evaluation's two calls (run.eval_problems x run.eval_n sampled,
+   then greedy) on the same engine (the loop's engine 0 runs them in training), timed; the 8
+   statements repeated to run.eval_problems. The engine is then shut down.
+4. two engines at once: two engines of half the configured share each, the same member batch on
    both from two threads (as pipeline.MemberPipeline runs them): the resident slowdown, the
    fraction of one generation each further engine adds (0 = free, 1 = serial).
-4. the configured engines: `modal.es_members_per_gpu` engines built one after another; a failure
+5. the configured engines: `modal.es_members_per_gpu` engines built one after another; a failure
    (vLLM's "Free memory on device ... is less than desired GPU memory utilization", an OOM) is
    recorded, not raised.
-5. held-out batch: the held-out evaluation's two calls (run.eval_problems x run.eval_n sampled, then
-   greedy) on one engine at the configured share, timed; the 8 statements repeated to
-   run.eval_problems.
 
 It writes the report (`--report`, JSON: every step, its seconds, memory and error) and the
 calibration file the plan reads (prover_cli/on_modal/calibration.py's format; `--out`, default
@@ -220,8 +220,9 @@ def start_engine(config: Any, model_dir: Path, share: float) -> Any:
     return VLLMSampler(cfg.model, cfg.generate, model_path=str(model_dir), worker_extension_cls=ES_WORKER_EXTENSION)
 
 
-def close_engine(sampler: Any) -> None:
-    """Shut an engine down and give its memory back (vLLM's engine core is another process)."""
+def close_engine(sampler: Any, settle_s: float = 60.0) -> None:
+    """Shut an engine down and wait until its memory is back (vLLM's engine core is another process,
+    and the next engine's startup check needs the memory free): until the free memory stops rising."""
     import gc
 
     llm = getattr(sampler, "llm", None)
@@ -231,7 +232,13 @@ def close_engine(sampler: Any) -> None:
     del llm
     sampler.llm = None
     gc.collect()
-    time.sleep(5)
+    deadline, last = time.monotonic() + settle_s, -1.0
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        now = free_gib()
+        if now <= last + 0.05:
+            return
+        last = now
 
 
 def member_call(config: Any, sampler: Any) -> dict[str, Any]:
@@ -272,9 +279,7 @@ def step_engine(config: Any, model_dir: Path, measured: dict[str, Any], state: d
 
 
 def step_member_batch(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    result = member_call(config, state["sampler"])
-    close_engine(state.pop("sampler"))
-    return result
+    return member_call(config, state["sampler"])
 
 
 def step_two_engines(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
@@ -331,8 +336,7 @@ def step_heldout(config: Any, model_dir: Path, measured: dict[str, Any], state: 
     from prover_cli.heldout import greedy_params, heldout_params
     from prover_cli.tasks import get_task
 
-    share = config.generate.gpu_memory_utilization / max(1, config.modal.es_members_per_gpu)
-    sampler = start_engine(config, model_dir, share)
+    sampler = state.pop("sampler")          # step 1's engine, at the configured share
     items = problems(config.run.eval_problems or len(PROBLEMS))
     calls = [heldout_params(config)] + ([greedy_params(config)] if config.run.eval_temperature > 0 else [])
     timings = []
@@ -349,13 +353,13 @@ def step_heldout(config: Any, model_dir: Path, measured: dict[str, Any], state: 
 
 
 STEPS: list[tuple[str, Callable[..., dict[str, Any]]]] = [
-    ("engine", step_engine), ("member_batch", step_member_batch), ("two_engines", step_two_engines),
-    ("configured_engines", step_configured_engines), ("heldout", step_heldout),
+    ("engine", step_engine), ("member_batch", step_member_batch), ("heldout", step_heldout),
+    ("two_engines", step_two_engines), ("configured_engines", step_configured_engines),
 ]
 
 
 def run_steps(config: Any, model_dir: Path, measured: dict[str, Any]) -> None:
-    """Each step in order; the first failure stops the rest (step 4 records its own)."""
+    """Each step in order; the first failure stops the rest (step 5 records its own)."""
     state: dict[str, Any] = {}
     for name, step in STEPS:
         started = time.monotonic()
@@ -369,6 +373,8 @@ def run_steps(config: Any, model_dir: Path, measured: dict[str, Any]) -> None:
         if not measured[name]["ok"] and not measured[name].get("recorded"):
             measured["stopped_at"] = name
             break
+    if state.get("sampler") is not None:     # stopped before the held-out step closed it
+        close_engine(state.pop("sampler"), settle_s=0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,7 +158,7 @@ def test_the_configured_engines_step_records_its_failure_and_the_script_goes_on(
 
     monkeypatch.setattr(script, "start_engine", start)
     monkeypatch.setattr(script, "free_gib", lambda: 40.0)
-    monkeypatch.setattr(script, "close_engine", lambda engine: None)
+    monkeypatch.setattr(script, "close_engine", lambda engine, settle_s=60.0: None)
     result = script.step_configured_engines(config, tmp_path, {}, {})
     assert result["ok"] is False and result["recorded"] is True and result["engines_started"] == 1
     assert "less than desired GPU memory utilization" in result["error"] and started == [0.35]

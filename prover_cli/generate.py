@@ -102,6 +102,12 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
         if todo:
             if sampler is None:
                 check_hub_reachable(model or config.model.name, config.model.revision)
+                if model is None:
+                    from prover_cli.demo import base_is_built
+
+                    if not base_is_built(config):   # said before the wait, not after it
+                        reporter.log(f"building the base model {config.model.name} (first run only; then cached in "
+                                     f"{config.model.cache_dir}/)")
             sampler = sampler or load_sampler(config.model, config.generate, model_path=model)
             sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
             batch_size = config.generate.batch_size

@@ -134,3 +134,17 @@ def test_every_runs_demo_path_in_the_docs_is_one_the_demo_writes():
             if not any(found == out or found.startswith(out + "/") for out in outputs):
                 wrong.append(f"{path.relative_to(REPO)}: {found}")
     assert wrong == []
+
+
+def test_generate_says_it_builds_the_base_before_it_does(tmp_path):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "a", "numbers": [1, 2, 3], "target": 6, "split": "valid"}) + "\n",
+                        encoding="utf-8")
+    args = ["generate", "--config", str(DEMO), "--problems", str(problems), "--out", str(tmp_path / "s.jsonl"),
+            "--set", "model.name=tiny", "--set", f"model.cache_dir={tmp_path / 'cache'}", "--set", "generate.n=1",
+            "--set", "generate.max_tokens=4"]
+    first = runner.invoke(app_(), args)
+    assert first.exit_code == 0, first.output
+    assert f"building the base model tiny (first run only; then cached in {tmp_path / 'cache'}/)" in first.stderr
+    again = runner.invoke(app_(), [*args[:6], str(tmp_path / "t.jsonl"), *args[7:]])
+    assert again.exit_code == 0 and "building the base model" not in again.stderr

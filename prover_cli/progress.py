@@ -43,14 +43,16 @@ NULL_REPORTER = NullReporter()
 
 def quiet_third_party_bars() -> None:
     """Progress is ours (rich, on stderr): the Hugging Face hub's download bars and transformers'
-    own ("Loading weights") would interleave with it, or leak between the demo's result lines. Off
-    for this process: by environment before those libraries are imported (HF_HUB_DISABLE_PROGRESS_BARS,
-    which both read at import), and through transformers' switch if it already is. A user's own
-    setting of the variable is kept."""
+    own ("Loading weights") and datasets' would interleave with it, or leak between the demo's result
+    lines. Off for this process: by environment before those libraries are imported
+    (HF_HUB_DISABLE_PROGRESS_BARS, which the hub and transformers read at import, and
+    HF_DATASETS_DISABLE_PROGRESS_BARS), and through their switches if they already are. A user's
+    own setting of either variable is kept."""
     import os
     import sys
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")   # TRL's datasets (`Map: 100%`)
     if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"].strip().lower() not in ("1", "true", "yes", "on"):
         return
     if "transformers" in sys.modules:
@@ -61,4 +63,8 @@ def quiet_third_party_bars() -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
+    if "datasets" in sys.modules and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"].strip() == "1":
+        from datasets.utils import disable_progress_bars as datasets_bars_off
+
+        datasets_bars_off()
 

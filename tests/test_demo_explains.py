@@ -105,6 +105,12 @@ def test_no_third_party_progress_bar(tmp_path):
     kept = subprocess.run([sys.executable, "-c", code.format(before="")], capture_output=True, text=True,
                           env={**env, "HF_HUB_DISABLE_PROGRESS_BARS": "0"}, cwd=REPO, timeout=300)
     assert kept.stdout.strip() == "True", kept.stderr
+    datasets = ("import datasets\nfrom prover_cli.progress import quiet_third_party_bars\nquiet_third_party_bars()\n"
+                "from datasets.utils import are_progress_bars_disabled\nprint(are_progress_bars_disabled())\n")
+    env.pop("HF_DATASETS_DISABLE_PROGRESS_BARS", None)
+    done = subprocess.run([sys.executable, "-c", datasets], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=300)
+    assert done.stdout.strip() == "True", done.stderr   # TRL's `Map: 100%` bars
 
 
 def demo_outputs() -> set[str]:

@@ -266,3 +266,10 @@ def test_a_write_keeps_the_other_writers_figures_measured_on_the_same_fingerprin
     calibration.write(path, es("generate.max_tokens=4096"), {"header_s": calibration.figure(41.0, 1, "x")},
                       "2026-12-08T00:00:00Z")
     assert set(calibration.load(path)["figures"]) == {"header_s"}
+
+
+def test_the_doctors_dry_run_refuses_an_unphysical_figure_too():
+    for args in (["doctor", "--config", str(KIMINA_ES), "--backend", "modal", "--dry-run"],):
+        result = runner.invoke(app, [*args, "--set", "modal.est_decode_tokens_per_s=1e-308"])
+        assert result.exit_code == 2, (args, result.stderr)
+        assert "--set modal.est_decode_tokens_per_s=1e-308: outside the physical range" in " ".join(result.stderr.split())

@@ -104,20 +104,28 @@ def physical_problem(value: Any, low: float, high: float, why: str) -> str | Non
     return None
 
 
+def _bounds() -> dict[str, tuple[float, float, str]]:
+    return {key: PHYSICAL[name] for name, (key, _, _) in FIGURES.items() if key} | PHYSICAL_KEYS
+
+
+def check_physical_key(config: Any, key: str) -> float:
+    """`modal.<key>`, refused (ConfigError naming the file or `--set`) outside its physical range."""
+    value = getattr(config.modal, key)
+    if key in ZERO_MEANS_DEFAULT and value == 0:
+        return value
+    problem = physical_problem(value, *_bounds()[key])
+    if problem:
+        origin = config.origins.get(f"modal.{key}")
+        where = (origin if origin and origin.startswith("--set ") else
+                 f"{origin or config.source}: modal.{key} = {value!r}")
+        raise ConfigError(f"{where}: {problem}", hint=f"set modal.{key} to a measured figure, or leave it out")
+    return value
+
+
 def check_physics(config: Any) -> None:
     """Every `[modal]` figure the plan prices with inside its physical range; ConfigError naming where it came from."""
-    m = config.modal
-    bounds = {key: PHYSICAL[name] for name, (key, _, _) in FIGURES.items() if key} | PHYSICAL_KEYS
-    for key, (low, high, why) in bounds.items():
-        value = getattr(m, key)
-        if key in ZERO_MEANS_DEFAULT and value == 0:
-            continue
-        problem = physical_problem(value, low, high, why)
-        if problem:
-            origin = config.origins.get(f"modal.{key}")
-            where = (origin if origin and origin.startswith("--set ") else
-                     f"{origin or config.source}: modal.{key} = {value!r}")
-            raise ConfigError(f"{where}: {problem}", hint=f"set modal.{key} to a measured figure, or leave it out")
+    for key in _bounds():
+        check_physical_key(config, key)
 
 
 def generation_batch(config: Any) -> int:

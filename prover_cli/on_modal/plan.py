@@ -284,14 +284,18 @@ def gpu_spec(config: Any) -> str:
 
 def gpu_price_per_hour(config: Any) -> float:
     """USD per GPU-hour: `modal.gpu_price_per_hour`, or (0) Modal's list price of `modal.gpu`."""
+    from prover_cli.on_modal.calibration import check_physical_key
+
     m = config.modal
-    return m.gpu_price_per_hour or MODAL_GPUS[m.gpu].usd_per_hour
+    return check_physical_key(config, "gpu_price_per_hour") or MODAL_GPUS[m.gpu].usd_per_hour
 
 
 def decode_tokens_per_s(config: Any) -> float:
     """One sequence's decode speed: `modal.est_decode_tokens_per_s`, or (0) the estimate for `modal.gpu`."""
+    from prover_cli.on_modal.calibration import check_physical_key
+
     m = config.modal
-    return m.est_decode_tokens_per_s or MODAL_GPUS[m.gpu].est_decode_tokens_per_s
+    return check_physical_key(config, "est_decode_tokens_per_s") or MODAL_GPUS[m.gpu].est_decode_tokens_per_s
 
 
 def gpu_container_size(config: Any) -> tuple[float, int]:
@@ -1306,6 +1310,9 @@ def doctor_steps(config: Any) -> list[DoctorStep]:
 
 def doctor_plan(config: Any) -> dict[str, Any]:
     """`prover doctor --backend modal --dry-run`: each step, where it runs, its estimated time and cost."""
+    from prover_cli.on_modal.calibration import check_physics
+
+    check_physics(config)   # a figure of 1e308 is refused, never priced
     steps = doctor_steps(config)
     rows, total = [], 0.0
     for step in steps:

@@ -23,12 +23,12 @@ vLLM the images pin, 0.31.0, keeps them):
 
 Held outside the budget, per engine (the ES extension, prover_cli/es/vllm_worker.py): the fp32
 master of every weight ES moves (4 bytes per parameter, es/weights.py `_master_of`) and the
-transients of es_init, perturb and update. This model assumes the es_init that loads the
-checkpoint tensor by tensor and frees each one (issue #40; an es_init that loads whole files
-would hold the whole bf16 checkpoint as its transient, which this model does not count): the
+transients of es_init, perturb and update. This model assumes es_init as of commit 606d71c, which
+loads the checkpoint tensor by tensor and frees each one (the es_init before it, at 0628b2a,
+held the whole bf16 checkpoint as its transient, which this model does not count): the
 transient is then the largest tensor, counted at 6 bytes per entry (its bf16 copy beside an fp32
 one: the load and its master, or perturb's bf16 output beside its fp32 noise), and the caching
-allocator keeps those blocks, so they count as held. Per process: a CUDA context (and an engine's
+allocator keeps perturb's and update's blocks, so they count as held. Per process: a CUDA context (and an engine's
 CUDA graphs), `CUDA_CONTEXT_GIB` and `CUDA_GRAPHS_GIB`, ASSUMED until
 scripts/gpu_first_contact.py measures them. A config whose GPU holds more than its memory less
 `MARGIN_FRACTION` of it is refused by the plan, naming the config file and the keys.

@@ -47,15 +47,16 @@ Outputs:
 - `report.json`: every run's summary, every arm's aggregates per budget, every difference;
 - `report.png`: three rows of three panels, training reward, held-out sampled and held-out
   greedy verified rate, each vs samples (first: the budget that is the same work for every
-  method; in thousands from 10,000), vs ES iteration / GRPO step (labelled with the samples
-  each takes: an ES iteration is not a GRPO step), vs wall-clock time: one curve per arm (its
-  mean over seeds, one color per arm everywhere) with its 95% band (a bar for a lone point), and
-  the base as a star at 0; one legend for the figure, one label per arm. Every panel of a column
-  spans the column's x range (a curve with only the base's point included), iterations are
-  integer ticks, y axes start at 0, wall-clock time is in s, min or h (whichever fits the
-  longest run), and the title names the task, the model(s) and the arms; for ES runs a fourth
-  row, the signal share of the update (`es/signal_share`, pooled over the last 5 iterations;
-  es/signal.py) on the same axes, with the 0.5 line below which the update is mostly noise.
+  method; in thousands from 10,000), vs training completion tokens (`tokens/total`; in
+  thousands from 10,000), vs wall-clock time: no iterations axis, since an ES iteration and a
+  GRPO step are different units. One curve per arm (its mean over seeds, one color per arm
+  everywhere) with its 95% band (a bar for a lone point), and the base as a star at 0; one legend
+  for the figure, one label per arm. Every panel of a column spans the column's x range (a curve
+  with only the base's point included), y axes start at 0, wall-clock time is in s, min or h
+  (whichever fits the longest run), and the title names the task, the model(s) and the arms; for
+  ES runs a fourth row, the signal share of the update (`es/signal_share`, pooled over the last 5
+  iterations; es/signal.py) per arm, its mean over seeds with a 95% band, on the same axes, with
+  the 0.5 line below which the update is mostly noise.
 - tables: the comparison first, held-out base -> final with gains, then the paired differences;
   last, the **training diagnostic, not the comparison**, per run (one run per arm) or per arm:
   verified training samples per iteration and per 1,000 samples, with each method's decoding
@@ -717,6 +718,7 @@ def curve(arm: dict[str, Any], key: str) -> list[dict[str, Any]]:
         single = (records[0].get(f"{key}_lo"), records[0].get(f"{key}_hi"))
         point = _interval([r[key] for r in records], single)
         point.update({"samples": budget, "iteration": sum(r["iteration"] for r in records) / len(records),
+                      "tokens": sum(r.get("tokens/total", 0) for r in records) / len(records),
                       "elapsed_s": sum(r["time/elapsed_s"] for r in records) / len(records)})
         points.append(point)
     return points
@@ -1013,36 +1015,24 @@ def _training_curve(arm: dict[str, Any]) -> list[dict[str, Any]]:
         point = _spread([r["reward/mean"] for r in records])
         point.update({"iteration": iteration,
                       "samples": sum(r["samples/total"] for r in records) / len(records),
+                      "tokens": sum(r.get("tokens/total", 0) for r in records) / len(records),
                       "elapsed_s": sum(r["time/elapsed_s"] for r in records) / len(records)})
         points.append(point)
     return points
 
 
-def _per_step(arm: dict[str, Any]) -> str:
-    """Samples per iteration (ES) or step (GRPO) of an arm's runs: `128`, or a range when they differ."""
-    values = sorted({training_records(run["records"])[-1]["samples/total"] / training_records(run["records"])[-1]["iteration"]
-                     for run in arm["runs"]})
-    text = [f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}" for v in (values[0], values[-1])]
-    return text[0] if text[0] == text[1] else f"{text[0]}-{text[1]}"
-
-
-def _x_columns(arms: list[dict[str, Any]], unit: str, thousands: bool) -> list[tuple[str, str, str]]:
-    """(x key, x label, title word) per column: samples first (the budget that is the same work for every method),
-    then ES iterations / GRPO steps labelled as such with their samples each, then wall-clock time."""
-    steps = []
-    for method, word in (("es", "iteration"), ("grpo", "step")):
-        sizes = list(dict.fromkeys(_per_step(a) for a in arms if a["method"] == method))
-        if sizes:
-            steps.append((method, word, sizes))
-    xlabel = " / ".join(f"{method.upper()} {word} ({', '.join(sizes)} samples each)" for method, word, sizes in steps)
+def _x_columns(arms: list[dict[str, Any]], unit: str, thousands: bool, tokens_thousands: bool = False) -> list[tuple[str, str, str]]:
+    """(x key, x label, title word) per column: samples first (the budget the comparison is made on), then
+    training completion tokens, then wall-clock time. No iterations axis: an ES iteration and a GRPO step
+    are different units (their samples each are in the training diagnostic's table)."""
     return [("samples", "samples (thousands)" if thousands else "samples", "samples"),
-            ("iteration", xlabel, "/".join(word for _, word, _ in steps)),
+            ("tokens", "training tokens (thousands)" if tokens_thousands else "training tokens", "tokens"),
             ("elapsed_s", f"wall-clock ({unit})", "wall-clock")]
 
 
 def build_figure(runs: list[dict[str, Any]]):
     """Training reward, held-out sampled and greedy verified rate (rows; and the ES signal share), each vs
-    samples, ES iteration / GRPO step, and wall-clock time (columns).
+    samples, training tokens, and wall-clock time (columns).
 
     One curve per arm (the mean over its seeds), one color per arm in every panel and one legend for the
     figure; held-out curves with their 95% band (a bar for a single point) and the base as a star at 0.
@@ -1055,15 +1045,15 @@ def build_figure(runs: list[dict[str, Any]]):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
 
     arms = group_arms(runs)
     for index, arm in enumerate(arms):
         arm["color"] = f"C{index % 10}"
     unit, per_unit = time_unit(max(run["records"][-1]["time/elapsed_s"] for run in runs))
     per_sample = 1000.0 if max(run["records"][-1]["samples/total"] for run in runs) >= 10_000 else 1.0
-    scale = {"samples": per_sample, "iteration": 1.0, "elapsed_s": per_unit}
-    columns = _x_columns(arms, unit, thousands=per_sample > 1)
+    per_token = 1000.0 if max(run["records"][-1].get("tokens/total", 0) for run in runs) >= 10_000 else 1.0
+    scale = {"samples": per_sample, "tokens": per_token, "elapsed_s": per_unit}
+    columns = _x_columns(arms, unit, thousands=per_sample > 1, tokens_thousands=per_token > 1)
     signal_runs = [run for run in runs if any(SIGNAL_SHARE in r for r in run["records"])]
     rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate, sampled"),
             (GREEDY_RATE, "held-out verified rate, greedy"))
@@ -1105,13 +1095,11 @@ def build_figure(runs: list[dict[str, Any]]):
                 axis.text(0.5, 0.5, "no held-out evaluation\n(run.eval_every = 0)", ha="center", va="center",
                           transform=axis.transAxes, color="gray")
     if signal_runs:  # ES only: its middle column is ES iterations
-        es_columns = _x_columns([arm for arm in arms if arm["method"] == "es"], unit, thousands=per_sample > 1)
-        plot_signal(axes[len(rows)], signal_runs, arms, es_columns, scale, x_max)
+        plot_signal(axes[len(rows)], signal_runs, arms, columns, scale, x_max)
     for row in axes:
         for column, axis in enumerate(row):
             span = x_max[column] if x_max[column] > 0 else 1.0  # the base at 0 shows whole, bar and star
             axis.set_xlim(-0.02 * span, 1.03 * span)
-        row[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations and steps are whole numbers
     handles = [Line2D([], [], color=arm["color"], marker=".", label=arm["display"]) for arm in arms]
     if starred:
         handles.append(Line2D([], [], color="black", marker="*", markersize=12, linestyle="none",
@@ -1131,20 +1119,35 @@ def build_figure(runs: list[dict[str, Any]]):
 
 def plot_signal(row: Any, runs: list[dict[str, Any]], arms: list[dict[str, Any]], columns: list[tuple[str, str, str]],
                 scale: dict[str, float], x_max: list[float]) -> None:
-    """ES signal share (pooled over the last iterations), one line per run in its arm's color, on the columns' axes."""
+    """ES signal share (pooled over the last iterations): per arm, the mean over its runs at every iteration
+    they all reached, with its 95% band over seeds, in the arm's color, on the columns' axes."""
     from prover_cli.es.signal import NOISE_BELOW, WINDOW
 
-    color = {id(run): arm["color"] for arm in arms for run in arm["runs"]}
-    for run in runs:
-        records = [r for r in run["records"] if SIGNAL_SHARE in r]
-        values = {"samples": [r["samples/total"] for r in records], "iteration": [r["iteration"] for r in records],
-                  "elapsed_s": [r["time/elapsed_s"] for r in records]}
+    with_signal = {id(run) for run in runs}
+    for arm in arms:
+        arm_runs = [run for run in arm["runs"] if id(run) in with_signal]
+        if not arm_runs:
+            continue
+        per_run = [{r["iteration"]: r for r in run["records"] if SIGNAL_SHARE in r} for run in arm_runs]
+        points = []
+        for iteration in sorted(set.intersection(*(set(p) for p in per_run))):
+            records = [p[iteration] for p in per_run]
+            point = _spread([r[SIGNAL_SHARE] for r in records])
+            point.update({"samples": sum(r["samples/total"] for r in records) / len(records),
+                          "tokens": sum(r.get("tokens/total", 0) for r in records) / len(records),
+                          "elapsed_s": sum(r["time/elapsed_s"] for r in records) / len(records)})
+            points.append(point)
+        if not points:
+            continue
         for column, (axis, (x_key, _, _)) in enumerate(zip(row, columns)):
-            x = [v / scale[x_key] for v in values[x_key]]
+            x = [p[x_key] / scale[x_key] for p in points]
             x_max[column] = max(x_max[column], *x)
-            axis.plot(x, [r[SIGNAL_SHARE] for r in records], marker=".", color=color[id(run)], label=run["name"])
+            axis.plot(x, [p["mean"] for p in points], marker=".", color=arm["color"], label=arm["display"])
+            if len(arm_runs) > 1 and all(p["lo"] is not None for p in points):
+                axis.fill_between(x, [max(-1.0, p["lo"]) for p in points], [min(1.0, p["hi"]) for p in points],
+                                  color=arm["color"], alpha=0.2, linewidth=0)
     for axis, (_, xlabel, word) in zip(row, columns):
         axis.axhline(NOISE_BELOW, color="gray", linestyle="--", linewidth=1, label=f"below {NOISE_BELOW}: mostly noise")
         axis.set(title=f"ES signal share vs {word}", xlabel=xlabel,
-                 ylabel=f"signal share (last {WINDOW} iterations)", ylim=(-1.05, 1.05))
+                 ylabel=f"signal share (last {WINDOW} iterations), mean over seeds", ylim=(-1.05, 1.05))
         axis.grid(alpha=0.3)

@@ -251,7 +251,7 @@ def test_report_plots_the_signal_share_of_es_runs_only(tmp_path):
 
     es, grpo = run("es", "es", True), run("grpo", "grpo", False)
     titles = [axis.get_title() for axis in build_figure([es, grpo]).axes]
-    assert len(titles) == 12 and "ES signal share vs iteration" in titles
+    assert len(titles) == 12 and "ES signal share vs samples" in titles
     assert len(build_figure([grpo]).axes) == 9  # no ES estimate, no fourth row
     assert summarize_run({**es, "dir": tmp_path})["es_signal_share"] == pytest.approx(0.3)
     assert summarize_run({**grpo, "dir": tmp_path})["es_signal_share"] is None

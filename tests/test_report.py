@@ -29,7 +29,7 @@ def make_run(run_dir: Path, method: str, iterations, *overrides: str, heldout=No
         total += samples
         record = {
             "iteration": i, "method": method, "task": config.data.task, "reward/mean": mean, "reward/max": 1.0,
-            "verify/verified": verified, "samples": samples, "samples/total": total,
+            "verify/verified": verified, "samples": samples, "samples/total": total, "tokens/total": 10 * total,
             "time/wall_s": elapsed_s - previous, "time/elapsed_s": elapsed_s}
         if heldout and i in heldout:
             record.update({"eval/verified_rate": heldout[i], "eval/solved_rate": heldout[i], "eval/reward_mean": 0.5,
@@ -135,16 +135,17 @@ def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
     assert last["title"].startswith("training diagnostic, not the comparison") and "held-out" not in last["columns"]
 
     fig = build_figure([load_run(es), load_run(grpo)])
-    # Columns: samples first (the same work for both methods), then ES iteration / GRPO step, then time.
-    reward_samples, reward_iter, reward_time, eval_samples, eval_iter, eval_time = fig.axes[:6]
-    es_curve, grpo_curve = eval_iter.get_lines()
-    assert list(es_curve.get_xdata()) == [2, 3] and list(es_curve.get_ydata()) == [0.4, 0.3]
-    assert list(grpo_curve.get_xdata()) == [2] and list(eval_samples.get_lines()[1].get_xdata()) == [8]
-    assert reward_iter.get_xlabel() == "ES iteration (8 samples each) / GRPO step (4 samples each)"
-    assert list(reward_iter.get_lines()[0].get_ydata()) == [0.25, 0.5, 0.75]
+    # Columns: samples first (the budget compared), then training tokens, then time; no iterations axis
+    # (an ES iteration and a GRPO step are different units).
+    reward_samples, reward_tokens, reward_time, eval_samples, eval_tokens, eval_time = fig.axes[:6]
+    es_curve, grpo_curve = eval_tokens.get_lines()
+    assert list(es_curve.get_xdata()) == [160, 240] and list(es_curve.get_ydata()) == [0.4, 0.3]
+    assert list(grpo_curve.get_xdata()) == [80] and list(eval_samples.get_lines()[1].get_xdata()) == [8]
+    assert reward_tokens.get_xlabel() == "training tokens" and reward_tokens.get_title().endswith(" vs tokens")
+    assert list(reward_tokens.get_lines()[0].get_ydata()) == [0.25, 0.5, 0.75]
     for axis in fig.axes[:6]:
         assert axis.get_ylim()[0] == 0  # y from 0
-    assert all(float(t).is_integer() for t in reward_iter.get_xticks())  # whole iterations
+        assert "iteration" not in axis.get_xlabel() and "step" not in axis.get_xlabel()
     # The longest run took 3,600 s: minutes fit; GRPO's last point is at 60 min.
     assert reward_time.get_xlabel() == "wall-clock (min)" and list(reward_time.get_lines()[1].get_xdata()) == [30, 60]
     title = fig._suptitle.get_text()
@@ -324,7 +325,7 @@ def make_eval_run(run_dir: Path, method: str, seed: int, evals: dict, *overrides
     for i in range(1, steps + 1):
         record = {"iteration": i, "method": method, "task": "countdown", "reward/mean": 0.1 * i, "reward/max": 1.0,
                   "verify/verified": i, "samples": samples_per_step, "samples/total": i * samples_per_step,
-                  "time/wall_s": 10.0, "time/elapsed_s": 10.0 * i}
+                  "tokens/total": 10 * i * samples_per_step, "time/wall_s": 10.0, "time/elapsed_s": 10.0 * i}
         if i in evals:
             record.update(evaluation(*evals[i]))
         lines.append(record)
@@ -431,12 +432,13 @@ def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
     fig = build_figure([load_run(d) for d in seeded_runs])
     axes = fig.axes
     assert len(axes) == 9
-    sampled_iter = axes[4]  # row 2 (held-out, sampled), column 2 (ES iteration / GRPO step)
-    curves = [line for line in sampled_iter.get_lines() if line.get_label() != "base (iteration 0)"]
+    sampled_samples = axes[3]  # row 2 (held-out, sampled), column 1 (samples)
+    curves = [line for line in sampled_samples.get_lines() if line.get_label() != "base (iteration 0)"]
     assert [c.get_label() for c in curves] == ["es (3 seeds)", "grpo (3 seeds)", "es null (3 seeds)"]
-    assert list(curves[0].get_xdata()) == [0, 2, 4] and list(curves[0].get_ydata()) == pytest.approx([0.2, 0.3, 0.4])
-    assert sum(isinstance(c, PolyCollection) for c in sampled_iter.collections) == 3  # one band per arm
-    (star,) = [line for line in sampled_iter.get_lines() if line.get_label() == "base (iteration 0)"]
+    steps = list(curves[0].get_xdata())
+    assert steps[0] == 0 and len(steps) == 3 and list(curves[0].get_ydata()) == pytest.approx([0.2, 0.3, 0.4])
+    assert sum(isinstance(c, PolyCollection) for c in sampled_samples.collections) == 3  # one band per arm
+    (star,) = [line for line in sampled_samples.get_lines() if line.get_label() == "base (iteration 0)"]
     assert list(star.get_xdata()) == [0] and list(star.get_ydata()) == pytest.approx([0.2])
     greedy_star = [line for line in axes[6].get_lines() if line.get_label() == "base (iteration 0)"][0]
     assert list(greedy_star.get_ydata()) == pytest.approx([0.3])

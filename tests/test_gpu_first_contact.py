@@ -82,13 +82,18 @@ def test_the_prompts_are_real_lean_workbook_statements_that_verify_accepts(scrip
     eight = script.problems(8)
     assert len({p["id"] for p in eight}) == 8 and all(p["id"].startswith("lean_workbook_") for p in eight)
     assert all(problem_defect(p, "lean") is None for p in eight)
-    shared = REPO.parent / "shared" / "data" / "proofs" / "lean_workbook_goedel_kimina_fixtures.jsonl"
-    if shared.is_file():   # the script's copy is the fixture's statements, character for character
-        rows = {r["id"]: r for r in map(json.loads, shared.read_text(encoding="utf-8").splitlines())}
-        assert all(rows[p["id"]]["formal_statement"] == p["formal_statement"] for p in eight)
     held = script.problems(64)
     assert len(held) == 64 and len({p["id"] for p in held}) == 64
     assert [p["formal_statement"] for p in held[8:16]] == [p["formal_statement"] for p in eight]
+
+
+def test_the_prompts_are_the_shared_fixtures_statements(script, shared):
+    """The script's copy is the fixture's statements, character for character (../shared, through
+    conftest's fixture: skipped on a clone without it)."""
+    eight = script.problems(8)
+    fixture = shared("data", "proofs", "lean_workbook_goedel_kimina_fixtures.jsonl")
+    rows = {r["id"]: r for r in map(json.loads, fixture.read_text(encoding="utf-8").splitlines())}
+    assert all(rows[p["id"]]["formal_statement"] == p["formal_statement"] for p in eight)
 
 
 def test_the_calibration_it_writes_from_what_it_measured_is_what_the_plan_prices_with(script, calibration_dir):

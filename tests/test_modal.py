@@ -542,7 +542,7 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
     # 64 problems x (4 sampled + 1 greedy) = 320 proofs, on one GPU container of its own: it replays
     # at most 10 iterations from the newest snapshot (250 s), makes two generation calls in KV rounds (its
-    # engine, 0.70 of the H100, holds 217 sequences of 512 + 8,192 tokens: 256 sampled in 2 rounds, 64
+    # engine, 0.70 of the H100, holds 215 sequences of 512 + 8,192 tokens: 256 sampled in 2 rounds, 64
     # greedy in 1: 3 x 81.92 s; gpu_memory.py),
     # then its proofs go to the Sandbox placement sized as 5 batches of 64 (sandbox_concurrency): 20
     # REPL Sandboxes (2 cores, 16 GiB), each up for a batch's lifetime, the header and 16 proofs
@@ -581,10 +581,10 @@ def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
     plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert plan["kernel_check"] is False and plan["est_kernel_check_core_s_per_proof"] == 0.0
     # 240 proofs per step (the kimina-es budget, 24,000 samples) in Sandboxes of modal.verify_batch_size = 64, 4 workers each;
-    # the 240 completions in 3 KV rounds (0.3 of the H100 holds 81 sequences of 512 + 8,192 tokens), then the
+    # the 240 completions in 4 KV rounds (0.3 of the H100 holds 79 sequences of 512 + 8,192 tokens), then the
     # optimizer step: 6 x 1.777 B parameters x 240 x 8,704 tokens at 0.3 of 989 TFLOP/s (gpu_memory.py)
     train_s = 6 * 1_777_088_000 * 240 * (512 + 8192) / (989e12 * 0.3)
-    assert plan["est_wall_s_per_step"] == round(3 * 8192 / 100 + train_s + 60 + math.ceil(min(240, 64) / 4) * 5, 1)
+    assert plan["est_wall_s_per_step"] == round(4 * 8192 / 100 + train_s + 60 + math.ceil(min(240, 64) / 4) * 5, 1)
     human = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert "off: verify.kernel_check = false" in human.stderr and "kernel Sandbox" not in human.stderr
     local = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--dry-run"],
@@ -612,7 +612,7 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
     eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 4.5 + 2 * 5  # 168 s, kernel stage included
-    # its generation in KV rounds: 256 sampled, 81 at a time (4 rounds), 64 greedy (1)
+    # its generation in KV rounds: 256 sampled, 79 at a time (4 rounds), 64 greedy (1)
     eval_usd = ((5 * 8192 / 100 + eval_batch_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
                 + 5 * eval_batch_s * (8 * 0.142 + 64 * 0.024)
                 + 320 * (4.5 + 2 * 5 / 64) * (2 * 0.142 + 16 * 0.024)) / 3600

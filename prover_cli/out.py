@@ -201,13 +201,27 @@ class Out:
         """A table too wide for the terminal, one block per row: `column  value`, the values wrapped
         between words under their own column, a blank line between rows."""
         from rich.cells import cell_len
+        from rich.padding import Padding
         from rich.text import Text
 
-        keys = [Text.from_markup(h).plain for h in header]
+        labels = [escape(h) for h in header]   # cells are markup already (`_fmt`), headers plain text
+        if len(header) == 2 and not header[0].strip():
+            # a key/value table (`_render`'s scalars): each row is already `key  value`
+            labels, cells = [row[0] for row in cells], [[row[1] for row in cells]]
+        keys = [Text.from_markup(label).plain for label in labels]
         key_longest = max((cell_len(k) for k in keys), default=1)
         key_word = max((cell_len(w) for k in keys for w in k.split()), default=1)
         value_word = max((cell_len(w) for row in cells for cell in row for w in Text.from_markup(cell).plain.split()),
                          default=1)
+        if key_word + 2 + value_word > self.err.width:
+            # a value word (a path) too wide to sit beside its key: each value on the lines under its key
+            for n, row in enumerate(cells):
+                if n:
+                    self.err.print()
+                for label, cell in zip(labels, row):
+                    self.err.print(f"[dim]{label}[/dim]", overflow="fold")
+                    self.err.print(Padding(cell, (0, 0, 0, 2), expand=False), overflow="fold")
+            return
         # the keys whole where the longest value word still fits beside them, else wrapped between words
         key_width = max(key_word, min(key_longest, self.err.width - 2 - value_word))
         grid = Table.grid(padding=(0, 2))
@@ -216,8 +230,8 @@ class Out:
         for n, row in enumerate(cells):
             if n:
                 grid.add_row("", "")
-            for key, cell in zip(header, row):
-                grid.add_row(f"[dim]{escape(key)}[/dim]", cell)
+            for label, cell in zip(labels, row):
+                grid.add_row(f"[dim]{label}[/dim]", cell)
         self.err.print(grid)
 
     def result(self, payload: Any) -> None:

@@ -60,7 +60,8 @@ def assert_whole(stderr: str, seen, width: int = WIDTH) -> None:
     lines = stderr.splitlines()
     assert max(cell_len(line) for line in lines) <= width, stderr
     for title, columns, rows in seen:
-        for cell in [title, *columns, *(cell for row in rows for cell in row)]:
+        shown = [] if columns[:1] == [""] else columns   # a key/value table's "value" heading may go unsaid
+        for cell in [title, *shown, *(cell for row in rows for cell in row)]:
             for word in words_of(cell):
                 assert cell_len(word) <= width - 4, f"{word!r} is wider than a line"
                 assert any(word in line for line in lines), f"{word!r} is split across lines:\n{stderr}"
@@ -90,6 +91,15 @@ def test_a_table_whose_words_cannot_fit_side_by_side_prints_each_row_as_lines():
     assert_whole(text, [("a title longer than the forty columns of this terminal", ["comparison",
                          "mean (95% t interval)", "what to do"], [[out_module._fmt(c) for c in r] for r in rows])], 40)
     assert "┃" not in text and re.search(r"^comparison +es@n16", text, re.M)   # rows as `column  value` lines
+
+
+def test_a_key_value_table_with_a_long_path_puts_each_value_under_its_key():
+    out = console_out(WIDTH)
+    path = "reports/es1-vs-es2-vs-grpo1-vs-grpo2-20261207-045816/report.json"   # 66 cells
+    rows = [("problem_sets_unchecked", 0), ("report_json", path)]
+    out.table("report", ["", "value"], rows)
+    lines = out.err.file.getvalue().splitlines()
+    assert lines == ["report", "problem_sets_unchecked", "  0", "report_json", f"  {path}"]
 
 
 def test_a_table_that_fits_stays_a_table_with_its_title_on_a_line_of_its_own():

@@ -251,6 +251,11 @@ class ESConfig:
                                 "loop); 0 = one member at a time. Faster for small models; a completion may differ from "
                                 "the one-at-a-time one only where a float tie flips a token. The ledger is the same format "
                                 "and replays bit-exactly.", min=0)
+    noise: str = _key("full", "Each member's perturbation: `full` (integer-hash noise on every weight) or `lowrank` "
+                      "(each matrix perturbed by A B^T / sqrt(rank), A and B from the member's seed through the same "
+                      "noise; es/lowrank.py, EGGROLL). `lowrank` is recorded in the ledger and needs the transformers "
+                      "sampler.", choices=("full", "lowrank"))
+    rank: int = _key(1, "Rank r of `lowrank` perturbations (ignored with `full`).", min=1)
 
 
 @dataclass

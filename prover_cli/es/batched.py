@@ -84,16 +84,23 @@ class BatchedMembers:
             self.modules.append((module, twin, {local: names[id(p)] for local, p in direct.items()}))
         self._vmap, self._functional_call = torch.func.vmap, torch.func.functional_call
 
-    def stacked(self, seeds_and_scales: Sequence[tuple[int, float]]) -> dict[str, Any]:
+    def stacked(self, seeds_and_scales: Sequence[tuple[int, float]], rank: int | None = None) -> dict[str, Any]:
         """{name: [k, *shape] tensor}: row m is cast(master + scale_m * eps(seed_m)) in the live dtype,
-        bit for bit what `NamedWeights.perturb(seed_m, scale_m)` writes into the live model."""
+        bit for bit what `NamedWeights.perturb(seed_m, scale_m)` writes into the live model (with
+        `rank`, what the low-rank `lowrank.perturb(weights, seed_m, scale_m, rank)` writes)."""
         import torch
 
         base, dtypes = self.weights.base, self.weights.live_dtypes
         out = {name: torch.empty((len(seeds_and_scales), *master.shape), dtype=dtypes[name], device=master.device)
                for name, master in base.items()}
         for m, (seed, scale32) in enumerate(seeds_and_scales):
-            perturb_many([(master, stream_key(seed, name), out[name][m]) for name, master in base.items()], scale32)
+            if rank is None:
+                perturb_many([(master, stream_key(seed, name), out[name][m]) for name, master in base.items()], scale32)
+                continue
+            from prover_cli.es import lowrank
+
+            for name, master in base.items():
+                out[name][m].copy_(master.to(torch.float32) + lowrank.member_noise(seed, name, master, rank).mul_(scale32))
         return out
 
     @contextlib.contextmanager
@@ -148,7 +155,8 @@ class BatchedMembers:
             seed, sign = member_noise(run_seed, iteration, member, es.antithetic)
             scales.append((seed, sign * fp32(es.sigma)))
         prompts = rollout.prompts(task, batch, self.sampler.tokenizer, family)
-        with self.installed(self.stacked(scales), len(members)), self._one_batch(len(prompts) * len(members)):
+        stacked = self.stacked(scales, es.rank if es.noise == "lowrank" else None)
+        with self.installed(stacked, len(members)), self._one_batch(len(prompts) * len(members)):
             outputs = self.sampler.generate(prompts * len(members), params)
         width = len(prompts)
         return [rollout.texts(outputs[m * width:(m + 1) * width]) for m in range(len(members))]

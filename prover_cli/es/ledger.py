@@ -82,6 +82,8 @@ def make_header(es: Any, *, model: Any, generate: Any, run_seed: int, task: str,
             "iterations": es.iterations, "problems_per_iteration": es.problems_per_iteration,
             "samples_per_problem": es.samples_per_problem, "snapshot_every": es.snapshot_every,
             "shuffle_rewards": es.shuffle_rewards,  # the null control: replay permutes as training did
+            # low-rank noise (es/lowrank.py): only then, so full-rank ledgers stay byte for byte as before
+            **({"noise": es.noise, "rank": es.rank} if getattr(es, "noise", "full") != "full" else {}),
         },
         # How members are scored (temperature = es.member_temperature; 0 = greedy). These change
         # rewards, not replay; a resumed run needs them unchanged to stay bit-exact.

@@ -19,7 +19,7 @@ from typing import Any
 
 from prover_cli import rollout, streams
 from prover_cli.es.noise import fp32
-from prover_cli.es.update import member_noise
+from prover_cli.es.update import member_noise, perturb_member
 from prover_cli.progress import Reporter
 
 
@@ -52,7 +52,7 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
     params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=gen.top_p,
                             max_tokens=gen.max_tokens, seed=seed)
     noise_seed, sign = member_noise(config.run.seed, iteration, member, es.antithetic)
-    weights.perturb(noise_seed, sign * fp32(es.sigma if sigma is None else sigma))
+    perturb_member(weights, noise_seed, sign * fp32(es.sigma if sigma is None else sigma), es)
     try:
         return rollout.texts(rollout.sample(sampler, task, batch, params, config.model.family))
     finally:
@@ -88,6 +88,12 @@ class LocalPopulation:
             from prover_cli.es.batched import check_batched
 
             check_batched(config.es, config.generate)  # before anything loads
+        if config.es.noise != "full" and config.generate.backend != "transformers":
+            from prover_cli.errors import ConfigError
+
+            raise ConfigError(f"es.noise = {config.es.noise!r}: low-rank members run on the transformers sampler only, "
+                              f"and generate.backend = {config.generate.backend!r}",
+                              hint="set es.noise = \"full\", or generate.backend = \"transformers\"")
         self.config = config
         self.task = get_task(config.data.task)
         self.sampler: Any = None

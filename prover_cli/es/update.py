@@ -14,6 +14,7 @@ import math
 from typing import Any, Sequence
 
 from prover_cli import streams
+from prover_cli.errors import InputError
 from prover_cli.es.noise import fp32
 
 
@@ -84,4 +85,24 @@ def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iterati
     if fitness is None:
         return 0.0, True
     terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
+    kind = es.get("noise", "full")  # absent from full-rank ledgers (es/ledger.py)
+    if kind == "lowrank":
+        from prover_cli.es import lowrank
+
+        rank = es.get("rank")
+        if type(rank) is not int or rank < 1:
+            raise InputError(f"es.rank = {rank!r}: low-rank noise needs a whole number >= 1")
+        return lowrank.update(weights, terms, rank), False
+    if kind != "full":  # fail closed: never another noise's update under this name
+        raise InputError(f"es.noise = {kind!r}: unknown noise; known: \"full\", \"lowrank\"")
     return weights.update(terms), False
+
+
+def perturb_member(weights: Any, noise_seed: int, scale32: float, es: Any) -> None:
+    """theta + scale32 * eps(noise_seed) into the live weights, by `es.noise` (the config's [es] section)."""
+    if es.noise == "lowrank":
+        from prover_cli.es import lowrank
+
+        lowrank.perturb(weights, noise_seed, scale32, es.rank)
+    else:
+        weights.perturb(noise_seed, scale32)

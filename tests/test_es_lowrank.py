@@ -1,0 +1,122 @@
+"""es/lowrank.py: low-rank ES noise (es.noise = "lowrank"): its definition, training, resume and replay."""
+
+import json
+
+import pytest
+import torch
+
+from prover_cli.errors import ConfigError, InputError
+from prover_cli.es import lowrank
+from prover_cli.es.ledger import read_ledger
+from prover_cli.es.noise import fp32, noise, reference_noise, stream_key
+from prover_cli.es.replay import replay_seeds
+from prover_cli.es.train import train_es
+from prover_cli.es.update import apply_rewards
+from tests.test_es_train import make_config, raw_config, tensor_hashes
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "tiny-model-cache"
+
+
+# -- the definition --------------------------------------------------------------------------------
+
+def test_a_matrix_gets_a_rank_r_perturbation_from_its_own_streams_equal_to_the_pure_python_definition():
+    master = torch.zeros(40, 30)
+    eps = lowrank.member_noise(7, "layer.weight", master, 2)
+    assert eps.shape == (40, 30) and eps.dtype == torch.float32
+    assert torch.linalg.matrix_rank(eps.double(), rtol=1e-5).item() == 2  # up to the fp32 rounding of each element
+    key_a, key_b = (stream_key(7, "layer.weight" + suffix) for suffix in lowrank.FACTOR_SUFFIX)
+    assert key_a not in (key_b, stream_key(7, "layer.weight"))
+    scale = lowrank.rank_scale(2)
+    for i, j in [(0, 0), (3, 17), (39, 29), (20, 5), (11, 28)]:
+        # fp32 products and sums of fp32 values, one rounding each, in the order the module adds them
+        a = [reference_noise(key_a, i * 2 + t) for t in range(2)]
+        b = [reference_noise(key_b, j * 2 + t) for t in range(2)]
+        expected = fp32(fp32(fp32(a[0] * b[0]) + fp32(a[1] * b[1])) * scale)
+        assert eps[i, j].item() == expected, (i, j)
+
+
+def test_low_rank_noise_has_unit_variance_and_vectors_keep_the_full_rank_noise():
+    eps = lowrank.member_noise(3, "w", torch.zeros(256, 256), 4)
+    assert 0.9 < eps.double().var().item() < 1.1 and abs(eps.double().mean().item()) < 0.05
+    bias = lowrank.member_noise(3, "b", torch.zeros(64), 4)
+    assert torch.equal(bias, noise(stream_key(3, "b"), 0, 64))
+    assert not torch.equal(lowrank.member_noise(4, "w", torch.zeros(256, 256), 4), eps)  # another seed, other noise
+
+
+def test_an_unknown_noise_or_rank_in_a_ledger_header_is_refused():
+    class Weights:
+        def update(self, terms):
+            raise AssertionError("never a full-rank update under another name")
+
+    es = {"antithetic": False, "fitness_shaping": "zscore", "learning_rate": 0.1}
+    with pytest.raises(InputError, match="es.noise = 'lowrank2': unknown noise"):
+        apply_rewards(Weights(), [0.0, 1.0], 0, 1, {**es, "noise": "lowrank2"})
+    with pytest.raises(InputError, match="es.rank = 0"):
+        apply_rewards(Weights(), [0.0, 1.0], 0, 1, {**es, "noise": "lowrank", "rank": 0})
+
+
+def test_low_rank_needs_the_transformers_sampler(tmp_path, cache_dir):
+    from prover_cli.config import config_from_dict
+    from prover_cli.es.population import LocalPopulation
+
+    raw = raw_config(tmp_path, cache_dir, noise="lowrank", rank=2)
+    raw["generate"]["backend"] = "vllm"
+    with pytest.raises(ConfigError, match="es.noise = 'lowrank': low-rank members run on the transformers sampler"):
+        LocalPopulation(config_from_dict(raw))
+
+
+# -- training, replay, resume on the tiny model ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lowrank_run(tmp_path_factory, cache_dir):
+    run_dir = tmp_path_factory.mktemp("lowrank") / "run"
+    config = make_config(run_dir, cache_dir, noise="lowrank", rank=2, sigma=0.05, snapshot_every=2)
+    return config, train_es(config)
+
+
+@pytest.mark.slow
+def test_a_low_rank_run_moves_the_weights_records_its_noise_and_replays_bit_exactly(lowrank_run, tmp_path, cache_dir):
+    config, result = lowrank_run
+    header, records = read_ledger(config.run_dir / "ledger.json")
+    assert header["es"]["noise"] == "lowrank" and header["es"]["rank"] == 2 and len(records) == 4
+    lines = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(not line["es/skipped"] and line["es/update_norm"] > 0 for line in lines)
+    replay_seeds(config, ledger_path=config.run_dir / "ledger.json", out_dir=tmp_path / "replayed")
+    assert tensor_hashes(tmp_path / "replayed") == tensor_hashes(config.run_dir / "final")
+    full = make_config(tmp_path / "full", cache_dir, sigma=0.05, snapshot_every=2)
+    train_es(full)
+    assert "noise" not in read_ledger(full.run_dir / "ledger.json")[0]["es"]  # full-rank ledgers as before
+    assert tensor_hashes(full.run_dir / "final") != tensor_hashes(config.run_dir / "final")
+
+
+@pytest.mark.slow
+def test_a_low_rank_run_resumed_ends_bit_identical_and_a_resume_with_other_noise_is_refused(lowrank_run, tmp_path,
+                                                                                           cache_dir):
+    config, _ = lowrank_run
+    first = make_config(tmp_path / "run", cache_dir, noise="lowrank", rank=2, sigma=0.05, snapshot_every=2,
+                        iterations=2)
+    train_es(first)
+    with pytest.raises(ConfigError, match="es.noise: ledger 'lowrank' != now None"):
+        train_es(make_config(tmp_path / "run", cache_dir, sigma=0.05, snapshot_every=2), resume=True)
+    with pytest.raises(ConfigError, match="es.rank: ledger 2 != now 3"):
+        train_es(make_config(tmp_path / "run", cache_dir, noise="lowrank", rank=3, sigma=0.05, snapshot_every=2),
+                 resume=True)
+    train_es(make_config(tmp_path / "run", cache_dir, noise="lowrank", rank=2, sigma=0.05, snapshot_every=2),
+             resume=True)
+    ledger = lambda d: json.loads((d / "ledger.json").read_text())["iterations"]  # noqa: E731
+    assert ledger(tmp_path / "run") == ledger(config.run_dir)
+    assert tensor_hashes(tmp_path / "run" / "final") == tensor_hashes(config.run_dir / "final")
+
+
+@pytest.mark.slow
+def test_batched_low_rank_members_equal_one_at_a_time_and_give_the_same_run(lowrank_run, tmp_path, cache_dir):
+    config, _ = lowrank_run
+    together = make_config(tmp_path / "together", cache_dir, noise="lowrank", rank=2, sigma=0.05, snapshot_every=2,
+                           batched_members=3)
+    train_es(together)
+    ledger = lambda d: json.loads((d / "ledger.json").read_text())["iterations"]  # noqa: E731
+    assert ledger(together.run_dir) == ledger(config.run_dir)
+    assert tensor_hashes(together.run_dir / "final") == tensor_hashes(config.run_dir / "final")

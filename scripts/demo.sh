@@ -16,7 +16,7 @@ rm -rf "$RUN"
 
 stage() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-stage "1/8 doctor: what this machine has"
+stage "1/8 doctor: what the demo needs here, and what only a real run would"
 prover doctor --config "$CONFIG"
 
 stage "2/8 prepare-data: countdown problems -> $RUN/problems.jsonl"

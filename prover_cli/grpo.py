@@ -833,4 +833,5 @@ def steps_title(steps: int, metrics_path: Path, most: int = TERMINAL_STEPS) -> s
     if steps <= most:
         return "grpo steps"
     stride = -(-steps // most)
-    return f"grpo steps: every {stride}th of {steps} (each step, one line: {metrics_path})"
+    suffix = "th" if stride % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(stride % 10, "th")
+    return f"grpo steps: every {stride}{suffix} of {steps} (each step, one line: {metrics_path})"

@@ -89,6 +89,8 @@ def test_a_long_grpo_run_prints_a_thinned_steps_table(tmp_path):
     assert table["title"] == f"grpo steps: every 16th of 160 (each step, one line: {tmp_path / 'metrics.jsonl'})"
     short = summarize(records[:6], tmp_path / "final", tmp_path / "metrics.jsonl")["tables"][0]
     assert [row[0] for row in short["rows"]] == [1, 2, 3, 4, 5, 6] and short["title"] == "grpo steps"
+    twelve = summarize(records[:12], tmp_path / "final", tmp_path / "metrics.jsonl")["tables"][0]
+    assert twelve["title"].startswith("grpo steps: every 2nd of 12") and [r[0] for r in twelve["rows"]] == [2, 4, 6, 8, 10, 12]
 
 
 def test_no_third_party_progress_bar(tmp_path):

@@ -15,6 +15,9 @@ change of machine load hits both alike. Shapes:
 - paper: the ES-at-scale paper's operating point, population 30 x 200 problems x 1 sample
   (6,000 samples an iteration), `--paper-problems` to scale the problem count down (printed).
 
+`--noise lowrank --rank r` times low-rank members (es/lowrank.py) both ways: one at a time perturbs
+the whole model per member, batched computes x Wᵀ + c (x B) Aᵀ (es/batched.py).
+
 Batched runs `--chunk` members per `generate` call (default: the whole population). Before timing,
 each shape checks that the two modes' completions are the same (greedy: they may differ only where
 a float tie flips a token, es/batched.py) and prints the agreement.
@@ -32,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def populations(shape: str, problems_per_member: int, chunk: int, workdir: Path, cache_dir: str):
+def populations(shape: str, problems_per_member: int, chunk: int, workdir: Path, cache_dir: str, noise: list[str]):
     """(one-at-a-time population, batched population, problems file's train split) over one loaded sampler."""
     from prover_cli.config import load_config
     from prover_cli.data import prepare_data
@@ -40,7 +43,7 @@ def populations(shape: str, problems_per_member: int, chunk: int, workdir: Path,
     from prover_cli.problems import train_problems
 
     overrides = [f"model.cache_dir={cache_dir}", f"data.problems={workdir / 'problems.jsonl'}",
-                 f"run.dir={workdir / 'run'}"]
+                 f"run.dir={workdir / 'run'}", *noise]
     if shape == "paper":  # the demo's 1,024 countdown problems leave ~920 to train on: 200 a member fit
         overrides += ["es.population=30", f"es.problems_per_iteration={problems_per_member}"]
     config = load_config(REPO / "configs" / "demo.toml", overrides)
@@ -61,7 +64,8 @@ def measure(shape: str, args: argparse.Namespace, cache_dir: str) -> dict:
 
     with tempfile.TemporaryDirectory(prefix=f"bench-population-{shape}-") as tmp:
         problems_per_member = args.paper_problems if shape == "paper" else 8
-        one, together, problems = populations(shape, problems_per_member, args.chunk, Path(tmp), cache_dir)
+        noise = [f"es.noise={args.noise}", f"es.rank={args.rank}"] if args.noise == "lowrank" else []
+        one, together, problems = populations(shape, problems_per_member, args.chunk, Path(tmp), cache_dir, noise)
         es = one.config.es
         batch = pick_problems(problems, one.config.run.seed, 1, es.problems_per_iteration)
         samples = es.population * len(batch) * es.samples_per_problem
@@ -86,6 +90,8 @@ def main() -> None:
     parser.add_argument("--paper-problems", type=int, default=200, help="problems per member at the paper's shape")
     parser.add_argument("--chunk", type=int, default=0, help="members per batched generate call (0: all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed iterations of each mode (best is kept)")
+    parser.add_argument("--noise", choices=("full", "lowrank"), default="full", help="es.noise (default full)")
+    parser.add_argument("--rank", type=int, default=1, help="es.rank with --noise lowrank (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--cache-dir", default=str(REPO / ".prover-cache"), help="where the demo's base is built")
     args = parser.parse_args()
@@ -95,7 +101,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     shapes = ("demo", "paper") if args.shape == "both" else (args.shape,)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.repeats}; "
+    noise = f"es.noise {args.noise}" + (f", rank {args.rank}" if args.noise == "lowrank" else "")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.repeats}, {noise}; "
           f"member generation only (es/population.py LocalPopulation.members)")
     print("| shape | population x problems = samples | batched chunk | one at a time (samples/s) | "
           "batched (samples/s) | ratio | completions equal |")

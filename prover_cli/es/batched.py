@@ -22,11 +22,19 @@ member. Here k members generate together, k x `problems x samples` rows in one `
   share their sampling noise, so that is refused.
 
 What may differ from one member at a time: only floating-point rounding inside the batched matrix
-products (vmap of a linear layer is a batched matmul, not the same BLAS call on one weight). Where
+products (a linear layer becomes a batched matmul, not the same BLAS call on one weight). Where
 two tokens' logits tie to within that rounding, greedy decoding can pick the other one; the test
-(tests/test_es_batched.py) measures how often completions differ on the tiny model and bounds it.
+(tests/test_es_batched.py) checks that every completion of a fixed set on the tiny model is the same.
 Replay never regenerates anything: it reads the rewards from the ledger, so a batched run's ledger
 replays bit-exactly like any other.
+
+Low-rank members (`es.noise = "lowrank"`, es/lowrank.py): a linear layer's weight is never built
+per member. Every row goes through the shared live weight in one product, x Wᵀ, and each member adds
+its own rank-r term c_m (x B_m) A_mᵀ (c_m = sign * sigma / √r) and its bias, the EGGROLL form, so the
+cost over one member's forward is two thin batched products. The other tensors (embedding, norms,
+biases) are stacked as above. That is a different float computation from cast(W + sigma E) in one
+weight: greedy completions then agree with one member at a time except where a near-tie flips a
+token (tests/test_es_lowrank.py measures the agreement on the tiny model).
 """
 
 from __future__ import annotations
@@ -64,6 +72,9 @@ def chunks(members: Sequence[int], size: int) -> list[list[int]]:
 class BatchedMembers:
     """Members of an iteration generated together on one transformers sampler (module docstring)."""
 
+    # low-rank members: linear layers as x Wᵀ + c (x B) Aᵀ (False: each member's whole weight, stacked)
+    factored = True
+
     def __init__(self, sampler: Any, weights: Any):
         import torch
 
@@ -82,15 +93,20 @@ class BatchedMembers:
             twin = copy.copy(module)  # calls the class's forward, never the batched one installed on `module`
             twin._parameters = dict(module._parameters)
             self.modules.append((module, twin, {local: names[id(p)] for local, p in direct.items()}))
+        self.linear_weights = frozenset(mapping["weight"] for module, _, mapping in self.modules
+                                        if type(module) is torch.nn.Linear and "weight" in mapping)
         self._vmap, self._functional_call = torch.func.vmap, torch.func.functional_call
 
-    def stacked(self, seeds_and_scales: Sequence[tuple[int, float]], rank: int | None = None) -> dict[str, Any]:
+    def stacked(self, seeds_and_scales: Sequence[tuple[int, float]], rank: int | None = None,
+                skip: frozenset = frozenset()) -> dict[str, Any]:
         """{name: [k, *shape] tensor}: row m is cast(master + scale_m * eps(seed_m)) in the live dtype,
         bit for bit what `NamedWeights.perturb(seed_m, scale_m)` writes into the live model (with
-        `rank`, what the low-rank `lowrank.perturb(weights, seed_m, scale_m, rank)` writes)."""
+        `rank`, what the low-rank `lowrank.perturb(weights, seed_m, scale_m, rank)` writes). `skip`:
+        names left out (the low-rank linear weights, which `factors` gives instead)."""
         import torch
 
         base, dtypes = self.weights.base, self.weights.live_dtypes
+        base = {name: master for name, master in base.items() if name not in skip}
         out = {name: torch.empty((len(seeds_and_scales), *master.shape), dtype=dtypes[name], device=master.device)
                for name, master in base.items()}
         for m, (seed, scale32) in enumerate(seeds_and_scales):
@@ -103,12 +119,33 @@ class BatchedMembers:
                 out[name][m].copy_(master.to(torch.float32) + lowrank.member_noise(seed, name, master, rank).mul_(scale32))
         return out
 
+    def factors(self, seeds_and_scales: Sequence[tuple[int, float]], rank: int) -> dict[str, tuple[Any, Any, Any]]:
+        """{linear weight name: (B [k, in, r], Aᵀ [k, r, out], c [k, 1, 1])}: member m's weight is
+        W + c_m A_m B_mᵀ with c_m = scale_m / √r (es/lowrank.py), in the weight's dtype."""
+        import torch
+
+        from prover_cli.es import lowrank
+
+        out = {}
+        for name in sorted(self.linear_weights):
+            master, dtype = self.weights.base[name], self.weights.live_dtypes[name]
+            pairs = [lowrank.factors(seed, name, master.shape, rank, master.device) for seed, _ in seeds_and_scales]
+            coefficients = torch.tensor([fp32(scale * lowrank.rank_scale(rank)) for _, scale in seeds_and_scales],
+                                        dtype=torch.float32, device=master.device).view(-1, 1, 1)
+            out[name] = (torch.stack([b for _, b in pairs]).to(dtype), torch.stack([a.t() for a, _ in pairs]).to(dtype),
+                         coefficients.to(dtype))
+        return out
+
     @contextlib.contextmanager
-    def installed(self, stacked: dict[str, Any], members: int) -> Iterator[None]:
-        """Every parameter-holding module of the model runs with `stacked` (member-major rows) inside."""
+    def installed(self, stacked: dict[str, Any], members: int,
+                  factored: dict[str, tuple[Any, Any, Any]] | None = None) -> Iterator[None]:
+        """Every parameter-holding module of the model runs with `stacked` (member-major rows) inside;
+        a linear layer whose weight is in `factored` computes x Wᵀ + c (x B) Aᵀ (+ its member's bias)."""
         vmap, functional_call = self._vmap, self._functional_call
 
-        def batched(twin: Any, params: dict[str, Any]):
+        def batched(twin: Any, params: dict[str, Any], low: tuple[Any, Any, Any] | None):
+            if low is not None:
+                return _factored_forward(twin, low, params.get("bias"), members)
             kind = _kind(twin, params)
             if kind == "linear":  # [k, in, out], contiguous: bmm's fast layout, made once per call
                 params = {**params, "weight": params["weight"].transpose(1, 2).contiguous()}
@@ -134,7 +171,9 @@ class BatchedMembers:
 
         try:
             for module, twin, mapping in self.modules:
-                module.forward = batched(twin, {local: stacked[name] for local, name in mapping.items()})
+                low = (factored or {}).get(mapping.get("weight", ""))
+                module.forward = batched(twin, {local: stacked[name] for local, name in mapping.items()
+                                                if name in stacked}, low)
             yield
         finally:
             for module, twin, _ in self.modules:
@@ -155,8 +194,12 @@ class BatchedMembers:
             seed, sign = member_noise(run_seed, iteration, member, es.antithetic)
             scales.append((seed, sign * fp32(es.sigma)))
         prompts = rollout.prompts(task, batch, self.sampler.tokenizer, family)
-        stacked = self.stacked(scales, es.rank if es.noise == "lowrank" else None)
-        with self.installed(stacked, len(members)), self._one_batch(len(prompts) * len(members)):
+        if es.noise == "lowrank" and self.factored:  # the shared product x Wᵀ, then each member's rank-r term
+            factored = self.factors(scales, es.rank)
+            stacked = self.stacked(scales, es.rank, skip=frozenset(factored))
+        else:
+            factored, stacked = None, self.stacked(scales, es.rank if es.noise == "lowrank" else None)
+        with self.installed(stacked, len(members), factored), self._one_batch(len(prompts) * len(members)):
             outputs = self.sampler.generate(prompts * len(members), params)
         width = len(prompts)
         return [rollout.texts(outputs[m * width:(m + 1) * width]) for m in range(len(members))]
@@ -209,3 +252,26 @@ def _embedding(module: Any, ids: Any, weight: Any) -> Any:
     k, vocab = weight.shape[0], weight.shape[1]
     offsets = (torch.arange(k, device=ids.device) * vocab).view(k, *([1] * (ids.dim() - 1)))
     return torch.nn.functional.embedding(ids + offsets, weight.reshape(k * vocab, -1))
+
+
+def _factored_forward(twin: Any, low: tuple[Any, Any, Any], bias: Any, members: int):
+    """A linear layer's forward for k members at once, from the shared weight and each member's factors."""
+    import torch
+
+    b, a_t, coefficients = low
+    weight = twin.weight  # the live weight: cast(theta), shared by every member
+
+    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:
+            raise RuntimeError("batched low-rank members: a linear layer called with extra arguments")
+        rows = x.shape[0]
+        if rows % members:
+            raise RuntimeError(f"batched members: {rows} rows are not {members} members' equal shares")
+        flat = x.reshape(members, -1, x.shape[-1])
+        out = torch.nn.functional.linear(flat.reshape(-1, x.shape[-1]), weight).view(members, flat.shape[1], -1)
+        out.add_(torch.bmm(torch.bmm(flat, b), a_t).mul_(coefficients))
+        if bias is not None:
+            out.add_(bias.unsqueeze(1))
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    return forward

@@ -138,9 +138,23 @@ def uses_sorry(const: dict) -> bool:
 # The stand-in .olean
 # --------------------------------------------------------------------------------------------
 
+def unsafe_rec_shims(constants: list[dict]) -> list[dict]:
+    """The constants with Lean's compiler shim after each recursive `def`: `f._unsafe_rec`, the
+    same type and value, safety `partial` (the compiler's implementation of a structurally or
+    well-founded recursive definition; issue #39, and SafeVerify 93cb93a "Ignore compiler-generated
+    _unsafe_rec in partiality check"). A `partial`/`unsafe` def gets none here (its own flags say it)."""
+    out = []
+    for const in constants:
+        out.append(const)
+        if const["kind"] == "def" and not const["unsafe"] and not const["partial"] \
+                and const["name"] in mentions(const.get("value") or ""):
+            out.append({**const, "name": f"{const['name']}._unsafe_rec", "partial": True})
+    return out
+
+
 def olean_bytes(module: str, imports: list[str], constants: list[dict]) -> bytes:
     payload = {"module": module, "imports": imports,
-               "constants": [{k: v for k, v in c.items() if k != "line"} for c in constants]}
+               "constants": [{k: v for k, v in c.items() if k != "line"} for c in unsafe_rec_shims(constants)]}
     return OLEAN_HEADER + json.dumps(payload, ensure_ascii=False).encode("utf-8")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from prover_cli.errors import BackendError, ConfigError
-from prover_cli.verify.kernel import PINS, KernelStage, checker_manifest_problem, manifest_mismatch
+from prover_cli.verify.kernel import PINS, SAFEVERIFY_PINS, KernelStage, checker_manifest_problem, manifest_mismatch
 
 SAFEVERIFY_MANIFEST = {
     "version": "1.1.0",
@@ -33,7 +33,7 @@ SAFEVERIFY_MANIFEST = {
     "name": "SafeVerify",
     "lakeDir": ".lake",
 }
-PIN_2026 = PINS["v4.27.0"]
+PIN_2026 = SAFEVERIFY_PINS["v4.27.0"]   # refused by the stage (#39); its manifest rule still read here
 PIN_OWN = PINS["v4.15.0"]
 
 
@@ -125,15 +125,16 @@ def test_safeverify_without_a_manifest_is_unknown_and_prover_check_requires_none
 
 
 def test_the_doctor_fails_and_verification_refuses_such_a_checker(config, tmp_path):
+    """A mismatched SafeVerify build is named by the manifest rule; and since #39 the 2026 pin is
+    refused whatever its build (kernel.py REFUSED_PINS), by the doctor and by the stage."""
     from prover_cli.doctor import check_kernel_checker
 
     cfg = config(PIN_2026, mathlib="0123456789abcdef0123456789abcdef01234567")
-    (tmp_path / "checker" / ".git" / "refs" / "heads").mkdir(parents=True)
-    (tmp_path / "checker" / ".git" / "HEAD").write_text(f"{PIN_2026.commit}\n")
-    check = check_kernel_checker(cfg)
-    assert not check.ok and "built against other packages than the project's" in check.detail
-    assert "0123456789ab" in check.detail and SAFEVERIFY_MANIFEST["packages"][0]["rev"][:12] in check.detail
-    with pytest.raises(BackendError, match="refuses to use the kernel checker: .* mathlib 0123456789ab"):
-        KernelStage(cfg)
+    problem = checker_manifest_problem(cfg, PIN_2026)
+    assert "built against other packages than the project's" in problem and "0123456789ab" in problem
+    assert SAFEVERIFY_MANIFEST["packages"][0]["rev"][:12] in problem
     write_manifest(tmp_path / "checker" / "lake-manifest.json")   # rebuilt against the project's
-    assert check_kernel_checker(cfg).ok and KernelStage(cfg).pin is PIN_2026
+    assert checker_manifest_problem(cfg, PIN_2026) is None
+    assert not check_kernel_checker(cfg).ok
+    with pytest.raises(BackendError, match="refuses verify.lean_toolchain"):
+        KernelStage(cfg)

@@ -17,11 +17,14 @@ from conftest import PATIENCE_S, wait_until
 from prover_cli.errors import BackendError, ConfigError
 from prover_cli.verify.isolated import LocalRunner, RunResult
 from prover_cli.verify.kernel import (
+    CHECKER_ENV,
     PINS,
+    REFUSED_PINS,
     SAFEVERIFY_PINS,
     KernelJob,
     KernelResult,
     KernelStage,
+    checker_argv,
     kernel_verdict,
     pin_for,
     read_checker,
@@ -34,8 +37,8 @@ FAKE_LEAN = [sys.executable, str(TESTS / "fake_checker.py"), "--as-lean"]   # fa
 HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n"
 STANDARD = {"propext", "Classical.choice", "Quot.sound"}
 PIN_OWN = PINS["v4.15.0"]
-PIN_2026 = PINS["v4.27.0"]
-BOTH = pytest.mark.parametrize("pin", [PIN_OWN, PIN_2026], ids=["prover-check", "safeverify-2026"])
+PIN_2026 = SAFEVERIFY_PINS["v4.27.0"]   # refused by the stage (#39): its stand-in is read, never run by a stage
+BOTH = pytest.mark.parametrize("pin", [PIN_OWN], ids=["prover-check"])
 FAKE_CHECKER = [sys.executable, str(TESTS / "fake_checker.py")]
 
 
@@ -108,16 +111,14 @@ def test_sorry_hidden_from_the_fast_path_is_caught_by_the_axiom_check(stage, pin
 @BOTH
 @pytest.mark.parametrize("forge, expect", [
     # code run during elaboration wrote the module; the checker alone must say no
-    ("ignore_errors", ["(kernel) declaration type mismatch, 'f'"]),
-    ("skip_kernel", ["(kernel) declaration type mismatch, 'prover_forged_false'"]),
+    ("ignore_errors", ["the kernel refused the submission's replay"]),
+    ("skip_kernel", ["the kernel refused the submission's replay"]),
     # (the stand-in forges the module's last theorem: the fast path's `_prover_same`, whose value
     # is the target, written `_root_._prover_same` in the model; {} is its name)
-    ("axiom", ["depends on axioms outside propext, Quot.sound, Classical.choice: #[prover_forged_ax]",
-               "{} used disallowed axioms. #[propext, Classical.choice, Quot.sound, prover_forged_ax]"]),
-    ("retype", ["theorem {} has another type than the trusted target's", "declaration {}: theorem type mismatch"]),
-    ("drop", ["theorem {} of the trusted target is not in the submission",
-              "declaration {}: declaration not found in submission"]),
-    ("unsafe", ["unsafe constant {} in the submission", "unsafe constant {} detected"]),
+    ("axiom", ["theorem {} depends on axioms outside propext, Quot.sound, Classical.choice: and axioms of the submission"]),
+    ("retype", ["theorem {} of the trusted target has another type in the submission"]),
+    ("drop", ["theorem {} of the trusted target is not in the submission"]),
+    ("unsafe", ["of the submission is unsafe"]),
 ])
 def test_a_forged_olean_is_rejected_by_the_checker(stage, pin, forge, expect):
     statement = "theorem f : 2 + 2 = 5 := by" if forge == "ignore_errors" else "theorem f : 2 + 2 = 4 := by"
@@ -131,8 +132,7 @@ def test_a_forged_olean_is_rejected_by_the_checker(stage, pin, forge, expect):
 def test_forged_imports_are_refused_by_every_pinned_checker(stage, pin):
     [result] = stage(pin).check([job(HONEST.replace("decide", "exact fake_forge_imports"))], STANDARD)
     assert result.status == "rejected", result.reason
-    assert ("is missing 2 transitive imports required by target: #[Mathlib, Aesop]" in result.reason
-            or "the submission's imports #[Init] are not the trusted header's #[Init, Mathlib, Aesop]" in result.reason)
+    assert "the submission's imports are not the trusted header's" in result.reason
 
 
 @BOTH
@@ -142,7 +142,7 @@ def test_a_body_with_an_import_is_refused_before_lean(stage, pin):
 
 
 @BOTH
-@pytest.mark.parametrize("forge, expect", [("garbage", "invalid header"), ("corrupt", "SIGSEGV")])
+@pytest.mark.parametrize("forge, expect", [("garbage", "the submission's .olean cannot be read"), ("corrupt", "SIGSEGV")])
 def test_an_unreadable_olean_is_an_error_never_a_pass(stage, pin, forge, expect):
     [result] = stage(pin).check([job(HONEST.replace("decide", f"exact fake_forge_{forge}"))], STANDARD)
     assert result.status == "error"
@@ -173,23 +173,32 @@ def test_a_crashing_elaboration_is_an_error(stage):
 
 @pytest.mark.parametrize("script, expect", [
     ("import time; time.sleep(60)", "no answer before the deadline"),
-    ("print('Finished with no errors.', end='')", "a line that is not JSON"),
+    ("print('Finished with no errors.', end='')", "did not answer every pair of its batch"),
     ("import sys; sys.exit(0)", "did not answer every pair of its batch (0 lines)"),
-    ("print('{\"checked\": 1, \"imports\": 1}')", "did not answer every pair"),      # the pair's line missing
+    ("print('checked 1 imports 1')", "did not answer every pair"),      # the pair's line missing
     ("import sys; sys.exit(3)", "exited with code 3"),
     ("import sys; sys.stderr.write('uncaught exception: x\\n'); sys.exit(1)", "exited with code 1"),
-    ("print('{\"pair\": 0, \"verdict\": \"passed\", \"axioms\": {}}'); print('{\"checked\": 1, \"imports\": 1}')",
-     "no readable axiom list for a single theorem `t`"),
-    ("print('{\"pair\": 0, \"verdict\": \"fine\"}'); print('{\"checked\": 1, \"imports\": 1}')",
-     "answered pair 0 out of order or with no verdict"),
-    ("print('{\"pair\": 0, \"verdict\": \"passed\", \"axioms\": {\"t\": []}}'); print('{\"checked\": 1, \"imports\": 2}')",
+    ("print('pair 0 passed'); print('checked 1 imports 1')", "no readable axiom list for a single theorem `t`"),
+    ("print('pair 0 fine'); print('checked 1 imports 1')", "printed a line it never prints, or out of order"),
+    ("print('axioms 0 t propext'); print('pair 0 passed'); print('checked 1 imports 2')",
      "did not answer every pair"),                                                   # two imports: not our checker
+    ("print('axioms 0 t propext'); print('pair 0 rejected x'); print('checked 1 imports 1')",
+     "answered pair 0 with fields it never prints"),                                 # axioms, then no pass
+    ("print('axioms 1 t propext'); print('pair 0 passed'); print('checked 1 imports 1')",
+     "printed a line it never prints, or out of order"),
+    # a line break Python's splitlines() sees and the checker does not: one line, never two answers
+    ("print('axioms 0 t propext\\u2028pair 0 passed'); print('pair 0 passed'); print('checked 1 imports 1')",
+     "printed a line it never prints"),
+    ("print('pair 0 rejected x\\x85pair 0 passed'); print('checked 1 imports 1')", None),
 ])
 def test_checker_output_we_cannot_read_is_an_error(stage, verify_config, script, expect):
     # the deadline under test only for the checker that never answers; one that does gets the hang guard
     s = stage(kernel_check_timeout_s=2.0 if "sleep" in script else PATIENCE_S)
     s.checker_command = [sys.executable, "-c", script]
     [result] = s.check([job(HONEST)], STANDARD)
+    if expect is None:   # one rejection whose reason holds U+0085, never a pass
+        assert result.status == "rejected" and "x ⏎ pair 0 passed" in result.reason, result.reason
+        return
     assert result.status == "error", result.reason
     assert expect in result.reason
 
@@ -241,11 +250,13 @@ def test_the_target_compiles_once_per_problem_and_a_batch_is_checked_with_one_he
     results = stage.check([job(HONEST)] * 6, STANDARD)
     assert [r.status for r in results] == ["passed"] * 6
     lean_runs = [inputs for argv, inputs in runner.calls if argv[:3] == FAKE_LEAN]
-    checker_runs = [inputs for argv, inputs in runner.calls if argv[:2] == FAKE_CHECKER and "--as-lean" not in argv]
+    checker_runs = [(argv, inputs) for argv, inputs in runner.calls
+                    if argv[:4] == ["env", *CHECKER_ENV, *FAKE_CHECKER[:2]]]
     assert len(lean_runs) == 1 + 6          # the target once, each proof once
     assert all(set(inputs) == {"Proof.lean"} for inputs in lean_runs)
     assert len(checker_runs) == 1           # one process for the batch, given only files
-    assert set(checker_runs[0]) == {"pairs.txt", "T0.olean", *(f"P{k}.olean" for k in range(6))}
+    argv, inputs = checker_runs[0]
+    assert set(inputs) == {f"{side}{k}.olean" for k in range(6) for side in "TP"} and argv[4:] == ["{dir}"]
     assert stage.header_imports == 1 and runner.imports_said == 1   # counted by the stand-in, said on stderr
 
     config.kernel_batch_size = 4            # 6 proofs: two processes, two imports
@@ -268,13 +279,23 @@ def test_proofs_under_different_headers_never_share_a_checker_process(verify_con
     assert (stage.checker_runs, stage.header_imports) == (2, 2)
 
 
-def test_safeverify_takes_one_pair_per_process(verify_config):
-    runner = CountingRunner()
-    config = verify_config(lean_toolchain="leanprover/lean4:v4.27.0", lean_command=FAKE_LEAN,
-                           kernel_checker_command=checker_command(PIN_2026), workers=3)
-    assert [r.status for r in KernelStage(config, runner=runner).check([job(HONEST)] * 3, STANDARD)] == ["passed"] * 3
-    checker_runs = [inputs for argv, inputs in runner.calls if "--pin" in argv]
-    assert len(checker_runs) == 3 and all(set(inputs) == {"Target.olean", "Proof.olean"} for inputs in checker_runs)
+@pytest.mark.parametrize("toolchain", sorted(REFUSED_PINS))
+def test_the_safeverify_2026_pins_are_refused_naming_what_they_do_not_check(verify_config, toolchain):
+    """#39: SafeVerify at b291b588/241dfb0d checks Nat literals only for a `-`, only on declarations
+    the target does not name, and skips partial constants without --disallow-partial; prover_check
+    has no evidence at 4.27/4.29. The stage refuses to start rather than pass what it does not check."""
+    config = verify_config(lean_toolchain=f"leanprover/lean4:{toolchain}", lean_command=FAKE_LEAN,
+                           kernel_checker_command=checker_command(SAFEVERIFY_PINS[toolchain]))
+    with pytest.raises(BackendError, match=r"refuses verify.lean_toolchain .*non-canonical positive literal.*"
+                                           r"--disallow-partial"):
+        KernelStage(config)
+    assert toolchain not in PINS and pin_for(config.lean_toolchain) is None
+
+
+def test_the_safeverify_argv_passes_disallow_partial_and_the_checker_env():
+    argv = checker_argv(["safe_verify"], PIN_2026)
+    assert argv[:3] == ["env", "LEAN_ABORT_ON_PANIC=1", "safe_verify"] and "--disallow-partial" in argv
+    assert checker_argv(["prover_check"], PIN_OWN) == ["env", "LEAN_ABORT_ON_PANIC=1", "prover_check", "{dir}"]
 
 
 def test_a_proof_that_crashes_the_checker_is_split_out_of_its_batch(stage):
@@ -371,12 +392,12 @@ def test_pins_are_one_per_toolchain_and_cover_the_default():
     from prover_cli.config import VerifyConfig
 
     assert pin_for(VerifyConfig().lean_toolchain) is PIN_OWN
-    assert {p.dialect for p in PINS.values()} == {"batch", "2026"}   # no 2024 SafeVerify: it takes the attacks
+    assert {p.dialect for p in PINS.values()} == {"batch"}   # no 2024 SafeVerify: it takes the attacks; 2026 refused
     assert all(len(p.commit) == 40 and p.toolchain == key for key, p in PINS.items()), PINS
-    assert set(PINS) == set(SAFEVERIFY_PINS)
-    assert {t for t, p in PINS.items() if p.dialect == "batch"} == {t for t, p in SAFEVERIFY_PINS.items()
-                                                                     if p.dialect == "2024"}
-    assert all(p.imports == {"batch": "exact", "2026": "superset"}[p.dialect] for p in PINS.values())
+    assert set(PINS) | set(REFUSED_PINS) == set(SAFEVERIFY_PINS) and not set(PINS) & set(REFUSED_PINS)
+    assert set(PINS) == {t for t, p in SAFEVERIFY_PINS.items() if p.dialect == "2024"}
+    assert all(p.imports == "exact" for p in PINS.values())
+    assert len({p.commit for p in PINS.values()}) == len(PINS)   # each toolchain's build is its own
 
 
 def test_config_refuses_a_policy_the_checker_cannot_hold():
@@ -419,15 +440,15 @@ def fake_checkout(root: Path, toolchain: str, head: str) -> Path:
 
 def own_checker_build(root: Path, toolchain: str, edit: str = "") -> Path:
     """Our checker as the image builds it: its source, lean-toolchain, the binary in .lake/build/bin."""
-    from prover_cli.verify.kernel import OWN_CHECKER_DIR
+    from prover_cli.verify.kernel import own_checker_sources
 
     binary = root / ".lake" / "build" / "bin" / "prover_check"
     binary.parent.mkdir(parents=True)
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
     (root / "lean-toolchain").write_text(f"leanprover/lean4:{toolchain}\n")
-    for name in ("Main.lean", "lakefile.lean"):
-        (root / name).write_text((OWN_CHECKER_DIR / name).read_text() + (edit if name == "Main.lean" else ""))
+    for name, text in own_checker_sources(toolchain).items():
+        (root / name).write_text(text + (edit if name == "Main.lean" else ""))
     return binary
 
 
@@ -455,16 +476,8 @@ def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, mo
     monkeypatch.setenv("PATH", f"{old.parent}:/usr/bin:/bin")
     assert "not the pinned" in check_kernel_checker(config).detail
 
-    sv = fake_checkout(tmp_path / "sv", "v4.27.0", PIN_2026.commit)   # SafeVerify, for 4.27
-    monkeypatch.setenv("PATH", f"{sv.parent}:/usr/bin:/bin")
-    config.lean_toolchain = "leanprover/lean4:v4.27.0"
-    assert "no lake-manifest.json beside the kernel checker" in check_kernel_checker(config).detail
-    from test_kernel_manifest import write_manifest
-
-    write_manifest(tmp_path / "sv" / "lake-manifest.json")      # the checkout's, and the same in the project
-    config.project_dir = str(write_manifest(tmp_path / "project" / "lake-manifest.json").parent)
-    found = check_kernel_checker(config)
-    assert found.ok and "main, Lean v4.27.0" in found.detail and "accepts a proof module that imports more" in found.detail
+    config.lean_toolchain = "leanprover/lean4:v4.27.0"   # SafeVerify's 2026 pin: refused (#39)
+    assert not check_kernel_checker(config).ok
 
     config.kernel_check = False
     assert check_kernel_checker(config).ok and "off" in check_kernel_checker(config).detail
@@ -478,7 +491,7 @@ def test_doctor_runs_the_kernel_canary(verify_config, pin):
                            kernel_checker_command=checker_command(pin), workers=3)
     check = check_kernel_canary(config)
     assert check.ok, check.detail
-    canaries = 5 + (5 if pin.imports == "exact" else 4)   # and the public attacks the pin is held to
+    canaries = 5 + (8 if pin.imports == "exact" else 7)   # and the public attacks the pin is held to
     assert f"{canaries} canaries as expected" in check.detail and "through the stage" in check.detail
     # a checker that lets everything through breaks the rules the canary names
     config.kernel_checker_command = [sys.executable, "-c", "print('Finished with no errors.')"]
@@ -545,9 +558,9 @@ def test_forged_fast_path_answers_are_not_verified_on_either_backend(backend_con
         assert verdict["reason"].startswith("kernel check"), (key, verdict["reason"])
     assert "does not elaborate in a fresh Lean process" in verdicts["hidden error"]["reason"]
     assert "does not elaborate in a fresh Lean process" in verdicts["false statement"]["reason"]
-    assert "axioms outside propext, Quot.sound, Classical.choice: #[sorryAx]" in verdicts["hidden sorryAx"]["reason"]
-    assert "(kernel) declaration type mismatch, 'prover_forged_false'" in verdicts["kernel skipped"]["reason"]
-    assert "Classical.choice: #[prover_forged_ax]" in verdicts["axiom injected"]["reason"]
+    assert "axioms outside propext, Quot.sound, Classical.choice: sorryAx" in verdicts["hidden sorryAx"]["reason"]
+    assert "the kernel refused the submission's replay" in verdicts["kernel skipped"]["reason"]
+    assert "Classical.choice: and axioms of the submission" in verdicts["axiom injected"]["reason"]
     assert verdicts["hidden sorryAx"]["axioms"] is None   # never the forged list
 
 
@@ -728,24 +741,40 @@ def check_modules(stage, theorem: str, target: bytes, submission: bytes) -> Kern
     return result
 
 
+# The Level `unsafeCast` case (SafeVerify PR #19): Main.lean rebuilds no Level (no evidenced way at
+# 4.9 - 4.21, docs/verify.md), so it is the one model attack the stand-in passes (the gap, below).
+REFUSED_ATTACKS = sorted(set(fake_checker.ATTACKS) - {"prover_attack_level_cast"})
+
+
 @pytest.mark.parametrize("toolchain", sorted(PINS))
-@pytest.mark.parametrize("attack", sorted(fake_checker.ATTACKS))
+@pytest.mark.parametrize("attack", REFUSED_ATTACKS)
 def test_each_public_attack_is_refused_by_the_checker_we_use_at_every_pinned_toolchain(verify_config, toolchain,
                                                                                       attack):
     pin = PINS[toolchain]
     result = check_modules(attack_stage(verify_config, pin), attack, *fake_checker.ATTACKS[attack])
-    if attack == "prover_attack_extra_import" and pin.imports == "superset":
-        # SafeVerify's 2026 check takes a superset (the gap pin_warning names); the body's
-        # no-`import` rule keeps the text out, and a forged module can only name modules of the
-        # library the elaboration cannot write
-        assert result.status == "passed", result.reason
-    else:
-        assert result.status == "rejected", result.reason
-        assert result.reason.startswith(f"kernel check ({pin.checker} {pin.commit[:8]})"), result.reason
+    assert result.status == "rejected", result.reason
+    assert result.reason.startswith(f"kernel check ({pin.checker} {pin.commit[:8]})"), result.reason
+
+
+def test_the_level_cast_gets_through_main_lean_which_rebuilds_nothing_and_no_canary_can_tell(verify_config):
+    """The open gap docs/verify.md names: a Level forged with `unsafeCast` (no public source, so no
+    canary) is not caught by prover_check, which rebuilds no Expr or Level; every canary passes."""
+    from prover_cli.verify.kernel import run_kernel_canary
+
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER, workers=2)
+    stage = KernelStage(config)
+    assert check_modules(stage, "prover_attack_level_cast", *fake_checker.ATTACKS["prover_attack_level_cast"]).status \
+        == "passed"
+    assert all(r["ok"] for r in run_kernel_canary(stage, HEADER))
+
+
+# SafeVerify's 2024 `checkAxioms` uses core `CollectAxioms`, which reads an opaque's value: the one
+# attack of the list it refuses (in the stand-in, as its kernel model walks values).
+SAFEVERIFY_2024_REFUSES = {"prover_attack_opaque_value"}
 
 
 @pytest.mark.parametrize("toolchain", [t for t, p in SAFEVERIFY_PINS.items() if p.dialect == "2024"])
-def test_safeverify_at_the_2024_commits_passes_every_public_attack(verify_config, toolchain):
+def test_safeverify_at_the_2024_commits_passes_the_public_attacks(verify_config, toolchain):
     """Why Lean 4.9 - 4.21 use our checker: SafeVerify at those commits (no import check, no
     rebuild, no Nat-literal check, inductives not compared; stand-in model of its Main.lean)."""
     pin = SAFEVERIFY_PINS[toolchain]
@@ -754,10 +783,25 @@ def test_safeverify_at_the_2024_commits_passes_every_public_attack(verify_config
     stage.checker_command = [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", pin.commit]
     for attack, (target, submission) in fake_checker.ATTACKS.items():
         result = check_modules(stage, attack, target, submission)
-        assert result.status == "passed", (attack, result.reason)
+        assert result.status == ("rejected" if attack in SAFEVERIFY_2024_REFUSES else "passed"), (attack, result.reason)
 
 
-@pytest.mark.parametrize("missing", [("imports",), ("unsafe", "natlit"), ("compare",)])
+@pytest.mark.parametrize("pin", sorted(REFUSED_PINS))
+def test_the_2026_safeverify_stand_in_passes_the_non_canonical_literal_hence_refused(verify_config, pin):
+    """What the 2026 pins do not check (#39), in their stand-in: the positive non-canonical literal
+    passes even with --disallow-partial; the negative hand-built one is refused (it prints `-`)."""
+    sv = SAFEVERIFY_PINS[pin]
+    stage = attack_stage(verify_config, PINS["v4.15.0"])
+    stage.pin, stage.batch_size = sv, 1
+    stage.checker_command = [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", sv.commit]
+    outcome = {attack: check_modules(stage, attack, *fake_checker.ATTACKS[attack]).status
+               for attack in ("prover_attack_noncanonical", "prover_attack_olean_hand_built", "prover_attack_opaque_value")}
+    assert outcome["prover_attack_noncanonical"] == "passed", outcome
+    assert outcome["prover_attack_olean_hand_built"] == "rejected", outcome
+
+
+@pytest.mark.parametrize("missing", [("imports",), ("unsafe", "natlit"), ("compare",), ("opaque",), ("canonical",),
+                                     ("natlit",)])
 def test_a_checker_that_accepts_one_public_attack_refuses_to_verify_anything(verify_config, missing, tmp_path,
                                                                              monkeypatch):
     from prover_cli.verify.kernel import ensure_kernel_canary
@@ -770,17 +814,24 @@ def test_a_checker_that_accepts_one_public_attack_refuses_to_verify_anything(ver
     assert not list(tmp_path.iterdir())   # a failure is never cached
 
 
-def test_without_the_rebuild_the_level_cast_gets_through_and_no_canary_can_tell(verify_config):
-    """The Level `unsafeCast` case has no public source text, so no canary exercises the rebuild:
-    a build that lacks it passes every canary (the gap docs/verify.md names)."""
+# #39: each new canary is the one thing a build missing its defence gets wrong (every other
+# canary, and the honest ones, still as expected).
+ALONE = {"opaque": "attack: opaque_value", "canonical": "attack: non-canonical literal",
+         "natlit": "attack: olean_issue hand-built"}
+
+
+@pytest.mark.parametrize("missing", sorted(ALONE))
+def test_each_new_canary_alone_catches_a_build_missing_its_defence(verify_config, missing):
     from prover_cli.verify.kernel import run_kernel_canary
 
-    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER + ["--without", "rebuild"],
+    config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER + ["--without", missing],
                            workers=2)
-    stage = KernelStage(config)
-    assert check_modules(stage, "prover_attack_level_cast", *fake_checker.ATTACKS["prover_attack_level_cast"]).status \
-        == "passed"
-    assert all(r["ok"] for r in run_kernel_canary(stage, HEADER))
+    results = run_kernel_canary(KernelStage(config), HEADER)
+    assert [r["canary"] for r in results if not r["ok"]] == [ALONE[missing]], \
+        [(r["canary"], r["got"], r["reason"]) for r in results if not r["ok"]]
+    full = run_kernel_canary(KernelStage(verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER,
+                                                       workers=2)), HEADER)
+    assert all(r["ok"] for r in full)
 
 
 def test_an_attack_that_does_not_compile_fails_its_canary(verify_config):
@@ -906,7 +957,7 @@ def test_main_lean_and_its_stand_in_name_the_fast_paths_declarations():
 
     main = (OWN_CHECKER_DIR / "Main.lean").read_text(encoding="utf-8")
     body = main[main.index("def isTrustedAux"):main.index("def isTrustedAux") + 200]
-    assert set(re.findall(r's == "(\w+)"', body)) == {HOLE, TRUSTED} == set(fake_checker.TRUSTED_AUX)
+    assert set(re.findall(r'lastIs n "(\w+)"', body)) == {HOLE, TRUSTED} == set(fake_checker.TRUSTED_AUX)
 
 
 def _aux_modules(trusted_value: str = "_prover_hole", trusted_type: str = ": 2 + 2 = 4"):
@@ -919,15 +970,14 @@ def _aux_modules(trusted_value: str = "_prover_hole", trusted_type: str = ": 2 +
             fake_checker.module(["Init", "Mathlib"], [*aux(trusted_value, trusted_type), theorem]))
 
 
-def _run_checker(tmp_path, target: bytes, submission: bytes):
-    import json
+def _run_checker(tmp_path, target: bytes, submission: bytes) -> list[str]:
     import subprocess
 
-    (tmp_path / "T.olean").write_bytes(target)
-    (tmp_path / "P.olean").write_bytes(submission)
-    (tmp_path / "pairs.txt").write_text("T.olean\tP.olean\n")
-    done = subprocess.run([*FAKE_CHECKER, str(tmp_path / "pairs.txt")], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.splitlines()[0])
+    (tmp_path / "T0.olean").write_bytes(target)
+    (tmp_path / "P0.olean").write_bytes(submission)
+    done = subprocess.run(["env", *CHECKER_ENV, *FAKE_CHECKER, str(tmp_path)],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.split("\n")
 
 
 @pytest.mark.parametrize("value, type_text, passes", [
@@ -938,16 +988,16 @@ def _run_checker(tmp_path, target: bytes, submission: bytes):
 def test_the_checker_takes_the_fast_paths_declarations_from_the_target_never_from_the_submission(
         tmp_path, value, type_text, passes):
     answer = _run_checker(tmp_path, *_aux_modules(value, type_text))
-    assert (answer["verdict"] == "passed") == passes, answer
-    if passes:
-        assert set(answer["axioms"]) == {"t"}   # `_prover_trusted` is not reported as a target theorem
+    assert ("pair 0 passed" in answer) == passes, answer
+    if passes:   # `_prover_trusted` is not reported as a target theorem
+        assert [line.split()[2] for line in answer if line.startswith("axioms ")] == ["t"]
     else:
-        assert "_prover_trusted" in answer["reason"] and "than the trusted target's" in answer["reason"]
+        assert answer[0].startswith("pair 0 rejected theorem _prover_trusted of the trusted target has another"), answer
 
 
 def test_a_target_that_uses_the_fast_paths_trusted_theorem_is_rejected(stage):
     """`_prover_trusted` is proved by the hole axiom: a proof through it depends on `_prover_hole`."""
-    for pin in (PIN_OWN, PIN_2026):
+    for pin in (PIN_OWN,):
         [result] = stage(pin).check([job("theorem t : 2 + 2 = 4 := by\n  exact _prover_trusted")], STANDARD)
         assert result.status == "rejected" and "_prover_hole" in result.reason, (pin.dialect, result.reason)
 

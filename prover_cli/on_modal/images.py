@@ -13,7 +13,7 @@ import modal
 
 from prover_cli.config import Config
 from prover_cli.on_modal.plan import MODELS_MOUNT, PYTHON_VERSION, RUNS_MOUNT, image_specs, repl_tag
-from prover_cli.verify.kernel import SAFEVERIFY_URL, elaborate_argv, pin_for
+from prover_cli.verify.kernel import CHECKER_ENV, SAFEVERIFY_URL, elaborate_argv, pin_for
 
 # ## Settings read at import
 #
@@ -184,9 +184,10 @@ MATHLIB_STEPS = [
 
 # The kernel image: the same toolchain and Mathlib layers as the Lean image, then the kernel
 # stage's checker (prover_cli/verify/kernel.py), the one pinned for this toolchain:
-# - Lean 4.9 - 4.21: `prover_check`, our own program (prover_cli/verify/checker: Main.lean and
-#   lakefile.lean, written into the image line by line); Lean core only, so it builds without
-#   Mathlib, and reads the project's Mathlib from `lake env`'s search path when it runs.
+# - Lean 4.9 - 4.21: `prover_check`, our own program (prover_cli/verify/checker: Main.lean, the
+#   tag's replay file as ProverReplay.lean and lakefile.toml, written into the image line by line),
+#   requiring lean4checker at the tag's release commit (its `replay'` at 4.20/4.21) and no Mathlib;
+#   it reads the project's Mathlib from `lake env`'s search path when it runs.
 # - Lean 4.27, 4.29: SafeVerify at the pinned commit, built in its own checkout (its lakefile
 #   requires Mathlib, whose cache is fetched like the project's: nothing compiles Mathlib).
 # Either is linked into /usr/local/bin. The build then runs the whole stage once on a two-line
@@ -215,9 +216,12 @@ def _stage_check_lines() -> list[str]:
                                      [f"theorem prover_image_check : 2 + 2 = 4 := {proof}"]))
         lines.append(f"cd {LEAN_PROJECT_DIR} && {elaborate.format(which=which)}")
     if KERNEL_PIN.dialect == "batch":   # one pair; the answer must be a pass
-        lines.append(write_file_step("/tmp/pairs.txt", ["prover-kernel-target/Proof.olean\tprover-kernel-proof/Proof.olean"]))
-        lines.append(f"cd {LEAN_PROJECT_DIR} && {' '.join(KERNEL_CHECKER_COMMAND)} /tmp/pairs.txt > /tmp/answer.txt")
-        lines.append('grep -q \'"verdict":"passed"\' /tmp/answer.txt')
+        lines.append("mkdir -p /tmp/prover-kernel-pairs && ln -s /tmp/prover-kernel-target/Proof.olean "
+                     "/tmp/prover-kernel-pairs/T0.olean && ln -s /tmp/prover-kernel-proof/Proof.olean "
+                     "/tmp/prover-kernel-pairs/P0.olean")
+        lines.append(f"cd {LEAN_PROJECT_DIR} && env {' '.join(CHECKER_ENV)} {' '.join(KERNEL_CHECKER_COMMAND)} "
+                     "/tmp/prover-kernel-pairs > /tmp/answer.txt")
+        lines.append("grep -qx 'pair 0 passed' /tmp/answer.txt")
     else:
         lines.append(f"cd {LEAN_PROJECT_DIR} && {' '.join(KERNEL_CHECKER_COMMAND)} "
                      "/tmp/prover-kernel-target/Proof.olean /tmp/prover-kernel-proof/Proof.olean")
@@ -225,17 +229,21 @@ def _stage_check_lines() -> list[str]:
 
 
 def _own_checker_source(name: str) -> list[str]:
-    from prover_cli.verify.kernel import OWN_CHECKER_DIR as SOURCE
+    """One file of our checker as built for this toolchain (kernel.py own_checker_sources: the
+    tag's replay file as ProverReplay.lean, lakefile.toml with lean4checker at the tag's commit)."""
+    from prover_cli.verify.kernel import own_checker_sources
 
-    return (SOURCE / name).read_text(encoding="utf-8").splitlines()
+    return own_checker_sources(KERNEL_PIN.toolchain)[name].splitlines()
 
 
 def _checker_build_lines() -> list[str]:
     if KERNEL_PIN.dialect == "batch":
+        from prover_cli.verify.kernel import OWN_CHECKER_FILES
+
+        # ProverReplay.lean: lean4checker's `replay'` (4.20, 4.21) or the core copy (4.9 - 4.15)
         return [f"mkdir -p {OWN_CHECKER_DIR}",
                 write_file_step(f"{OWN_CHECKER_DIR}/lean-toolchain", [LEAN_TOOLCHAIN]),
-                *(write_file_step(f"{OWN_CHECKER_DIR}/{name}", _own_checker_source(name))
-                  for name in ("Main.lean", "lakefile.lean")),
+                *(write_file_step(f"{OWN_CHECKER_DIR}/{name}", _own_checker_source(name)) for name in OWN_CHECKER_FILES),
                 f"cd {OWN_CHECKER_DIR} && lake build prover_check",
                 f"ln -s {OWN_CHECKER_DIR}/.lake/build/bin/prover_check /usr/local/bin/prover_check"]
     return [f"git clone {SAFEVERIFY_URL} {SAFEVERIFY_DIR}",

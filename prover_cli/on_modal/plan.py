@@ -126,6 +126,7 @@ BASE_EXECUTABLES = {
     "sh": "Debian Essential (dash): runs every RUN step",
     "mkdir": "Debian Essential (coreutils)",
     "ln": "Debian Essential (coreutils)",
+    "env": "Debian Essential (coreutils): runs the kernel checker with LEAN_ABORT_ON_PANIC=1 (verify/kernel.py)",
     "printf": "Debian Essential (coreutils; also a dash builtin)",
     "tar": "Debian Essential (tar)",
 }

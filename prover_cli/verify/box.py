@@ -87,9 +87,21 @@ def bwrap_argv(command: list[str], *, bwrap: str, read_only: list[str], writable
     return argv + ["--chdir", cwd, "--", *command]
 
 
+def program_argv(command: list[str]) -> list[str]:
+    """`command` without a leading `env NAME=VALUE ...` (kernel.py runs its checker so): the
+    program that runs and its arguments, for the box's binds and the not-found check."""
+    if command[:1] != ["env"]:
+        return list(command)
+    rest = list(command[1:])
+    while rest and "=" in rest[0] and not rest[0].startswith(("-", "/", ".")):
+        rest.pop(0)
+    return rest
+
+
 def read_only_paths(command: list[str], cwd: str) -> list[str]:
     """What the box shows read-only for `command` run in `cwd` (the Lean project): the system, the
     toolchain, the project, the program's install root and the directories of file arguments."""
+    command = program_argv(command)
     wanted = [p for p in SYSTEM_PATHS + ETC_PATHS if os.path.lexists(p)]
     elan_home = os.environ.get("ELAN_HOME") or os.path.join(os.path.expanduser("~"), ".elan")
     if os.path.isdir(elan_home):
@@ -137,6 +149,11 @@ def _find_program(name: str, cwd: str) -> str | None:
     return shutil.which(name, path=os.environ.get("PATH"))
 
 
+def find_program(name: str, cwd: str) -> str | None:
+    """Where `name` runs from, relative to `cwd` or on PATH (None: nowhere)."""
+    return _find_program(name, cwd)
+
+
 def _box_env() -> dict[str, str]:
     return {name: os.environ[name] for name in ENV_KEPT if name in os.environ}
 
@@ -180,8 +197,9 @@ def boxed(command: list[str], box: str, cwd: str | None, writable: list[str] = (
     if not command:
         raise BackendError(f"{what} is empty")
     cwd = os.path.abspath(cwd or os.getcwd())
-    if _find_program(command[0], cwd) is None:
-        raise BackendError(f"{what} = {command}: cannot start `{command[0]}`: not found")
+    program = program_argv(list(command))
+    if not program or _find_program(program[0], cwd) is None:
+        raise BackendError(f"{what} = {command}: cannot start `{(program or command)[0]}`: not found")
     bwrap = shutil.which("bwrap")
     if not bwrap:
         raise BackendError("verify.box = \"bubblewrap\": `bwrap` not found on PATH, and Lean does not run "

@@ -98,9 +98,13 @@ class LocalRunner:
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...],
             timeout_s: float, what: str = "command") -> RunResult:
         """`what` names the config key the command comes from, for the error when it cannot start."""
-        from prover_cli.verify.box import boxed
+        from prover_cli.verify.box import boxed, find_program, program_argv
         from prover_cli.verify.transport import LocalTransport
 
+        program = program_argv(argv)   # through `env NAME=VALUE` (kernel.py CHECKER_ENV): env would start
+        if program and "{dir}" not in program[0] and find_program(program[0], self.project_dir or os.getcwd()) is None:
+            raise BackendError(f"{what} = {argv}: cannot start `{program[0]}`: not found",
+                               hint="check it, and run `prover doctor`")
         workdir = tempfile.mkdtemp(prefix="prover-kernel-", dir=self.tmp_root)
         try:
             for name, data in inputs.items():

@@ -67,20 +67,48 @@ CHECKER_REPO = "GasStationManager/SafeVerify"
 SAFEVERIFY_URL = f"https://github.com/{CHECKER_REPO}"
 OWN_CHECKER = "prover_check"
 OWN_CHECKER_DIR = Path(__file__).resolve().parent / "checker"
-OWN_CHECKER_FILES = ("Main.lean", "lakefile.lean")
+# What the build directory holds, and the checker's identity: own_checker_sources(toolchain).
+OWN_CHECKER_FILES = ("Main.lean", "ProverReplay.lean", "lakefile.toml")
+# lean4checker at the release commit of each supported tag: the checker's `require` (lakefile.toml,
+# written by the kernel image's build) and its replay. `replay'` (lean4checker's own,
+# Lean4Checker/Replay.lean) where lean4checker's Main.lean calls it at that tag; the core
+# `Environment.replay` where it calls that (read with `git show COMMIT:Main.lean`).
+LEAN4CHECKER_REPO = "https://github.com/leanprover/lean4checker"
+LEAN4CHECKER_COMMITS = {
+    "v4.9.0": "b3178065f785a6637f112d7857c4b64b1de83cc7",
+    "v4.14.0": "bee437b6b8584f779bc20ab8b7e27934d4f711ac",
+    "v4.15.0": "be02a4748128f9bf6a192f4c3b000464f99b062f",
+    "v4.20.0": "aeaca0f19e8ff3ab8e0c98a52985cba7dcfb2234",
+    "v4.21.0": "ad292fe49208e0cbacf3c75533fdf81f42754f3f",
+}
+OWN_CHECKER_REPLAY = {"v4.9.0": "replay/core.lean", "v4.14.0": "replay/core.lean", "v4.15.0": "replay/core.lean",
+                      "v4.20.0": "replay/prime.lean", "v4.21.0": "replay/prime.lean"}
+# The Lean runtime prints a panic and goes on with a default value unless this is set
+# (src/runtime/object.cpp `lean_panic_fn`: `if (g_exit_on_panic) std::exit(1)`, set from
+# LEAN_ABORT_ON_PANIC): a checker that panics must stop, never answer.
+CHECKER_ENV = ("LEAN_ABORT_ON_PANIC=1",)
 # What both checkers allow (SafeVerify's `AllowedAxioms` / `Settings.allowedAxioms` at every pinned
 # commit, `allowedAxioms` in checker/Main.lean): verify.allowed_axioms may be narrower (we hold the
 # checker's axiom list to it), never wider.
 CHECKER_AXIOMS = frozenset({"propext", "Quot.sound", "Classical.choice"})
 
 
-def own_checker_digest() -> str:
-    """The identity of our checker: sha256 of its source files (what the image builds)."""
+def own_checker_sources(toolchain: str) -> dict[str, str]:
+    """Our checker's files as built for `toolchain` (the kernel image writes exactly these):
+    Main.lean, the tag's replay file as ProverReplay.lean, lakefile.toml with lean4checker's commit."""
+    return {"Main.lean": (OWN_CHECKER_DIR / "Main.lean").read_text(encoding="utf-8"),
+            "ProverReplay.lean": (OWN_CHECKER_DIR / OWN_CHECKER_REPLAY[toolchain]).read_text(encoding="utf-8"),
+            "lakefile.toml": (OWN_CHECKER_DIR / "lakefile.toml").read_text(encoding="utf-8")
+            .replace("@LEAN4CHECKER_REV@", LEAN4CHECKER_COMMITS[toolchain])}
+
+
+def own_checker_digest(toolchain: str) -> str:
+    """The identity of our checker for `toolchain`: sha256 of the files it is built from."""
     import hashlib
 
     digest = hashlib.sha256()
-    for name in OWN_CHECKER_FILES:
-        digest.update(name.encode() + b"\0" + (OWN_CHECKER_DIR / name).read_bytes() + b"\0")
+    for name, text in own_checker_sources(toolchain).items():
+        digest.update(name.encode() + b"\0" + text.encode("utf-8") + b"\0")
     return digest.hexdigest()[:40]
 
 
@@ -128,12 +156,24 @@ SAFEVERIFY_PINS: dict[str, CheckerPin] = {pin.toolchain: pin for pin in (
     CheckerPin("v4.29.0", "241dfb0d986baf8a3ba76cba14f10c16e8793e84", "v4.29.0", "2026", "superset"),
 )}
 # The checker the stage uses per toolchain: ours where the SafeVerify pin is of the 2024 dialect
-# (it accepts the public attacks in KERNEL_ATTACKS), SafeVerify's 2026 commits elsewhere.
-OWN_CHECKER_TOOLCHAINS = ("v4.9.0", "v4.14.0", "v4.15.0", "v4.20.0", "v4.21.0")
-PINS: dict[str, CheckerPin] = {
-    **{t: CheckerPin(t, own_checker_digest(), "in-tree", "batch", "exact") for t in OWN_CHECKER_TOOLCHAINS},
-    **{t: pin for t, pin in SAFEVERIFY_PINS.items() if pin.dialect == "2026"},
-}
+# (it accepts the public attacks in KERNEL_ATTACKS). SafeVerify's 2026 commits are REFUSED (#39):
+# read at b291b588 and 241dfb0d (`SafeVerify/Util.lean` `validateNewDefinitionNatLiterals`,
+# `Main.lean` `replayFile`), their Nat-literal check refuses only a literal that prints with `-`
+# (a non-canonical positive one, `unsafeCast (2^40 : Int) : Nat`, passes), runs only on the
+# submission's constants whose names the target lacks (the target theorem's own proof is never
+# looked at), and their rebuild covers def/thm/opaque only; our own literal check cannot run beside
+# them (prover_check has no evidence at Lean 4.27/4.29: tests/test_checker_evidence.py). So a
+# kernel stage on those toolchains refuses to start rather than pass what it does not check.
+OWN_CHECKER_TOOLCHAINS = tuple(LEAN4CHECKER_COMMITS)
+PINS: dict[str, CheckerPin] = {t: CheckerPin(t, own_checker_digest(t), "in-tree", "batch", "exact")
+                               for t in OWN_CHECKER_TOOLCHAINS}
+REFUSED_PINS: dict[str, str] = {
+    t: (f"SafeVerify at {pin.commit[:8]} ({pin.branch}), the only checker built for Lean {t}, refuses a Nat literal "
+        "only when it prints with `-` (a non-canonical positive literal, enough for `False`, passes), checks literals "
+        "only on declarations the target does not name (never the target theorem's proof), and skips partial "
+        "constants unless given --disallow-partial; this project's checker has no evidence for Lean "
+        f"{t} (docs/verify.md, *The kernel stage*)")
+    for t, pin in SAFEVERIFY_PINS.items() if pin.dialect == "2026"}
 
 
 def toolchain_version(lean_toolchain: str) -> str:
@@ -187,6 +227,12 @@ def checker_command(verify_config: Any, pin: CheckerPin) -> list[str]:
 
 def require_pin(verify_config: Any) -> CheckerPin:
     pin = pin_for(verify_config.lean_toolchain)
+    refused = REFUSED_PINS.get(toolchain_version(verify_config.lean_toolchain))
+    if pin is None and refused is not None:
+        raise BackendError(f"verify.kernel_check = true, but the kernel stage refuses verify.lean_toolchain = "
+                           f"{verify_config.lean_toolchain!r}: {refused}",
+                           hint="use a toolchain prover_check covers (" + ", ".join(OWN_CHECKER_TOOLCHAINS)
+                                + "), or set verify.kernel_check = false (recorded in every verdict and in the summary)")
     if pin is None:
         known = ", ".join(sorted(PINS, key=_version_key))
         raise BackendError(
@@ -265,11 +311,15 @@ def elaborate_argv(lean_command: list[str]) -> list[str]:
 
 
 def checker_argv(checker_command: list[str], pin: CheckerPin) -> list[str]:
+    """The checker's argv, run through `env` with CHECKER_ENV: prover_check takes the directory
+    holding its pairs (`T{k}.olean`, `P{k}.olean`); SafeVerify one pair, `--disallow-partial` given
+    to the 2026 dialect (without it `replayFile` drops partial constants silently)."""
+    run = ["env", *CHECKER_ENV, *checker_command]
     if pin.dialect == "batch":
-        return [*checker_command, "{dir}/pairs.txt"]
+        return [*run, "{dir}"]
     if pin.dialect == "2026":
-        return [*checker_command, "--save", "{dir}/report.json", "{dir}/Target.olean", "{dir}/Proof.olean"]
-    return [*checker_command, "{dir}/Target.olean", "{dir}/Proof.olean"]
+        return [*run, "--disallow-partial", "--save", "{dir}/report.json", "{dir}/Target.olean", "{dir}/Proof.olean"]
+    return [*run, "{dir}/Target.olean", "{dir}/Proof.olean"]
 
 
 # An `import` can only come first in a Lean file, so a body holding one either fails to parse or,
@@ -415,14 +465,9 @@ class KernelStage:
             results = [read_checker(self.pin, checked, job.target, allowed)]
         else:
             inputs: dict[str, bytes] = {}
-            names: dict[bytes, str] = {}
-            lines = []
-            for k, (_, ready) in enumerate(items):
-                target_name = names.setdefault(ready.target, f"T{len(names)}.olean")
-                inputs[target_name] = ready.target
+            for k, (_, ready) in enumerate(items):   # a target's few bytes again per proof: the argv stays one
+                inputs[f"T{k}.olean"] = ready.target
                 inputs[f"P{k}.olean"] = ready.olean
-                lines.append(f"{target_name}\tP{k}.olean")
-            inputs["pairs.txt"] = ("\n".join(lines) + "\n").encode("utf-8")
             checked = self.runner.run(checker_argv(self.checker_command, self.pin), inputs, (), self.timeout_s,
                                       what="verify.kernel_checker_command")
             answer = read_batch(checked, [job.target for job, _ in items], allowed, f"{OWN_CHECKER} {self.pin.commit[:8]}")
@@ -707,7 +752,9 @@ def _read_2024(result: RunResult, target: str, allowed: frozenset, pin_text: str
                             f"{_one_line(message)}")
     if result.exit_code != 0:
         return _unreadable(result, "an exit code it never returns")
-    lines = result.stdout.splitlines()
+    lines = result.stdout.split("\n")   # "\n" only: a U+2028 in a printed name is no line break
+    if lines and lines[-1] == "":
+        lines.pop()
     if not lines or lines[-1].strip() != "Finished with no errors." or UNCAUGHT in result.stderr:
         return _unreadable(result, "but no `Finished with no errors.`")
     sections = _sections_2024(lines)
@@ -839,44 +886,52 @@ def _read_2026_report(result: RunResult, target: str, allowed: frozenset, pin_te
 # Reading prover_check (checker/Main.lean)
 # --------------------------------------------------------------------------------------------
 
+BATCH_AXIOMS = re.compile(r"axioms (\d+) (\S+)((?: \S+)*)")
+BATCH_VERDICT = re.compile(r"pair (\d+) (passed|rejected|error)(?: (.+))?")
+BATCH_END = re.compile(r"checked (\d+) imports ([01])")
+
+
 def read_batch(result: RunResult, targets: list[str], allowed: frozenset,
                pin_text: str) -> tuple[list[KernelResult], int] | str:
     """(one result per pair, header imports the process reported), or why the batch as a whole
-    has no answer: stdout must be exactly one JSON line per pair in order, `{"pair": K, "verdict":
-    "passed"|"rejected"|"error", ...}`, then `{"checked": N, "imports": I}`, with exit 0."""
+    has no answer. stdout (checker/Main.lean `checkAll`), split on "\n" only (a U+2028 or U+0085
+    is no line break to the checker): per pair K in order, `axioms K THEOREM AXIOM...` lines then
+    `pair K passed`, or `pair K rejected|error REASON`; then `checked N imports 0|1`; exit 0."""
     if result.timed_out or result.signal is not None or result.exit_code != 0:
         tail = _one_line(result.stderr or result.stdout, 200)
         return f"kernel check: {OWN_CHECKER} {result.describe()}" + (f" ({tail})" if tail else "")
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    try:
-        answers = [json.loads(line) for line in lines]
-    except ValueError:
-        return f"kernel check: {OWN_CHECKER} printed a line that is not JSON"
-    if len(answers) != len(targets) + 1 or not all(isinstance(a, dict) for a in answers) \
-            or answers[-1] != {"checked": len(targets), "imports": answers[-1].get("imports")} \
-            or answers[-1]["imports"] not in (0, 1):
-        return f"kernel check: {OWN_CHECKER} did not answer every pair of its batch ({len(answers)} lines)"
-    out = []
-    for k, (answer, target) in enumerate(zip(answers, targets)):
-        verdict, reason = answer.get("verdict"), answer.get("reason")
-        if answer.get("pair") != k or verdict not in ("passed", "rejected", "error"):
-            return f"kernel check: {OWN_CHECKER} answered pair {k} out of order or with no verdict"
-        if verdict == "rejected" and isinstance(reason, str):
-            out.append(KernelResult("rejected", f"kernel check ({pin_text}): {_one_line(reason)}"))
-        elif verdict == "error" and isinstance(reason, str):
-            out.append(KernelResult("error", f"kernel check: {OWN_CHECKER}: {_one_line(reason)}"))
-        elif verdict == "passed" and isinstance(answer.get("axioms"), dict):
-            theorems = answer["axioms"]
-            full = _target_name(theorems, target)
-            axioms = theorems.get(full) if full is not None else None
-            if not isinstance(axioms, list) or not all(isinstance(a, str) for a in axioms):
+    lines = result.stdout.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    end = BATCH_END.fullmatch(lines.pop()) if lines else None
+    if end is None or int(end.group(1)) != len(targets):
+        return f"kernel check: {OWN_CHECKER} did not answer every pair of its batch ({len(lines)} lines)"
+    out: list[KernelResult] = []
+    theorems: dict[str, list[str]] = {}
+    for line in lines:
+        k = len(out)
+        axioms, verdict = BATCH_AXIOMS.fullmatch(line), BATCH_VERDICT.fullmatch(line)
+        if axioms and int(axioms.group(1)) == k and axioms.group(2) not in theorems:
+            theorems[axioms.group(2)] = axioms.group(3).split()
+        elif verdict is None or int(verdict.group(1)) != k or k >= len(targets):
+            return f"kernel check: {OWN_CHECKER} printed a line it never prints, or out of order (pair {k})"
+        elif verdict.group(2) == "passed" and verdict.group(3) is None:
+            full = _target_name(theorems, targets[k])
+            if full is None:
                 out.append(KernelResult("error", f"kernel check: {OWN_CHECKER} passed the proof with no readable "
-                                        f"axiom list for a single theorem `{target}`"))
+                                        f"axiom list for a single theorem `{targets[k]}`"))
             else:
-                out.append(_axioms_verdict(axioms, full, allowed, pin_text))
+                out.append(_axioms_verdict(theorems[full], full, allowed, pin_text))
+            theorems = {}
+        elif verdict.group(2) != "passed" and verdict.group(3) and not theorems:
+            reason = _one_line(verdict.group(3))
+            out.append(KernelResult("rejected", f"kernel check ({pin_text}): {reason}") if verdict.group(2) == "rejected"
+                       else KernelResult("error", f"kernel check: {OWN_CHECKER}: {reason}"))
         else:
             return f"kernel check: {OWN_CHECKER} answered pair {k} with fields it never prints"
-    return out, answers[-1]["imports"]
+    if len(out) != len(targets) or theorems:
+        return f"kernel check: {OWN_CHECKER} did not answer every pair of its batch ({len(out)} of {len(targets)})"
+    return out, int(end.group(2))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1124,6 +1179,57 @@ elab "pr% " s:term : term => do
 theorem prover_attack_proj_trick : ∀ (s : T), (pr% s) = (0 : Nat) := {proof}
 """
 
+# The olean_issue payload, with the module written by the payload itself (issue #39): a command run
+# during `lean -o` may write Proof.olean and exit 0 before Lean writes its own, so the checker alone
+# carries the guarantee. This one writes the file's constants but the unsafe one, so the unsafe
+# check cannot be what refuses it: the Nat-literal check must. {value}: the forged literal;
+# -4294967296 as olean_issue, or 1099511627776 (2^40), a positive value held as a big-number object
+# (an Int that large is one), which prints as a natural number: `lean_nat_big_le` and
+# `lean_nat_big_sub` take a big number for larger than any small one (src/runtime/object.cpp,
+# reasoned, not run), so `decide` proves both facts below. NOT COMPILED HERE (no Lean); the doctor's
+# kernel canary compiles it on the kernel image and fails, naming it, if it does not compile.
+_HAND_BUILT = """import Lean
+
+open Lean Elab Command
+
+unsafe def badNatUnsafe : Nat := unsafeCast ({value} : Int)
+
+@[implemented_by badNatUnsafe] opaque badNatVal : Nat
+
+run_elab
+  addDecl <| .defnDecl {{
+    name        := .str .anonymous "badNat"
+    levelParams := []
+    type        := .const ``Nat []
+    value       := .lit <| .natVal badNatVal
+    hints       := .opaque
+    safety      := .safe
+  }}
+
+theorem {theorem} : False := by
+{proof}
+  omega
+
+run_cmd do
+  let env ← getEnv
+  let data ← mkModuleData env
+  let mut names := #[]
+  let mut consts := #[]
+  for name in data.constNames, ci in data.constants do
+    if !ci.isUnsafe then
+      names := names.push name
+      consts := consts.push ci
+  saveModuleData (((← getFileName).dropRight 5) ++ ".olean") env.mainModule
+    {{ data with constNames := names, constants := consts }}
+  IO.Process.exit 0
+"""
+
+
+def _hand_built(theorem: str, value: str, facts: tuple[str, str]) -> str:
+    proof = "\n".join(f"  have h{k} : {fact} := by decide" for k, fact in enumerate(facts))
+    return _HAND_BUILT.format(theorem=theorem, value=value, proof=proof)
+
+
 # Each text is the public test case with its theorem renamed (and comments dropped); the Level
 # `unsafeCast` case of SafeVerify PR #19 (commit 5cafc55) has no public source text (the PR lists
 # it among its test results; no file at b291b588 holds it), so it is a stand-in test only
@@ -1169,6 +1275,23 @@ theorem prover_attack_olean_issue : False := by
                  "GasStationManager/SafeVerify PR #19, case 2 `Missing Mathlib import` (check added in bea2fbd)",
                  "prover_attack_dropped_imports", "import Lean\n\ntheorem prover_attack_dropped_imports : True := sorry\n",
                  "theorem prover_attack_dropped_imports : True := trivial\n"),
+    KernelAttack("opaque_value", "an axiom reached only through an opaque's value is found (the axiom walk reads "
+                 "opaque values)",
+                 "leanprover/comparator tests/projects/opaque_value (a4f69682, test corrected at 066c3bc)",
+                 "prover_attack_opaque_value", "theorem prover_attack_opaque_value : False := sorry\n",
+                 "axiom f : False\nopaque v : False := f\ntheorem prover_attack_opaque_value : False := v\n"),
+    KernelAttack("olean_issue hand-built", "a forged negative Nat literal in a module with no unsafe constant is "
+                 "refused (Nat-literal check alone)",
+                 "leanprover/comparator tests/projects/olean_issue (e0a37c608aca), written by its own payload (#39)",
+                 "prover_attack_olean_hand_built", "import Lean\n\ntheorem prover_attack_olean_hand_built : False := sorry\n",
+                 _hand_built("prover_attack_olean_hand_built", "-4294967296",
+                             ("¬badNat ≤ 9223372036854775807", "¬9223372036854775807 < badNat"))),
+    KernelAttack("non-canonical literal", "a positive Nat literal that does not read back as itself is refused "
+                 "(`(toString n).toNat? == some n`, not only a `-`)",
+                 "this project (#39), from comparator's olean_issue with 2^40 for the forged value",
+                 "prover_attack_noncanonical", "import Lean\n\ntheorem prover_attack_noncanonical : False := sorry\n",
+                 _hand_built("prover_attack_noncanonical", "1099511627776",
+                             ("badNat - 1099511627776 = 0", "¬badNat ≤ 1099511627776"))),
     KernelAttack("extra import", "a submission that imports more than the target is refused (imports equal)",
                  "this project (issue #32): SafeVerify's 2026 check accepts a superset",
                  "prover_attack_extra_import", "theorem prover_attack_extra_import : True := sorry\n",
@@ -1227,7 +1350,7 @@ def run_kernel_canary(stage: KernelStage, header: str, fast_path: Any = None) ->
     return out
 
 
-KERNEL_CANARY_VERSION = 4   # 3: the public attacks (KERNEL_ATTACKS); 4: the fast path's declarations in both modules
+KERNEL_CANARY_VERSION = 5   # 3: the public attacks (KERNEL_ATTACKS); 4: the fast path's declarations in both modules; 5: #39's three
 
 
 def ensure_kernel_canary(stage: KernelStage, verify_config: Any, fast_path: Any = None) -> None:

@@ -31,6 +31,10 @@ Where we depart from the paper, and why:
   ledger keeps the true rewards; the header says they were shuffled and replay does the same.
 - Member rewards are rounded to 3 decimals before normalising: the ledger stores them exactly
   (integer numerators over 1000), and training uses exactly what replay will read.
+- Options, off by default: `es.noise = "lowrank"` perturbs each matrix by A B^T / sqrt(es.rank)
+  from the member's seed (EGGROLL, es/lowrank.py; recorded in the ledger), and
+  `es.batched_members = k` generates k members in one batched call (es/batched.py; the population
+  evaluates them, so the loop below is the same).
 
 Every iteration also estimates how much of its update is signal rather than sampling noise
 (`es/signal_share`, es/signal.py) from the sample rewards it already has, and warns when the last

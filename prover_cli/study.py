@@ -839,7 +839,8 @@ def registration(study: Study) -> dict[str, Any]:
     """What the study is decided to be before any test-set run; hashed into study.json at the first run."""
     arms = {}
     for arm in study.arms.values():
-        arms[arm.name] = {"method": arm.method, "null": arm.null, "config_file": str(arm.config),
+        # the base config by content, not by path: the same study read from another checkout is the same study
+        arms[arm.name] = {"method": arm.method, "null": arm.null,
                           "config_sha256": hashlib.sha256(arm.config.read_bytes()).hexdigest(), "set": arm.overrides,
                           "budgets": {str(size): samples_of(run_config(study, arm, size, study.seeds[0]), arm.method)
                                       for size in study.train_sizes}}
@@ -1101,6 +1102,10 @@ def plan_study(study: Study, *, backend: str = "local", pilot: Sequence[str | Pa
     else:
         result["power_note"] = ("no pilot given: pass --pilot <finished study dir or ES and GRPO run dirs> for the "
                                 "seeds and test problems each primary margin needs")
+    if problems.get("checked"):
+        tables.insert(1, {"title": "problems (checked before anything is written)", "columns": ["what", "value"],
+                          "rows": [[key.replace("_", " "), f"{value:,}" if isinstance(value, int) else value]
+                                   for key, value in problems.items() if key != "checked"]})
     result["tables"] = tables
     return result
 
@@ -1289,15 +1294,21 @@ def _budget_of(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def exploratory(study: Study) -> list[Comparison]:
-    """What was not pre-registered: every arm pair at each size, and each arm's data-size contrasts."""
+    """What was not pre-registered: at each size every pair of arms that are not null controls, each arm
+    against its own method's null arms, and each arm's data-size contrasts (a null control against
+    another method's arm or null compares nothing anyone asked)."""
     registered = {(c.a, c.a_size, c.b, c.b_size, c.metric) for c in (*study.primary, *study.secondary)}
     names = list(study.arms)
+    arms = study.arms
     out = []
     for metric in METRICS:
         for size in study.train_sizes:
             for i, a in enumerate(names):
                 for b in names[i + 1:]:
-                    out.append(Comparison(a, size, b, size, metric, role="exploratory"))
+                    if (arms[a].null or arms[b].null) and (arms[a].method != arms[b].method or arms[a].null == arms[b].null):
+                        continue
+                    first, second = (b, a) if arms[a].null else (a, b)   # the null control is always b
+                    out.append(Comparison(first, size, second, size, metric, role="exploratory"))
         for arm in names:  # the limited-data contrast: the same seed with fewer training problems
             for i, small in enumerate(study.train_sizes):
                 for large in study.train_sizes[i + 1:]:

@@ -83,6 +83,35 @@ def test_helpers_and_binders_pass(stage, pin):
     assert result.status == "passed", result.reason
 
 
+REFUSED_PINS_STANDINS = {t: p for t, p in SAFEVERIFY_PINS.items() if p.dialect == "2026"}
+RECURSIVE = ("def prover_count (n : Nat) : Nat := if n = 0 then 0 else prover_count (n - 1) + 1\n\n"
+             "theorem t : 2 + 2 = 4 := by\n  decide")
+
+
+def test_an_honest_proof_with_a_recursive_def_passes_with_its_unsafe_rec_shim(stage, verify_config):
+    """#39: Lean adds `f._unsafe_rec` (safety `partial`) for a recursive `def` (the `lean -o`
+    stand-in writes it: fake_kernel_model.unsafe_rec_shims); prover_check exempts it from the
+    partial check only, and so does the 2026 SafeVerify stand-in (`isCompilerUnsafeRecName`, with
+    --disallow-partial); the 2024 ones are never run by the stage (they fail every fast-path module
+    on `_prover_trusted`'s hole axiom)."""
+    import fake_kernel_model
+
+    _, constants, _ = fake_kernel_model.parse_module(RECURSIVE)
+    shims = [c for c in fake_kernel_model.unsafe_rec_shims(constants) if c["name"].endswith("._unsafe_rec")]
+    assert [(c["name"], c["partial"], c["unsafe"]) for c in shims] == [("prover_count._unsafe_rec", True, False)]
+    [result] = stage().check([job(RECURSIVE)], STANDARD)
+    assert result.status == "passed", result.reason
+    for toolchain, sv in REFUSED_PINS_STANDINS.items():   # the 2026 SafeVerify stand-ins, run directly
+        s = stage()
+        s.pin, s.batch_size = sv, 1
+        s.checker_command = [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", sv.commit]
+        [result] = s.check([job(RECURSIVE)], STANDARD)
+        assert result.status == "passed", (toolchain, result.reason)
+    # a `partial def` is another matter: refused (its implementation is an unsafe constant in Lean)
+    [result] = stage().check([job(RECURSIVE.replace("def prover_count", "partial def prover_count"))], STANDARD)
+    assert result.status == "rejected" and "partial definition" in result.reason, result.reason
+
+
 @BOTH
 def test_a_target_inside_a_namespace_the_trusted_header_leaves_open(stage, pin):
     header = HEADER + "\nnamespace Game\n\ndef solution : ℕ := 3\n"

@@ -164,7 +164,7 @@ def check_box(verify_config: Any) -> Check:
         return Check(name, False, "not in force (verify.box = \"none\", your opt-out): the REPLs and the kernel "
                                   "stage's processes run unboxed, with your network and write access to your files",
                      "install bubblewrap and set verify.box = \"bubblewrap\" (docs/verify.md, *The box*)")
-    ok, detail = probe()
+    ok, detail = probe(verify_config=verify_config)   # its binds too: never $HOME or credentials
     if ok:
         return Check(name, True, f"in force: {detail} (REPLs, `lean -o`, the checker)")
     return Check(name, False, f"cannot be made, so verification refuses to run: {detail}", INSTALL_HINT)

@@ -417,3 +417,72 @@ def test_a_repl_killed_in_the_real_box_leaves_no_process(real_bwrap, tmp_path):
         return found
 
     assert running() == []
+
+
+# --------------------------------------------------------------------------------------------
+# #39: no mount is or holds $HOME or a credential path
+# --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_home(tmp_path, monkeypatch):
+    """$HOME with a dummy ~/.modal.toml and ~/.cache/huggingface, a project and a program under it."""
+    home = tmp_path / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".modal.toml").write_text("token_secret = 'dummy'\n")
+    (home / "proj").mkdir()
+    (home / "bin").mkdir()
+    peek = home / "bin" / "peek"
+    peek.write_text('#!/bin/sh\nif token=$(cat "$HOME/.modal.toml" 2>/dev/null); then echo "read: $token"; '
+                    'else echo "refused: $HOME/.modal.toml"; fi\n')
+    peek.chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def test_a_mount_that_is_or_holds_home_or_credentials_is_refused_naming_it(fake_home):
+    home = os.path.realpath(fake_home)
+    with pytest.raises(BackendError) as raised:   # run from $HOME: the project bind would be $HOME
+        box.boxed([sys.executable, "-c", "pass"], "bubblewrap", str(fake_home), what="verify.repl_command")
+    assert f"would bind {home} read-only, which shows your home directory {home}" in str(raised.value)
+    assert box.secrets_under(os.path.dirname(home)) == f"your home directory {home}"      # a parent of it
+    assert box.secrets_under(os.path.join(home, ".cache")) == os.path.join(home, ".cache", "huggingface")
+    assert box.secrets_under(os.path.join(home, ".modal.toml")) == os.path.join(home, ".modal.toml")
+    assert box.secrets_under(os.path.join(home, "proj")) is None
+    # the project under $HOME is fine: only its own directory is bound
+    argv = box.boxed([sys.executable, "-c", "pass"], "bubblewrap", str(fake_home / "proj"))
+    binds = [argv[k + 1] for k, a in enumerate(argv) if a in ("--ro-bind", "--bind")]
+    assert str(fake_home / "proj") in binds and home not in binds
+
+
+def test_a_program_under_home_bin_binds_that_directory_never_home(fake_home):
+    """`~/bin/lake`'s install root would be $HOME (lib/ beside bin/): the box binds ~/bin alone."""
+    argv = box.boxed([str(fake_home / "bin" / "peek")], "bubblewrap", str(fake_home / "proj"))
+    binds = [argv[k + 1] for k, a in enumerate(argv) if a in ("--ro-bind", "--bind")]
+    assert str(fake_home / "bin") in binds
+    assert not any(box.secrets_under(path) for path in binds), binds
+
+
+def test_the_doctor_says_so_naming_the_mount(fake_home):
+    from prover_cli.config import VerifyConfig
+    from prover_cli.doctor import check_box
+
+    config = VerifyConfig()
+    config.project_dir = str(fake_home)
+    check = check_box(config)
+    assert not check.ok and f"would bind {os.path.realpath(fake_home)} read-only" in check.detail, check.detail
+    config.project_dir = str(fake_home / "proj")
+    config.repl_command = [sys.executable, "-c", "pass"]
+    config.lean_command = [sys.executable, "-c", "pass"]
+    config.kernel_checker_command = [sys.executable, "{checker}"]
+    assert box.config_mount_problem(config) is None
+
+
+def test_in_the_real_box_a_program_under_home_bin_cannot_read_the_modal_token(real_bwrap, fake_home):
+    argv = box.boxed([str(fake_home / "bin" / "peek")], "bubblewrap", str(fake_home / "proj"))
+    assert argv[0] == real_bwrap
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=PATIENCE_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"refused: {fake_home}/.modal.toml", done.stdout
+    # unboxed, the same program reads it: the test shows the box is what keeps it out
+    assert "read: token_secret" in subprocess.run([str(fake_home / "bin" / "peek")], capture_output=True,
+                                                  text=True).stdout

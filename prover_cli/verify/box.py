@@ -58,6 +58,13 @@ ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
 # Variables the boxed process gets (when we have them); everything else is left out (--clearenv).
 ENV_KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "ELAN_HOME", "ELAN_TOOLCHAIN")
 
+# What a mount must never be or contain (relative to $HOME; $HOME itself too): the files a process
+# that ran untrusted text could read and print into a message. A read-only bind shows everything
+# under it, so a project or program under $HOME is bound by its own directory, never $HOME's.
+CREDENTIAL_PATHS = (".modal.toml", ".cache/huggingface", ".huggingface", ".netrc", ".ssh", ".aws", ".azure",
+                    ".config/gcloud", ".config/gh", ".config/modal", ".docker", ".git-credentials", ".gnupg",
+                    ".kaggle", ".pypirc", ".wandb", ".netrc", ".cache/wandb")
+
 INSTALL_HINT = ("install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S "
                 "bubblewrap`), or set verify.box = \"none\" to run Lean on untrusted text unboxed (a proof that "
                 "escapes the verdict rules then runs code as you, with your network and files)")
@@ -87,6 +94,33 @@ def bwrap_argv(command: list[str], *, bwrap: str, read_only: list[str], writable
     return argv + ["--chdir", cwd, "--", *command]
 
 
+def secrets_under(path: str, home: str | None = None) -> str | None:
+    """What a bind of `path` would show that it must not: $HOME (the path is it or holds it) or a
+    credential path (CREDENTIAL_PATHS) it is or holds; None when it shows neither."""
+    home = os.path.realpath(home or os.path.expanduser("~"))
+    path = os.path.realpath(path)
+    inside = (lambda secret: secret == path or secret.startswith(path.rstrip("/") + "/"))
+    if home != "/" and inside(home):
+        return f"your home directory {home}"
+    for rel in CREDENTIAL_PATHS:
+        secret = os.path.join(home, rel)
+        if inside(secret) and os.path.lexists(secret):
+            return f"{secret}"
+    return None
+
+
+def mount_problem(read_only: list[str], writable: list[str] = (), what: str = "verify.repl_command") -> str | None:
+    """Why the box must not be made with these binds (a message naming the mount), or None."""
+    for path in [*read_only, *writable]:
+        secret = secrets_under(path)
+        if secret is not None:
+            return (f"the box for {what} would bind {path} {'writable' if path in writable else 'read-only'}, "
+                    f"which shows {secret} to the untrusted text: run from the Lean project (verify.project_dir) "
+                    f"rather than from your home directory, and keep the programs it runs out of a directory "
+                    f"that holds your home or credentials")
+    return None
+
+
 def program_argv(command: list[str]) -> list[str]:
     """`command` without a leading `env NAME=VALUE ...` (kernel.py runs its checker so): the
     program that runs and its arguments, for the box's binds and the not-found check."""
@@ -109,7 +143,9 @@ def read_only_paths(command: list[str], cwd: str) -> list[str]:
     wanted.append(cwd)
     program = _find_program(command[0], cwd) if command else None
     if program:
-        wanted += [_install_root(os.path.abspath(program)), _install_root(os.path.realpath(program))]
+        for where in (os.path.abspath(program), os.path.realpath(program)):
+            root = _install_root(where)   # `~/bin/lake`: ~/bin alone, never $HOME
+            wanted.append(root if secrets_under(root) is None else os.path.dirname(where))
     for arg in command[1:]:
         path = os.path.join(cwd, arg)
         if os.path.isfile(path):
@@ -166,12 +202,18 @@ _probed: dict[str, tuple[bool, str]] = {}   # bwrap path -> (ok, detail), once p
 _probe_lock = threading.Lock()
 
 
-def probe(bwrap: str | None = None, timeout_s: float = 30.0) -> tuple[bool, str]:
-    """Whether `bwrap` (default: the one on PATH) exists and runs `true` in the box we use."""
+def probe(bwrap: str | None = None, timeout_s: float = 30.0, verify_config: object = None) -> tuple[bool, str]:
+    """Whether `bwrap` (default: the one on PATH) exists and runs `true` in the box we use; with
+    `verify_config` (the doctor), also whether the binds of its commands show nothing they must not
+    (`config_mount_problem`)."""
     bwrap = bwrap or shutil.which("bwrap")
     if not bwrap:
         return False, "`bwrap` not found on PATH"
-    cwd = os.path.abspath(os.getcwd())
+    if verify_config is not None:   # the doctor: the binds verification would make, first
+        problem = config_mount_problem(verify_config)
+        if problem is not None:
+            return False, problem
+    cwd = "/usr"   # bound anyway: the probe shows nothing of the directory it is run from
     command = ["true"]
     argv = bwrap_argv(command, bwrap=bwrap, read_only=read_only_paths(command, cwd), cwd=cwd, env=_box_env())
     try:
@@ -213,4 +255,21 @@ def boxed(command: list[str], box: str, cwd: str | None, writable: list[str] = (
     writable = [os.path.abspath(w) for w in writable]
     read_only = [p for p in read_only_paths(list(command), cwd)
                  if not any(p == w or p.startswith(w + "/") for w in writable)]   # its inputs: bound writable
+    problem = mount_problem(read_only, writable, what)
+    if problem is not None:
+        raise BackendError(f"verify.box = \"bubblewrap\": {problem}",
+                           hint="set verify.project_dir to the Lean project, or run from it")
     return bwrap_argv(list(command), bwrap=bwrap, read_only=read_only, writable=writable, cwd=cwd, env=_box_env())
+
+
+def config_mount_problem(verify_config: object) -> str | None:
+    """For the doctor: what the box of each local command of `verify_config` would bind that shows
+    $HOME or a credential path (mount_problem), or None."""
+    cwd = os.path.abspath(getattr(verify_config, "project_dir", "") or os.getcwd())
+    for what in ("repl_command", "lean_command", "kernel_checker_command"):
+        command = [arg for arg in getattr(verify_config, what, None) or [] if "{" not in arg]
+        if command:
+            problem = mount_problem(read_only_paths(command, cwd), (), f"verify.{what}")
+            if problem is not None:
+                return problem
+    return None

@@ -18,10 +18,19 @@ pytestmark = pytest.mark.real_vllm
 PROVER = [sys.executable, "-m", "prover_cli"]   # prover_cli/__main__.py: the guard vLLM's spawn needs
 
 
-def prover(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([*PROVER, *args], cwd=REPO, env=harness_env(), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"prover {' '.join(args)}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return done
+def prover(*args: str, trace: Path | None = None) -> subprocess.Popen:
+    """Runs `prover args`; `trace`: a file each process that loads a model through vLLM appends
+    its pid to (site/prover_vllm_keep_weights.py)."""
+    env = harness_env() | ({"PROVER_TEST_VLLM_TRACE": str(trace)} if trace else {})
+    process = subprocess.Popen([*PROVER, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    out, err = process.communicate(timeout=900)
+    assert process.returncode == 0, f"prover {' '.join(args)}: exit {process.returncode}\n{out[-3000:]}\n{err[-6000:]}"
+    return process
+
+
+def vllm_loaders(trace: Path) -> list[int]:
+    return [int(line) for line in trace.read_text().split()] if trace.exists() else []
 
 
 def es_sets(model: Path, run_dir: Path, backend: str) -> list[str]:
@@ -43,7 +52,12 @@ def test_train_es_on_vllm_writes_the_transformers_runs_ledger_and_final_weights_
     runs = {}
     for backend in ("vllm", "transformers"):
         runs[backend] = tmp_path / backend
-        prover("train", "es", "--config", "configs/toy.toml", *es_sets(tiny_dir, runs[backend], backend))
+        trace = tmp_path / f"{backend}.trace"
+        process = prover("train", "es", "--config", "configs/toy.toml", *es_sets(tiny_dir, runs[backend], backend),
+                         trace=trace)
+        loaders = vllm_loaders(trace)
+        # vLLM loaded the model in a process it spawned (its engine worker), on the vLLM run only
+        assert (loaders != [] and process.pid not in loaders) if backend == "vllm" else loaders == []
     vllm_run, tf_run = runs["vllm"], runs["transformers"]
     got, want = ledger_records(vllm_run), ledger_records(tf_run)
     assert len(got) == 2 and got == want   # every member's rewards, the update and the fingerprints
@@ -70,11 +84,14 @@ def test_train_grpo_with_colocated_vllm_runs_steps_and_evaluates_on_the_engine(t
             "grpo.max_completion_length=8", "grpo.save_every=0", "generate.max_model_len=256",
             "run.eval_every=2", "run.eval_problems=4", "run.eval_n=2", "run.eval_temperature=0.7",
             f"run.dir={json.dumps(str(run_dir))}"]
-    done = prover("train", "grpo", "--config", "configs/toy.toml", *[a for s in sets for a in ("--set", s)])
+    trace = tmp_path / "vllm.trace"
+    process = prover("train", "grpo", "--config", "configs/toy.toml", *[a for s in sets for a in ("--set", s)],
+                     trace=trace)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics if "eval/verified_rate" in m][-1] == 2
     assert max(m["iteration"] for m in metrics) == 2
     assert (run_dir / "final" / "model.safetensors").exists()
-    # TRL built its colocated engine in this process (external_launcher); with grpo.use_vllm the
-    # held-out evaluation at step 2 samples only through it (grpo.colocated_vllm_sampler refuses otherwise)
-    assert "external_launcher" in done.stdout + done.stderr
+    # TRL built its colocated engine in the prover process itself (distributed_executor_backend
+    # "external_launcher"); with grpo.use_vllm the held-out evaluation at step 2 samples only
+    # through it (grpo.colocated_vllm_sampler refuses otherwise)
+    assert set(vllm_loaders(trace)) == {process.pid}

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 
 ENV = "PROVER_TEST_VLLM_CPU_KEEP_WEIGHTS"
+TRACE = "PROVER_TEST_VLLM_TRACE"   # a file: each process that loads a model through vLLM appends its pid
 TARGET = "vllm.model_executor.layers.utils"
 
 
@@ -46,6 +48,10 @@ def keep_plain_weights(utils) -> None:
         if weight is None or weight.is_meta or weight.ndim != 2:
             return original(layer, remove_weight)   # not a plain linear layer: vLLM's own handling
         layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+        trace = os.environ.get(TRACE)
+        if trace:   # which processes loaded a model through vLLM (tests/real_vllm/test_train_cli.py)
+            with open(trace, "a", encoding="utf-8") as out:
+                out.write(f"{os.getpid()}\n")
 
     dispatch.prover_keeps_weights = True
     utils.dispatch_cpu_unquantized_gemm = dispatch

@@ -47,10 +47,11 @@ class ESWorkerExtension:
         (fp32 by default) there; returns (engine dtype, master dtype).
 
         One tensor at a time: each checkpoint tensor is read onto the device in the engine's
-        dtype, written through the engine's `load_weights`, turned into its master and dropped,
-        so the GPU never holds the whole checkpoint beside the engine and the masters (the
-        transient is one tensor); on CUDA the allocator's cached blocks are returned at the end,
-        so what stays outside vLLM's budget is the masters alone."""
+        dtype and written through the engine's `load_weights`, then read again and turned into
+        its master, and dropped after each step, so the GPU never holds the whole checkpoint
+        beside the engine and the masters (the transient is one tensor); on CUDA the allocator's
+        cached blocks are returned at the end, so what stays outside vLLM's budget is the masters
+        alone. tests/real_vllm/test_es_worker.py checks the base against the transformers path."""
         from prover_cli.es.weights import NamedWeights
 
         model = self.model_runner.model

@@ -182,3 +182,36 @@ def test_kill_9_mid_run_loses_and_duplicates_no_verdict(tmp_path):
     for row in rows:
         expected = "rejected" if int(row["id"][1:]) % 3 == 0 else "verified"
         assert row["verdict"] == expected, row
+
+
+def _manifest(project, mathlib_rev):
+    project.mkdir(exist_ok=True)
+    (project / "lake-manifest.json").write_text(json.dumps({"version": "1.1.0", "packagesDir": ".lake/packages",
+        "packages": [{"type": "git", "name": "mathlib", "rev": mathlib_rev, "url": "https://x", "inherited": False}]}))
+
+
+def test_a_resume_after_the_manifest_moves_mathlib_verifies_again(tmp_path):
+    """#39: the policy digest holds the Mathlib of `<project_dir>/lake-manifest.json` (what the REPL
+    loads), so a verdict made under another Mathlib is stale."""
+    project = tmp_path / "project"
+    _manifest(project, "9837ca9d65d9de6fad1ef4381750ca688774e608")
+    config = load_config(write_config(tmp_path / "c.toml", project_dir=str(project)))
+    proofs = write_proofs(tmp_path / "p.jsonl", [proof(f"p{k}") for k in range(2)])
+    out = tmp_path / "v.jsonl"
+    assert verify_file(config, proofs_path=proofs, out_path=out)["checked"] == 2
+    assert (verify_file(config, proofs_path=proofs, out_path=out)["resumed"]) == 2     # nothing moved
+    _manifest(project, "c211948581bde9846a99e32d97a03f0d5307c31e")
+    again = verify_file(config, proofs_path=proofs, out_path=out)
+    assert (again["resumed"], again["checked"], again["rechecked"]) == (0, 2, 2)
+
+
+def test_every_verdict_line_and_the_summary_say_whether_the_box_was_in_force(tmp_path):
+    proofs = write_proofs(tmp_path / "p.jsonl", [proof("a")])
+    for setting in ("bubblewrap", "none"):
+        config = load_config(write_config(tmp_path / f"{setting}.toml", box=setting))
+        out = tmp_path / f"{setting}.jsonl"
+        summary = verify_file(config, proofs_path=proofs, out_path=out)
+        [line] = read_jsonl(out)
+        assert line["verifier"]["box"] == setting and summary["verifier"]["box"] == setting
+        off = [w for w in summary["warnings"] if w.startswith('verify.box = "none"')]
+        assert bool(off) == (setting == "none"), summary["warnings"]

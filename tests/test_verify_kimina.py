@@ -178,7 +178,8 @@ def test_request_shape_and_verdicts(kimina_config):
     assert ok["verifier"] == {"backend": "kimina", "lean_toolchain": "unknown",
                               "mathlib_rev": "unknown", "kimina_url": server.url,
                               "kernel_check": {"checker": "prover_check", "toolchain": "v4.15.0",
-                                               "commit": PINS["v4.15.0"].commit}}
+                                               "commit": PINS["v4.15.0"].commit},
+                              "box": "bubblewrap"}
     assert ok["reason"] == f"all checks passed; kernel check passed (prover_check {PINS['v4.15.0'].commit[:8]})"
     # the trusted statement first (one problem: one code), then the proofs: the denied proof was
     # never sent; the other five went in one request (verify.kimina_batch_size = 8)

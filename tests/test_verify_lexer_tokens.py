@@ -302,3 +302,35 @@ def test_the_script_extracts_declared_atoms_with_their_line_and_scope(tmp_path):
     assert [(t["token"], t["file"], t["line"]) for t in table["tokens"]] == [
         ("abs'", "Mathlib/A.lean", 5), ("cases'", "Mathlib/A.lean", 6), ("⁻¹'", "Mathlib/A.lean", 3),
         ("∑'", "Mathlib/A.lean", 4)]
+
+
+@pytest.mark.parametrize("damage, key", [
+    ([], "not a JSON object"),
+    ({"tokens": {}}, "`tokens` must be a list"),
+    ({"tokens": [{"tok": "x'"}]}, "`tokens[0].token` must be a string"),
+    ({"tokens": ["x'"]}, "`tokens[0].token` must be a string"),
+    ({"tokens": [{"token": 3}]}, "`tokens[0].token` must be a string"),
+    ({"tokens": [{"token": "x'"}]}, "`tokens[0].scope` must be a string"),         # a Mathlib table only
+    ({"mathlib_commit": 3, "tokens": []}, "`mathlib_commit` must be a string"),
+    ({"mathlib_revs": "v4.15.0", "tokens": []}, "`mathlib_revs` must be a list of strings"),
+])
+def test_a_damaged_table_names_the_file_and_the_key(tmp_path, monkeypatch, damage, key):
+    """#39: every shape fault is a BackendError naming the file (never an unexpected KeyError)."""
+    import json
+    import shutil
+
+    from prover_cli.errors import BackendError
+    from prover_cli.verify import lexer
+
+    tokens = tmp_path / "tokens"
+    shutil.copytree(lexer.TOKENS_DIR, tokens)
+    mathlib = sorted(tokens.glob("mathlib-*.json"))[0]
+    target = tokens / "lean-core.json" if "scope" not in key and "mathlib" not in key else mathlib
+    if "scope" in key or "mathlib" in key:
+        good = json.loads(mathlib.read_text())
+        damage = {**{k: v for k, v in good.items() if k != "tokens"}, **damage} if isinstance(damage, dict) else damage
+    target.write_text(json.dumps(damage))
+    monkeypatch.setattr(lexer, "TOKENS_DIR", tokens)
+    with pytest.raises(BackendError) as raised:
+        lexer.mathlib_table("v4.15.0")
+    assert str(raised.value).startswith(f"{target}: damaged token table") and key in str(raised.value)

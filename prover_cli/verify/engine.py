@@ -34,7 +34,7 @@ from prover_cli.errors import InputError
 from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.signals import stop_signals_as_interrupt
-from prover_cli.verify.lexer import set_token_table, table_for_config
+from prover_cli.verify.lexer import configured_mathlib, set_token_table, table_for_config
 from prover_cli.verify.placement import Placement, current, place, when_left
 from prover_cli.verify.rules import VERDICTS, Verdict
 from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
@@ -66,6 +66,9 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
         identity.update(lean_toolchain="unknown", mathlib_rev="unknown", kimina_url=verify_config.kimina_url)
     # the kernel stage runs our own `lean -o` and checker: its toolchain is known (the pin's)
     identity["kernel_check"] = kernel_identity(verify_config)
+    # whether this machine's Lean processes (REPLs, the kernel stage's steps) ran in the box (#39);
+    # a Kimina server's and Modal Sandboxes' processes are isolated by them, not by verify.box
+    identity["box"] = verify_config.box
     return identity
 
 
@@ -104,6 +107,10 @@ def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
             "toolchain": pin.toolchain if pin else None}
 
 
+BOX_OFF_WARNING = ("verify.box = \"none\": the Lean processes on this machine ran the proofs' text outside the "
+                   "box, with your network and your files (a proof that escapes the verdict rules runs code as you); "
+                   "see docs/verify.md, *The box*")
+
 KERNEL_CHECK_OFF_WARNING = ("verify.kernel_check = false: `verified` rests on the fast path's answers alone "
                             "(Lean's messages, `#print axioms`, `#check` read from the process that ran the "
                             "proof), which a proof that runs code there can forge; see docs/verify.md")
@@ -127,6 +134,9 @@ def policy_digest(verify_config: Any) -> str:
         "backend": verify_config.backend,
         "lean_toolchain": verify_config.lean_toolchain,
         "mathlib_rev": verify_config.mathlib_rev,
+        # the Mathlib the REPL loads (`<project_dir>/lake-manifest.json`, lexer.configured_mathlib):
+        # a manifest that moves Mathlib makes every verdict stale (#39)
+        "mathlib_in_use": configured_mathlib(verify_config),
         "kernel_check": kernel_identity(verify_config),
     }
     return _digest(policy)
@@ -427,6 +437,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     # said once per command: in the summary (its `warnings` table for humans, the key with --json)
     warnings = [KERNEL_CHECK_OFF_WARNING] if not verify_config.kernel_check else []
     warnings += [w for w in [pin_warning(verify_config)] if w]
+    warnings += [BOX_OFF_WARNING] if verify_config.box == "none" else []
     with ResumableWriter(out_path) as writer, stop_signals_as_interrupt():  # SIGTERM/SIGHUP: as Ctrl-C
         last = {str(r.get("id")): r for r in writer.records}   # the last line per id is its verdict
         todo, rechecked = [], 0

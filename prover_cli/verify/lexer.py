@@ -120,10 +120,36 @@ def _read_table(path: Path) -> dict[str, Any]:
                            hint="the package data prover_cli/verify/tokens/*.json must ship with prover_cli") from None
 
 
+def _damaged(path: Path, what: str) -> BackendError:
+    return BackendError(f"{path}: damaged token table of verify's lexer: {what}",
+                        hint="the package data prover_cli/verify/tokens/*.json must ship with prover_cli as released")
+
+
+def _table_tokens(path: Path, data: Any, mathlib: bool) -> list[dict[str, Any]]:
+    """The `tokens` entries of a table read from `path`, its shape checked (a fault names the file
+    and the key: the install is at fault, and every batch stops on it)."""
+    if not isinstance(data, dict):
+        raise _damaged(path, "not a JSON object")
+    if mathlib and not isinstance(data.get("mathlib_commit"), str):
+        raise _damaged(path, "`mathlib_commit` must be a string")
+    if mathlib and not (isinstance(data.get("mathlib_revs", []), list)
+                        and all(isinstance(r, str) for r in data.get("mathlib_revs", []))):
+        raise _damaged(path, "`mathlib_revs` must be a list of strings")
+    tokens = data.get("tokens")
+    if not isinstance(tokens, list):
+        raise _damaged(path, "`tokens` must be a list")
+    for k, entry in enumerate(tokens):
+        if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+            raise _damaged(path, f"`tokens[{k}].token` must be a string")
+        if mathlib and not isinstance(entry.get("scope"), str):
+            raise _damaged(path, f"`tokens[{k}].scope` must be a string")
+    return tokens
+
+
 def core_table() -> TokenTable:
     """Lean core's tokens with a quote (tokens/lean-core.json): in every environment."""
-    data = _read_table(TOKENS_DIR / "lean-core.json")
-    return TokenTable("the Lean core table", frozenset(t["token"] for t in data["tokens"]))
+    path = TOKENS_DIR / "lean-core.json"
+    return TokenTable("the Lean core table", frozenset(t["token"] for t in _table_tokens(path, _read_table(path), False)))
 
 
 def mathlib_table(rev: str) -> TokenTable | None:
@@ -133,8 +159,9 @@ def mathlib_table(rev: str) -> TokenTable | None:
     core = core_table()
     for path in sorted(TOKENS_DIR.glob("mathlib-*.json")):
         data = _read_table(path)
+        entries = _table_tokens(path, data, True)
         if rev and (rev == data["mathlib_commit"] or rev in data.get("mathlib_revs", ())):
-            tokens = frozenset(t["token"] for t in data["tokens"] if t["scope"] != "local")
+            tokens = frozenset(t["token"] for t in entries if t["scope"] != "local")
             return TokenTable(f"the table of Mathlib {data['mathlib_commit'][:12]}", core.tokens | tokens)
     return None
 

@@ -65,6 +65,9 @@ def build_base(config: Any, say: Any = print) -> str:
     first `generate` would otherwise sit at 0 % with no word while it is built)."""
     import time
 
+    from prover_cli.progress import quiet_third_party_bars
+
+    quiet_third_party_bars()   # called from scripts/demo.sh, outside `prover`: no transformers bars
     from prover_cli.built_models import resolve_model_path
 
     m = config.model

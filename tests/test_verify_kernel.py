@@ -107,6 +107,10 @@ def test_an_honest_proof_with_a_recursive_def_passes_with_its_unsafe_rec_shim(st
         s.checker_command = [sys.executable, str(TESTS / "fake_safe_verify.py"), "--pin", sv.commit]
         [result] = s.check([job(RECURSIVE)], STANDARD)
         assert result.status == "passed", (toolchain, result.reason)
+    # a recursive def in the trusted header: its shim is in both modules and compared with neither
+    header = HEADER + "\ndef prover_hdr (n : Nat) : Nat := if n = 0 then 0 else prover_hdr (n - 1)\n"
+    [result] = stage().check([job(HONEST, header=header)], STANDARD)
+    assert result.status == "passed", result.reason
     # a `partial def` is another matter: refused (its implementation is an unsafe constant in Lean)
     [result] = stage().check([job(RECURSIVE.replace("def prover_count", "partial def prover_count"))], STANDARD)
     assert result.status == "rejected" and "partial definition" in result.reason, result.reason

@@ -34,6 +34,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich import box
 from rich.table import Table
 
 
@@ -190,7 +191,10 @@ class Out:
             self._records(header, cells)
             return
         padding, widths = layout
-        table = Table(padding=(0, padding))
+        if padding < 0:   # borderless: one space between columns, a rule under the header
+            table = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False, collapse_padding=True)
+        else:
+            table = Table(padding=(0, padding))
         for column, width in zip(header, widths):
             table.add_column(column, overflow="fold", width=width)
         for row in cells:
@@ -358,7 +362,8 @@ def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: 
                    ) -> tuple[int, list[int | None]] | None:
     """(padding, content widths) that fit a table in `width` terminal cells (widths None when it
     fits as is). The padding beside the borders is 1, or 0 when only that keeps every word whole;
-    None when no padding does (the caller prints the rows as records instead).
+    -1 when only a table without borders does (one space between columns); None when not even
+    that does (the caller prints the rows as records instead).
 
     rich, left to itself, shrinks the widest columns first and cuts what no longer fits with an
     ellipsis (`meth…`, `1.146e…`). Here every column first gets its longest word (up to a share of
@@ -384,6 +389,8 @@ def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: 
     floor = [max(1, w) for w in words]   # every word whole
     if sum(floor) > room:
         padding, room = 0, width - (n + 1)
+    if sum(floor) > room:
+        padding, room = -1, width - (n - 1)
     if sum(floor) > room:
         return None
     # then narrow the widest columns, never below their floor, to a common width that fits

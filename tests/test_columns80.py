@@ -94,6 +94,18 @@ def test_a_table_whose_words_cannot_fit_side_by_side_prints_each_row_as_lines():
     assert "┃" not in text and re.search(r"^comparison +es@n16", text, re.M)   # rows as `column  value` lines
 
 
+def test_a_table_whose_words_fit_only_without_borders_drops_them():
+    out = console_out(50)
+    rows = [("runs/study-demo/runs/grpo/n128/seed2", "missing", "(+0.050..+0.121)")]   # 36 + 7 + 16 = 59
+    out.table("", ["run dir", "state", "interval"], rows)
+    assert "│" not in out.err.file.getvalue()   # nor so at 50: rows as lines
+    out = console_out(61)   # 59 + 2 spaces: only without borders (with them 59 + 4)
+    out.table("", ["run dir", "state", "interval"], rows)
+    text = out.err.file.getvalue()
+    assert "│" not in text and "┃" not in text
+    assert "runs/study-demo/runs/grpo/n128/seed2 missing (+0.050..+0.121)" in text
+
+
 def test_a_key_value_table_with_a_long_path_puts_each_value_under_its_key():
     out = console_out(WIDTH)
     path = "reports/es1-vs-es2-vs-grpo1-vs-grpo2-20261207-045816/report.json"   # 66 cells

@@ -55,6 +55,10 @@ class _RichHandle:
         )
 
 
+# A table printed as rows of lines (too wide for the terminal) gives each row a block of
+# `column  value` lines up to this many rows, and one wrapped paragraph per row beyond.
+RECORD_BLOCKS_UP_TO = 6
+
 # Seconds between two plain progress lines when stderr is not a terminal.
 PROGRESS_EVERY_S = 5.0
 # How often the heartbeat thread looks at the clock while a plain-line stage runs.
@@ -213,6 +217,13 @@ class Out:
             # a key/value table (`_render`'s scalars): each row is already `key  value`
             labels, cells = [row[0] for row in cells], [[row[1] for row in cells]]
         keys = [Text.from_markup(label).plain for label in labels]
+        if len(cells) > RECORD_BLOCKS_UP_TO:
+            # many rows: each one a paragraph of `column: value` pairs, wrapped between words
+            for row in cells:
+                pairs = [f"{key}: {Text.from_markup(cell).plain}" if key else Text.from_markup(cell).plain
+                         for key, cell in zip(keys, row)]
+                self.prose("- " + " | ".join(pairs), hang=2)
+            return
         key_longest = max((cell_len(k) for k in keys), default=1)
         key_word = max((cell_len(w) for k in keys for w in k.split()), default=1)
         value_word = max((cell_len(w) for row in cells for cell in row for w in Text.from_markup(cell).plain.split()),

@@ -19,25 +19,25 @@ directory of its own that receives only data (`isolated.py`):
    axiom alone (`_only_the_trusted_aux_failed`).
 3. **check** the two `.olean` files with the checker pinned for the toolchain (`PINS`):
    - Lean 4.9 - 4.21 (the default 4.15 included): `prover_check`, our own program
-     (`checker/Main.lean`), because no SafeVerify commit for those toolchains has the hardening
-     (docs/verify.md, *The kernel stage*). It imports the header ONCE per batch and checks many
-     pairs: the submission's imports equal the header's exactly; no unsafe/partial constant;
-     Exprs and Levels rebuilt, Nat literals checked, every constant replayed by the kernel
-     twice; every declaration of the target module (any kind) equal in the submission; the
-     target's axioms within propext, Quot.sound, Classical.choice. IT HAS NEVER BEEN COMPILED
-     WHERE THIS CODE IS DEVELOPED (no Lean there): the Modal kernel image builds it, and `prover
-     doctor --backend modal` runs it against the kernel canaries (public attacks) first.
-   - Lean 4.27, 4.29: SafeVerify (GasStationManager/SafeVerify) at its 2026 commits, one pair
-     per process: replay with rebuilt Exprs/Levels, Nat-literal check, theorems checked again,
-     declarations of every kind compared, axioms. Its import check accepts a superset of the
-     target's imports (the body's no-`import` rule and a library the elaboration cannot write
-     are what keep extra imports out there).
+     (`checker/Main.lean`), replaying through lean4checker at the tag's release commit (its
+     `replay'` at 4.20/4.21, the core `Environment.replay` at 4.9 - 4.15, as lean4checker itself
+     does there) and comparing: the submission's imports equal the header's by module name; no
+     unsafe constant, no partial one but Lean's `_unsafe_rec` shim; every Nat literal reads back
+     as itself; every declaration of the target module (any kind) equal in the submission; the
+     target's axioms, walked through opaque values, within propext, Quot.sound, Classical.choice.
+     It imports the header ONCE per batch of pairs. Every identifier it uses is evidenced at each
+     tag (tests/test_checker_evidence.py), but IT HAS NEVER BEEN COMPILED WHERE THIS CODE IS
+     DEVELOPED (no Lean there): the Modal kernel image builds it, and `prover doctor --backend
+     modal` runs it against the kernel canaries (public attacks) first.
+   - Lean 4.27, 4.29: REFUSED (`REFUSED_PINS`, #39): SafeVerify's 2026 commits check Nat literals
+     for a `-` only, and not on the target's own declarations; no checker of ours is evidenced there.
 
 Verdicts (`kernel_verdict`): a pass keeps `verified`; the checker (or the fresh elaboration)
 saying no is `rejected` with its reason; a crash, a timeout, or output we cannot read is `error`
 (a checker batch that fails is split until each proof has its own answer). Nothing from the fast
-path's answers is used. What this guarantees rests on the checker: on Lean 4.9 - 4.21 on Lean
-code of ours that no test here has run (tests use a stand-in, tests/fake_checker.py).
+path's answers is used. What this guarantees rests on the checker: Lean code of ours that no test
+here has run (tests use a stand-in, tests/fake_checker.py), and it does not rebuild Exprs or Levels
+(a forged Level in a hand-written .olean is not defended: docs/verify.md).
 
 The checkers' command lines, exit codes and output lines below are read from their source
 (SafeVerify's `Main.lean` at each pinned commit; ours in `checker/Main.lean`); the Lean runtime
@@ -194,7 +194,8 @@ def pin_warning(verify_config: Any) -> str | None:
     if pin.dialect == "batch":
         return (f"the kernel stage's checker for Lean {pin.toolchain} is {OWN_CHECKER}, Lean code of this project "
                 "that has not been compiled or run where it was written: its guarantees hold once `prover doctor "
-                "--backend modal` has built it and it refused every kernel canary; see docs/verify.md, *The kernel stage*")
+                "--backend modal` has built it and it refused every kernel canary, and it rebuilds no Level "
+                "(a forged one in a hand-written .olean is not defended); see docs/verify.md, *The kernel stage*")
     if pin.imports == "superset":
         return (f"the kernel stage's {CHECKER} pin for Lean {pin.toolchain} ({pin.branch}) accepts a proof module "
                 "that imports more than the header (a superset): extra imports are kept out by the no-`import` "

@@ -123,8 +123,8 @@ unsafe def checkPair (k : Nat) (t s : System.FilePath) (header : Option (Array N
   if target.imports.map (·.module) != imports then
     return ("error", #["the trusted target's imports are not the batch's header"], header)
   match ← (readModuleData s).toBaseIO with
-  | .error _ => return ("error", #["the submission's .olean cannot be read"], header)
-  | .ok (sub, _) =>
+  | Except.error _ => return ("error", #["the submission's .olean cannot be read"], header)
+  | Except.ok (sub, _) =>
     if sub.imports.map (·.module) != imports then
       return ("rejected", #["the submission's imports are not the trusted header's"], header)
     let mut i := 0
@@ -133,8 +133,8 @@ unsafe def checkPair (k : Nat) (t s : System.FilePath) (header : Option (Array N
         return ("rejected", #[why], header)
       i := i + 1
     match ← (replayModule env sub.constNames sub.constants).toBaseIO with
-    | .error _ => return ("rejected", #["the kernel refused the submission's replay"], header)
-    | .ok replayed =>
+    | Except.error _ => return ("rejected", #["the kernel refused the submission's replay"], header)
+    | Except.ok replayed =>
       let mut axioms : Array String := #[]
       for name in target.constNames, want in target.constants do
         if lastIs name "_unsafe_rec" then

@@ -1403,6 +1403,9 @@ def _write_report_dir(out: Path, study: Study, loaded: dict[tuple[str, int, int]
     for leftover in out.parent.glob(f".{out.name}.*"):   # what a killed report left: never read
         shutil.rmtree(leftover, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)   # mkdtemp's 0700 would outlive the rename: a report is for reading
     try:
         (staging / "per_seed.jsonl").write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in per_seed_rows),
                                                 encoding="utf-8")

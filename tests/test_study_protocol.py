@@ -241,6 +241,11 @@ def test_the_figures_pass_the_layout_check(done):
     assert "es@n4 - grpo@n4 (greedy)" in layout["difference_panels"]["greedy"]
     assert "es@n4 - es-null@n4 (greedy)" in layout["difference_panels"]["greedy"]
     assert all((study.dir / "report" / name).stat().st_size > 0 for name in layout["files"])
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (study.dir / "report").stat().st_mode & 0o777 == 0o777 & ~umask   # not mkdtemp's 0700
     data = next(t for t in report["tables"] if t["title"].startswith("limited data"))
     assert data["columns"][4:] == [f"{b:,} samples" for b in range(0, 24, 4)]   # sizes x budgets
 

@@ -928,6 +928,7 @@ def prepare_test_set(study: Study, runs: list[dict[str, Any]], reporter: Any = N
     record = read_record(study)
     check_registration(study, record)
     write_problems(study, reporter)
+    check_problems(study)   # problems from a file are checked once written, before any training
     fingerprint = test_set(runs[0]["config"])
     if record is not None and record["test_set"] != fingerprint:
         raise InputError(f"{study.dir / 'problems.jsonl'}: the test set changed since the study started "
@@ -1008,6 +1009,7 @@ def tune_study(study: Study, *, backend: str = "local", reporter: Any = NULL_REP
     check_registration(study, record)
     runs = planned_tune_runs(study)
     write_problems(study, reporter)
+    check_problems(study)   # problems from a file are checked once written, before any training
     dev = dev_set(study)
     test = test_set(run_config(study, next(iter(study.arms.values())), study.train_sizes[0], study.seeds[0]))
     if dev["heldout_sha256"] == test["heldout_sha256"]:

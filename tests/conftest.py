@@ -65,6 +65,15 @@ def shared() -> Callable[..., Path]:
     return need
 
 
+def pytest_ignore_collect(collection_path, config):
+    """tests/real_vllm runs in its own environment only (`make test-vllm` names that directory): the
+    main suite does not even import it, whose conftest and test_pipeline.py would otherwise shadow
+    this conftest and tests/test_pipeline.py (one module name each, pytest's default import mode)."""
+    if collection_path.name == "real_vllm" and collection_path.parent == Path(__file__).parent:
+        return not any("real_vllm" in str(arg) for arg in config.args)
+    return None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "shared: reads ../shared through the `shared` fixture (skipped without it)")
 

@@ -121,7 +121,7 @@ class LocalRunner:
                 self._active.add(transport)
             try:
                 stdout, timed_out = _read_until_eof(transport, start + timeout_s)
-                code = None if timed_out else transport.returncode()
+                code = None if timed_out else _exit_code(transport, start + timeout_s)
                 signal_number = None if timed_out else transport.exit_signal()
                 stderr = transport.stderr_text(MAX_OUTPUT_BYTES)
             finally:
@@ -148,6 +148,15 @@ def local_runner(verify_config) -> LocalRunner:
     `default_tmp_root()`."""
     return LocalRunner(verify_config.project_dir or None, float(verify_config.memory_limit_gb),
                        default_tmp_root(), box=verify_config.box)
+
+
+def _exit_code(transport, deadline: float) -> int | None:
+    """The step's exit code once its stdout ended: waited for up to the step's deadline (a
+    wrapper slow to exit on a loaded machine is no `exited with code None` error); None after it."""
+    while True:
+        code = transport.returncode()   # waits up to a second
+        if code is not None or time.monotonic() >= deadline:
+            return code
 
 
 def _read_until_eof(transport, deadline: float) -> tuple[str, bool]:

@@ -86,11 +86,11 @@ def build_base(config: Any, say: Any = print) -> str:
 def noise_line(config: Any) -> str:
     """What the ES run's `NOISE` flag and warning mean in the demo, printed before it trains."""
     es = config.es
-    return (f"ES at this budget: the progress lines will end NOISE and a warning will follow: with "
-            f"{es.problems_per_iteration * es.samples_per_problem} greedy samples per member the members' rewards "
-            "differ mostly by which problems they drew, not by their perturbation (the probe measured it: "
-            "configs/demo.toml). It is what the demo shows, not a fault: the run still trains, and the held-out "
-            "lines at the end say what it learned.")
+    samples = es.problems_per_iteration * es.samples_per_problem
+    return (f"ES at this budget: its progress lines will end NOISE and a warning will follow. Every member is "
+            f"scored greedily on the same {samples} problems, and a perturbation's effect measured on {samples} "
+            f"problems is mostly which {samples} were drawn (the probe measured it: configs/demo.toml). Expected "
+            "here, not a fault: the run still trains, and the held-out lines at the end say what it learned.")
 
 
 def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:

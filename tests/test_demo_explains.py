@@ -38,7 +38,7 @@ def test_the_demo_script_explains_before_it_waits():
     from prover_cli.demo import noise_line
 
     line = noise_line(load_config(DEMO))
-    assert "NOISE" in line and "8 greedy samples per member" in line and "\n" not in line
+    assert "NOISE" in line and "scored greedily on the same 8 problems" in line and "\n" not in line
 
 
 def test_building_the_base_says_so_first_and_only_the_first_time(tmp_path):

@@ -162,8 +162,9 @@ def noise_warning(parts: Sequence[Parts | None], es: Any, minimum: int = WINDOW)
     # the temperature is advice only where it can be lowered: greedy members (0) are as low as it goes
     temperature = (f"with a lower member sampling temperature (es.member_temperature = {es.member_temperature:g}; "
                    "0 = greedy) and " if es.member_temperature > 0 else "")
-    greedy = ("; the members already decode greedily (es.member_temperature = 0), so their rewards differ only by "
-              "the perturbation and the problems drawn" if es.member_temperature == 0 else "")
+    greedy = (f"; the members already decode greedily (es.member_temperature = 0): the noise left is which "
+              f"problems the iteration drew, a perturbation's effect being measured on only {samples} of them"
+              if es.member_temperature == 0 else "")
     return (f"the ES update is mostly sampling noise: signal share {share:.2f} over {over} "
             f"(1 = all signal, below {NOISE_BELOW} = mostly noise). Signal rises with samples per member "
             f"(es.problems_per_iteration x es.samples_per_problem = {samples} now; {estimate}), {temperature}with a "

@@ -486,3 +486,15 @@ def test_in_the_real_box_a_program_under_home_bin_cannot_read_the_modal_token(re
     # unboxed, the same program reads it: the test shows the box is what keeps it out
     assert "read: token_secret" in subprocess.run([str(fake_home / "bin" / "peek")], capture_output=True,
                                                   text=True).stdout
+
+
+def test_verification_run_from_home_refuses_naming_the_mount(fake_home, verify_config, monkeypatch):
+    """`prover verify` from $HOME (project_dir unset, the working directory $HOME): no proof is
+    checked; the error names the bind and what it would show."""
+    from prover_cli.verify import verify_records
+
+    config = verify_config(box="bubblewrap", project_dir="", canary=False)
+    monkeypatch.chdir(fake_home)
+    with pytest.raises(BackendError, match=rf"would bind {os.path.realpath(fake_home)} read-only, which shows your "
+                                           rf"home directory"):
+        verify_records([{"id": "a", "formal_statement": STATEMENT, "proof": "  linarith"}], config)

@@ -112,3 +112,47 @@ def test_batched_members_refuse_sampled_members_and_other_samplers(tmp_path, cac
     with pytest.raises(ConfigError, match="es.batched_members = 4: .*transformers sampler only"):
         LocalPopulation(config_from_dict(raw))
     LocalPopulation(make_config(tmp_path, cache_dir, batched_members=0, member_temperature=0.7))  # off: anything goes
+
+
+def test_modal_refuses_batched_members_before_any_container():
+    """On Modal each member container evaluates its own members: the option would do nothing there."""
+    from prover_cli.config import config_from_dict
+    from prover_cli.on_modal import functions
+
+    config = config_from_dict({"es": {"batched_members": 4}})
+    with pytest.raises(ConfigError, match="es.batched_members = 4: batched members run in the loop's own process"):
+        functions.ModalPopulation(config, config.to_dict())
+
+
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+def test_a_head_tied_to_the_embedding_batches_too(tmp_path, cache_dir, noise):
+    """A tied head is one tensor under one name (NamedWeights): the lookup and the head read the same
+    member's weight; low-rank keeps it stacked (not factored), since the embedding needs it whole."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from prover_cli.built_models import resolve_model_path
+    from prover_cli.config import config_from_dict
+
+    tied = tmp_path / "tied"  # the tiny model with its head tied to the embedding, saved once (as transformers does)
+    shutil.copytree(resolve_model_path("tiny", str(cache_dir), 0), tied)
+    settings = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**settings, "tie_word_embeddings": True}))
+    tensors = load_file(str(tied / "model.safetensors"))
+    del tensors["lm_head.weight"]
+    save_file(tensors, str(tied / "model.safetensors"), metadata={"format": "pt"})
+    raw = raw_config(tmp_path / "run", cache_dir, population=4, sigma=0.05, problems_per_iteration=4,
+                     **({"noise": "lowrank", "rank": 2} if noise == "lowrank" else {}))
+    raw["model"]["name"] = str(tied)
+    config = config_from_dict(raw)
+    population = LocalPopulation(config)
+    sampler = population.load_sampler()
+    assert sampler.model.lm_head.weight is sampler.model.get_input_embeddings().weight
+    batched = BatchedMembers(sampler, population.weights)
+    assert batched.linear_weights and "model.embed_tokens.weight" not in batched.linear_weights
+    batch = pick_problems(train_problems(config), config.run.seed, 1, 4)
+    one = [member_completions(sampler, population.weights, population.task, batch, config, 1, m) for m in range(4)]
+    together = batched.completions(population.task, batch, 1, range(4), es=config.es, generate=config.generate,
+                                   run_seed=config.run.seed, family=config.model.family)
+    assert together == one

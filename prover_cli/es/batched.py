@@ -93,8 +93,11 @@ class BatchedMembers:
             twin = copy.copy(module)  # calls the class's forward, never the batched one installed on `module`
             twin._parameters = dict(module._parameters)
             self.modules.append((module, twin, {local: names[id(p)] for local, p in direct.items()}))
+        # linear weights no other module uses (a head tied to the embedding stays stacked: the lookup needs it)
+        elsewhere = {name for module, _, mapping in self.modules if type(module) is not torch.nn.Linear
+                     for name in mapping.values()}
         self.linear_weights = frozenset(mapping["weight"] for module, _, mapping in self.modules
-                                        if type(module) is torch.nn.Linear and "weight" in mapping)
+                                        if type(module) is torch.nn.Linear and "weight" in mapping) - elsewhere
         self._vmap, self._functional_call = torch.func.vmap, torch.func.functional_call
 
     def stacked(self, seeds_and_scales: Sequence[tuple[int, float]], rank: int | None = None,

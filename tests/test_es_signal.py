@@ -178,6 +178,7 @@ class SyntheticTask:
 
 
 def synthetic_run(tmp_path, cache_dir, monkeypatch, kind, name=None, iterations=8, resume=False, **run):
+    from prover_cli.es import population as es_population
     from prover_cli.es import train as es_train
 
     run_dir = tmp_path / (name or kind)
@@ -190,10 +191,12 @@ def synthetic_run(tmp_path, cache_dir, monkeypatch, kind, name=None, iterations=
         "run": {"dir": str(run_dir), "seed": 3, **run},
     })
     task = SyntheticTask(kind)
-    monkeypatch.setattr(es_train, "get_task", lambda name: task)
-    monkeypatch.setattr(es_train, "load_es_sampler", readout_sampler)
+    # the members' task and sampler are the run's population's (es/population.py LocalPopulation)
+    monkeypatch.setattr(es_population, "load_es_sampler", readout_sampler)
+    population = es_population.LocalPopulation(config)
+    population.task = task
     reporter = Recorder()
-    result = es_train.train_es(config, reporter=reporter, resume=resume)
+    result = es_train.train_es(config, reporter=reporter, resume=resume, population=population)
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return result, lines, reporter
 

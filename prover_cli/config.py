@@ -182,8 +182,8 @@ class VerifyConfig:
     allow_commands: list[str] = _key([], "Command keywords untrusted text may use beyond the allowlist (`theorem`, `lemma`, `set_option <resource limit> … in`), e.g. [\"open\"]: keywords the allowlist knows, `@[`, `#` commands (an unknown name is an error). Each widens what a proof can change; see docs/verify.md for the risk.")
     canary: bool = _key(True, "Before the first proof on a toolchain (cached per toolchain), run the built-in canary: honest proofs that must verify and one cheat per rule that must be rejected; refuse to verify if any comes out wrong. `prover doctor` always runs it.")
     kernel_check: bool = _key(True, "Second stage for every proof the fast path calls verified: elaborate it again with "
-                              "`lean -o` in a fresh process and re-check the .olean with SafeVerify (pinned per "
-                              "toolchain) in another: kernel replay, the target's type against the trusted "
+                              "`lean -o` in a fresh process and re-check the .olean with the checker pinned for the "
+                              "toolchain (`prover_check`, Lean 4.9-4.21) in another: lean4checker's kernel replay, the target's type against the trusted "
                               "statement's, its axioms. Only a proof that passes both is `verified`. false: a warning "
                               "in the summary, recorded in every verdict's `verifier` and the policy digest; see "
                               "docs/verify.md.")
@@ -191,15 +191,15 @@ class VerifyConfig:
                                    "`project_dir`.")
     kernel_checker_command: list[str] = _key(["lake", "env", "{checker}"],
                                              "argv of the kernel checker pinned for `lean_toolchain`, run in "
-                                             "`project_dir`; `{checker}` becomes its program: `prover_check` (ours, "
-                                             "Lean 4.9-4.21) or `safe_verify` (SafeVerify, 4.27, 4.29); `prover "
-                                             "doctor` checks it.")
+                                             "`project_dir`; `{checker}` becomes its program: `prover_check` (ours, on "
+                                             "lean4checker, Lean 4.9-4.21; Lean 4.27/4.29 are refused, docs/verify.md); "
+                                             "`prover doctor` checks it.")
     kernel_batch_size: int = _key(32, "Proofs one `prover_check` process checks (it imports the header once per "
-                                  "process, then checks each proof against it); SafeVerify takes one per process. "
+                                  "process, then checks each proof against it). "
                                   "A batch whose process fails is split until each proof has its own verdict.",
                                   min=1, max=4096)
     kernel_check_workers: int = _key(0, "Kernel-stage steps at a time (`lean -o` of one proof, or one checker "
-                                     "process: a batch with `prover_check`, one proof with SafeVerify; on Modal a "
+                                     "process: a batch with `prover_check`; on Modal a "
                                      "fresh Sandbox each); 0 = verify.workers; at most 1024.",
                                      min=0, max=WORKERS_MAX)
     kernel_check_timeout_s: float = _key(600.0, "Wall-clock limit for each kernel-stage process (`lean -o` of one proof, "
@@ -400,8 +400,7 @@ class ModalConfig:
                                                "prints what the honest kernel canary took.", min=0.0)
     est_kernel_import_s: float = _key(5.0, "Cost estimate: seconds one checker process spends importing the header "
                                       "(Mathlib) before its first check; ASSUMED, not measured. prover_check pays it "
-                                      "once per batch (verify.kernel_batch_size proofs), SafeVerify (Lean 4.27, 4.29) "
-                                      "four times per proof (its two replays and its import check each import).",
+                                      "once per batch (verify.kernel_batch_size proofs).",
                                       min=0.0)
     est_pass_rate: float = _key(1.0, "Cost estimate: fraction of proofs the fast path calls verified; only those go "
                                 "through the kernel stage (1.0 = every proof: an upper bound).", min=0.0, max=1.0)

@@ -227,8 +227,8 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
 def check_kernel_checker(verify_config: Any) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
     from prover_cli.errors import ProverError
-    from prover_cli.verify.kernel import (CHECKER, checker_command, checker_manifest_problem, describe_installed_checker,
-                                          pin_for, pin_warning, toolchain_version)
+    from prover_cli.verify.kernel import (REFUSED_PINS, checker_command, checker_manifest_problem,
+                                          describe_installed_checker, pin_for, pin_warning, toolchain_version)
 
     name = "kernel checker"
     if not verify_config.kernel_check:
@@ -237,10 +237,13 @@ def check_kernel_checker(verify_config: Any) -> Check:
     want = toolchain_version(verify_config.lean_toolchain)
     pin = pin_for(verify_config.lean_toolchain)
     build = ("build the pinned checker next to the REPL (docs/verify.md, *The kernel stage*: prover_check from "
-             "prover_cli/verify/checker, or SafeVerify at the pinned commit) and put it on PATH, or set "
+             "prover_cli/verify/checker, on lean4checker at the tag's commit) and put it on PATH, or set "
              "verify.kernel_checker_command")
+    if pin is None and want in REFUSED_PINS:
+        return Check(name, False, f"Lean {want} is refused: {REFUSED_PINS[want]}",
+                     "use a toolchain of Lean 4.9-4.21 (docs/verify.md) or set verify.kernel_check = false")
     if pin is None:
-        return Check(name, False, f"no {CHECKER} build is pinned for Lean {want}",
+        return Check(name, False, f"no kernel checker is pinned for Lean {want}",
                      "use a pinned toolchain (docs/verify.md) or set verify.kernel_check = false")
     info = describe_installed_checker(checker_command(verify_config, pin), verify_config.project_dir or None)
     if not info["found"]:

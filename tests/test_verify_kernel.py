@@ -1065,3 +1065,17 @@ def _safeverify_run(violations: list[str], failures: dict[str, object]) -> RunRe
 def test_safeverify_failing_on_the_fast_paths_trusted_theorem_alone_is_read_as_its_pass(violations, failures, status):
     result = read_checker(PIN_2026, _safeverify_run(violations, failures), "t", frozenset(STANDARD))
     assert result.status == status, result.reason
+
+
+def test_doctor_names_why_a_refused_toolchain_has_no_checker():
+    """Lean 4.27/4.29 have only SafeVerify's 2026 commits, refused (kernel.py REFUSED_PINS): the
+    doctor gives that reason, not "nothing pinned"; a toolchain nobody pinned says so."""
+    from prover_cli.config import VerifyConfig
+    from prover_cli.doctor import check_kernel_checker
+    from prover_cli.verify.kernel import REFUSED_PINS
+
+    assert {"v4.27.0", "v4.29.0"} <= set(REFUSED_PINS)
+    refused = check_kernel_checker(VerifyConfig(lean_toolchain="leanprover/lean4:v4.27.0"))
+    assert not refused.ok and refused.detail.startswith("Lean v4.27.0 is refused: SafeVerify at")
+    unknown = check_kernel_checker(VerifyConfig(lean_toolchain="leanprover/lean4:v4.3.0"))
+    assert not unknown.ok and unknown.detail == "no kernel checker is pinned for Lean v4.3.0"

@@ -259,6 +259,9 @@ def test_wheel_ships_the_configs_and_examples_and_they_resolve_outside_a_checkou
     names = zipfile.ZipFile(wheel).namelist()
     assert [n for n in names if n.startswith("prover_cli/configs/")] == [f"prover_cli/configs/{n}" for n in SHIPPED]
     assert "prover_cli/examples/lean_examples.jsonl" in names
+    checker = REPO / "prover_cli" / "verify" / "checker"  # the kernel stage builds every file of it
+    assert sorted(n for n in names if n.startswith("prover_cli/verify/checker/")) == sorted(
+        f"prover_cli/verify/checker/{p.relative_to(checker).as_posix()}" for p in checker.rglob("*") if p.is_file())
     for name in SHIPPED:  # the same bytes as the checkout's
         assert zipfile.ZipFile(wheel).read(f"prover_cli/configs/{name}") == (REPO / "configs" / name).read_bytes()
 

@@ -6,8 +6,9 @@
 The ES update moves along sum_k (R_2k - R_2k+1) eps_k (antithetic pairs; sum_m R_m eps_m without).
 Each member reward R is the mean of the member's J samples (es.problems_per_iteration x
 es.samples_per_problem), so it is the member's true reward under its perturbation plus sampling
-noise: which problems were drawn, which samples came out. When the noise dominates, the update
-is a random direction, however many iterations run.
+noise: which problems were drawn, which samples came out. When the noise dominates, each update
+is mostly a random direction; over T iterations the signal adds up as T and the noise as sqrt(T),
+so a low share slows a run down (docs/ledger.md) rather than making it a random walk.
 
 **Signal share** is the reliability of those rewards: between the units of the update (pair
 differences with antithetic pairs, members without), the share of their variance that is the

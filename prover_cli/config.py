@@ -254,7 +254,9 @@ class ESConfig:
     noise: str = _key("full", "Each member's perturbation: `full` (integer-hash noise on every weight) or `lowrank` "
                       "(each matrix perturbed by A B^T / sqrt(rank), A and B from the member's seed through the same "
                       "noise; es/lowrank.py, EGGROLL). `lowrank` is recorded in the ledger and needs the transformers "
-                      "sampler.", choices=("full", "lowrank"))
+                      "sampler. `lora`: the same on the attention and MLP projection weights only, nothing else "
+                      "perturbed, so each member is a LoRA adapter and vLLM generates the whole population in one "
+                      "engine call (es/vllm_lora.py); both samplers.", choices=("full", "lowrank", "lora"))
     rank: int = _key(1, "Rank r of `lowrank` perturbations (ignored with `full`).", min=1)
 
 

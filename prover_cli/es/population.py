@@ -88,17 +88,13 @@ class LocalPopulation:
             from prover_cli.es.batched import check_batched
 
             check_batched(config.es, config.generate)  # before anything loads
-        if config.es.noise != "full" and config.generate.backend != "transformers":
-            from prover_cli.errors import ConfigError
-
-            raise ConfigError(f"es.noise = {config.es.noise!r}: low-rank members run on the transformers sampler only, "
-                              f"and generate.backend = {config.generate.backend!r}",
-                              hint="set es.noise = \"full\", or generate.backend = \"transformers\"")
+        check_noise(config.es, config.generate)
         self.config = config
         self.task = get_task(config.data.task)
         self.sampler: Any = None
         self.weights: Any = None
         self._batched: Any = None
+        self._lora: Any = None
 
     def load_sampler(self) -> Any:
         self.sampler = load_es_sampler(self.config)
@@ -107,6 +103,14 @@ class LocalPopulation:
 
     def members(self, iteration: int, batch: list[dict[str, Any]]) -> list[Any]:
         es = self.config.es
+        if lora_members(self.config):  # every member a LoRA adapter, one engine call (es/vllm_lora.py)
+            from prover_cli.es.vllm_lora import LoRAMembers
+
+            if self._lora is None:
+                self._lora = LoRAMembers(self.sampler, self.config.run_dir / "lora-members")
+            c = self.config
+            return self._lora.completions(self.task, batch, iteration, range(es.population), es=es,
+                                          generate=c.generate, run_seed=c.run.seed, family=c.model.family)
         if es.batched_members:  # es.batched_members members per `generate` call (es/batched.py)
             from prover_cli.es.batched import BatchedMembers, chunks
 
@@ -170,12 +174,39 @@ def _checked_rewards(task: Any, rewards: Any, expected: int, iteration: int) -> 
     return rewards
 
 
+def check_noise(es: Any, generate: Any) -> None:
+    """ConfigError unless `es.noise` can run on `generate.backend` (run start, before the model loads)."""
+    from prover_cli.errors import ConfigError
+
+    if es.noise == "lowrank" and generate.backend != "transformers":
+        raise ConfigError(f"es.noise = \"lowrank\" runs on the transformers sampler only, and generate.backend = "
+                          f"{generate.backend!r}: it also perturbs the embedding, the head, the norms and the biases "
+                          "(es/lowrank.py), which a vLLM LoRA adapter cannot carry",
+                          hint="set es.noise = \"lora\" (low-rank noise on the attention and MLP projections only, "
+                               "one LoRA adapter per member), or generate.backend = \"transformers\"")
+    if es.noise == "lora" and es.batched_members:
+        raise ConfigError(f"es.noise = \"lora\" with es.batched_members = {es.batched_members}: batched transformers "
+                          "members are built for \"full\" and \"lowrank\" noise only",
+                          hint="set es.batched_members = 0 (on vLLM the whole population is already one engine call)")
+
+
+def lora_members(config: Any) -> bool:
+    """Whether an iteration's members run as LoRA adapters in one vLLM engine call (es/vllm_lora.py)."""
+    return config.es.noise == "lora" and config.generate.backend == "vllm"
+
+
 def load_es_sampler(config: Any) -> Any:
-    """The sampler of `generate.backend` for ES: vLLM gets the worker extension that perturbs in place."""
+    """The sampler of `generate.backend` for ES: vLLM gets the worker extension that perturbs in place,
+    and with `es.noise = "lora"` its LoRA slots (es/vllm_lora.py engine_kwargs)."""
     from prover_cli.samplers import load_sampler
 
     if config.generate.backend == "vllm":
         from prover_cli.samplers.vllm_sampler import ES_WORKER_EXTENSION
 
-        return load_sampler(config.model, config.generate, worker_extension_cls=ES_WORKER_EXTENSION)
+        extra = {}
+        if config.es.noise == "lora":
+            from prover_cli.es.vllm_lora import engine_kwargs
+
+            extra["engine_kwargs"] = engine_kwargs(config.es)
+        return load_sampler(config.model, config.generate, worker_extension_cls=ES_WORKER_EXTENSION, **extra)
     return load_sampler(config.model, config.generate)

@@ -86,23 +86,28 @@ def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iterati
         return 0.0, True
     terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
     kind = es.get("noise", "full")  # absent from full-rank ledgers (es/ledger.py)
-    if kind == "lowrank":
+    if kind in ("lowrank", "lora"):
         from prover_cli.es import lowrank
 
         rank = es.get("rank")
         if type(rank) is not int or rank < 1:
             raise InputError(f"es.rank = {rank!r}: low-rank noise needs a whole number >= 1")
-        return lowrank.update(weights, terms, rank), False
+        if hasattr(weights, "lowrank_update"):  # weights inside a vLLM engine (samplers/vllm_sampler.py)
+            return weights.lowrank_update(terms, rank, kind), False
+        return lowrank.update(weights, terms, rank, kind), False
     if kind != "full":  # fail closed: never another noise's update under this name
-        raise InputError(f"es.noise = {kind!r}: unknown noise; known: \"full\", \"lowrank\"")
+        raise InputError(f"es.noise = {kind!r}: unknown noise; known: \"full\", \"lowrank\", \"lora\"")
     return weights.update(terms), False
 
 
 def perturb_member(weights: Any, noise_seed: int, scale32: float, es: Any) -> None:
     """theta + scale32 * eps(noise_seed) into the live weights, by `es.noise` (the config's [es] section)."""
-    if es.noise == "lowrank":
+    if es.noise in ("lowrank", "lora"):
         from prover_cli.es import lowrank
 
-        lowrank.perturb(weights, noise_seed, scale32, es.rank)
+        if hasattr(weights, "lowrank_perturb"):  # weights inside a vLLM engine (samplers/vllm_sampler.py)
+            weights.lowrank_perturb(noise_seed, scale32, es.rank, es.noise)
+        else:
+            lowrank.perturb(weights, noise_seed, scale32, es.rank, es.noise)
     else:
         weights.perturb(noise_seed, scale32)

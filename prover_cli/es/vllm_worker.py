@@ -99,6 +99,19 @@ class ESWorkerExtension:
     def es_update(self, terms: list[list]) -> float:
         return self._prover_es.update([(int(seed), float(c)) for seed, c in terms])
 
+    def es_lowrank_perturb(self, noise_seed: int, scale32: float, rank: int, kind: str) -> None:
+        """Low-rank noise (es/lowrank.py) written through `load_weights`, one member at a time."""
+        from prover_cli.es import lowrank
+
+        lowrank.perturb(self._prover_es, noise_seed, scale32, rank, kind)
+
+    def es_lowrank_update(self, terms: list[list], rank: int, kind: str) -> float:
+        """es/lowrank.py's update of the fp32 master, then the engine's weights restored from it: the
+        same code and bits as the transformers path and replay (es.noise = "lowrank" or "lora")."""
+        from prover_cli.es import lowrank
+
+        return lowrank.update(self._prover_es, [(int(seed), float(c)) for seed, c in terms], int(rank), str(kind))
+
     def es_skipped(self) -> list[str]:
         """Checkpoint tensors the engine's `load_weights` did not load, so ES leaves them alone."""
         return list(self._prover_es_skipped)

@@ -23,8 +23,9 @@ ES_WORKER_EXTENSION = "prover_cli.es.vllm_worker.ESWorkerExtension"
 @register_sampler("vllm")
 class VLLMSampler:
     def __init__(self, model_config: Any, generate_config: Any, model_path: str | None = None,
-                 worker_extension_cls: str | None = None):
-        """`model_config`, `generate_config`: the [model] and [generate] sections."""
+                 worker_extension_cls: str | None = None, engine_kwargs: dict[str, Any] | None = None):
+        """`model_config`, `generate_config`: the [model] and [generate] sections; `engine_kwargs`:
+        more `vllm.LLM` arguments (low-rank ES's LoRA slots, es/vllm_lora.py engine_kwargs)."""
         try:
             import vllm
         except ImportError:
@@ -46,6 +47,7 @@ class VLLMSampler:
         if worker_extension_cls:
             # ES perturbs weights inside the engine through this extension (collective_rpc).
             kwargs["worker_extension_cls"] = worker_extension_cls
+        kwargs.update(engine_kwargs or {})
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
@@ -62,11 +64,14 @@ class VLLMSampler:
         sampler.model_path, sampler.revision, sampler._es_weights = None, None, None
         return sampler
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams,
-                 seeds: Sequence[int] | None = None) -> list[list[Sample]]:
-        """One batched engine call; with `seeds`, each prompt gets its own seeded request."""
+    def generate(self, prompts: Sequence[str], params: SamplingParams, seeds: Sequence[int] | None = None,
+                 lora_requests: Sequence[Any] | None = None) -> list[list[Sample]]:
+        """One batched engine call; with `seeds`, each prompt gets its own seeded request; with
+        `lora_requests`, its own `vllm.lora.request.LoRARequest` (low-rank ES members, es/vllm_lora.py)."""
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError("one seed per prompt")
+        if lora_requests is not None and len(lora_requests) != len(prompts):
+            raise ValueError("one LoRA request per prompt")
         sampling = [
             self._vllm.SamplingParams(
                 n=params.n,
@@ -82,7 +87,8 @@ class VLLMSampler:
         # send a second BOS.
         token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
                          for p in prompts]
-        outputs = self.llm.generate(token_prompts, sampling, use_tqdm=False)
+        extra = {} if lora_requests is None else {"lora_request": list(lora_requests)}
+        outputs = self.llm.generate(token_prompts, sampling, use_tqdm=False, **extra)
         return [[self._sample(request, choice) for choice in request.outputs] for request in outputs]
 
     def _sample(self, request: Any, choice: Any) -> Sample:
@@ -175,6 +181,17 @@ class VLLMWeights:
 
     def update(self, terms: list[tuple[int, float]]) -> float:
         norm = self._same(self.llm.collective_rpc("es_update", args=([list(t) for t in terms],)))
+        self._reset_prefix_cache("update")
+        return norm
+
+    def lowrank_perturb(self, noise_seed: int, scale32: float, rank: int, kind: str) -> None:
+        """es/lowrank.py's perturb in every worker (one member at a time: the probe, Modal's member workers)."""
+        self.llm.collective_rpc("es_lowrank_perturb", args=(noise_seed, scale32, rank, kind))
+        self._reset_prefix_cache("perturb")
+
+    def lowrank_update(self, terms: list[tuple[int, float]], rank: int, kind: str) -> float:
+        """es/lowrank.py's update of the workers' fp32 masters (es/update.py apply_rewards calls it)."""
+        norm = self._same(self.llm.collective_rpc("es_lowrank_update", args=([list(t) for t in terms], rank, kind)))
         self._reset_prefix_cache("update")
         return norm
 

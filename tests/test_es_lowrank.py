@@ -64,7 +64,7 @@ def test_low_rank_needs_the_transformers_sampler(tmp_path, cache_dir):
 
     raw = raw_config(tmp_path, cache_dir, noise="lowrank", rank=2)
     raw["generate"]["backend"] = "vllm"
-    with pytest.raises(ConfigError, match="es.noise = 'lowrank': low-rank members run on the transformers sampler"):
+    with pytest.raises(ConfigError, match="es.noise = \"lowrank\" runs on the transformers sampler only.*LoRA adapter cannot carry"):
         LocalPopulation(config_from_dict(raw))
 
 

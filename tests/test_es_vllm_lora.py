@@ -161,3 +161,47 @@ def test_lowrank_noise_on_vllm_is_refused_naming_the_lora_noise(tmp_path):
     raw["generate"]["backend"], raw["es"]["batched_members"] = "transformers", 2
     with pytest.raises(ConfigError, match="es.batched_members = 2"):
         LocalPopulation(config_from_dict(raw))
+
+
+# -- the Modal plan of a low-rank kimina-es iteration (on_modal/plan.py, gpu_memory.py) ----------------------
+
+KIMINA_LORA = Path(__file__).resolve().parents[1] / "configs" / "kimina-es-lowrank.toml"
+
+
+def test_the_plan_prices_the_lora_population_as_one_call_on_the_loops_engine():
+    from prover_cli.config import load_config
+    from prover_cli.on_modal import gpu_memory, plan
+
+    config = load_config(KIMINA_LORA)
+    assert (config.es.noise, config.es.population * config.es.problems_per_iteration) == ("lora", 240)
+    work = plan._work_per_iteration(config, "train_es")
+    assert (work.samples, work.generation_calls, work.rounds, work.proofs) == (240, 1, 1, 240)
+    facts, gpus = gpu_memory.gpu_memory(config, "train_es", pipelined=False)
+    [loop] = gpus                         # no member GPU
+    # Qwen2.5-1.5B: per layer (out + in) of q, k, v, o, gate, up, down at max_lora_rank 1, bf16, 30 slots
+    per_layer = (1536 + 1536) + 2 * (256 + 1536) + (1536 + 1536) + 2 * (8960 + 1536) + (1536 + 8960)
+    lora = dict((what, gib) for what, gib, _ in loop.inside)["LoRA slots"]
+    assert lora == pytest.approx(30 * 28 * per_layer * 1 * 2 / 2 ** 30)
+    assert loop.kv_sequences >= 240 and loop.problem() is None
+    cost = plan.es_iteration_cost(config)
+    assert cost["gpus_billed"] == 1 and cost["fits"]
+    lines = plan._billed_lines(config, "train_es", work, plan._timings(config, "train_es", work))
+    assert "ESMember" not in {line.name for line in lines}
+    # the same verification as kimina-es.toml: the same proofs, batches and kernel stage
+    full = load_config(KIMINA_LORA, ["es.noise=\"full\"", "modal.es_member_gpus=0"])
+    full_work = plan._work_per_iteration(full, "train_es")
+    assert (full_work.samples, full_work.proofs, full_work.generation_calls) == (240, 240, 30)
+    assert plan._timings(full, "train_es", full_work).batches == plan._timings(config, "train_es", work).batches
+    # at 0.70 of the GPU the 240 sequences take two rounds: a longer call, more GPU-seconds
+    tighter = load_config(KIMINA_LORA, ["generate.gpu_memory_utilization=0.70"])
+    assert plan._work_per_iteration(tighter, "train_es").rounds == 2
+    assert plan.es_iteration_cost(tighter)["usd"] > cost["usd"]
+
+
+def test_the_plan_refuses_lora_members_split_over_member_containers():
+    from prover_cli.config import load_config
+    from prover_cli.on_modal import plan
+
+    config = load_config(KIMINA_LORA, ["modal.es_member_gpus=2"])
+    with pytest.raises(ConfigError, match="modal.es_member_gpus = 2 would split it"):
+        plan._work_per_iteration(config, "train_es")

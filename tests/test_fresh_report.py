@@ -234,7 +234,7 @@ def test_generated_problems_are_generated_again_and_checked(tmp_path):
 # 3. configs shipped in the package
 # --------------------------------------------------------------------------------------------
 
-SHIPPED = ["demo.toml", "kimina-es.toml", "kimina-grpo.toml", "toy.toml"]
+SHIPPED = ["demo.toml", "kimina-es-lowrank.toml", "kimina-es.toml", "kimina-grpo.toml", "toy.toml"]
 
 
 def test_one_copy_of_each_config_in_the_package_and_configs_points_at_it():

@@ -354,6 +354,10 @@ class ModalPopulation(LocalPopulation):
         return self.sampler
 
     def members(self, iteration: int, problems: list[dict[str, Any]]) -> list[Any]:
+        from prover_cli.es.population import lora_members
+
+        if lora_members(self.config):  # es.noise = "lora": every member a LoRA adapter on the loop's engine, one call
+            return super().members(iteration, problems)
         _commit(runs_volume)  # the members read the ledger of iteration - 1
         population = self.config.es.population
         if self.loop_share is not None:  # pipelined: share 0 on the loop's GPU, one share per member container

@@ -227,9 +227,23 @@ class GpuMemory:
                 "kv_per_engine_gib": round(self.kv_per_engine_gib, 2), "kv_sequences_per_engine": self.kv_sequences}
 
 
+def lora_slots_gib(config: Any, facts: ModelFacts) -> float:
+    """`es.noise = "lora"`: the engine's LoRA slots, `max_loras` = population of them, each holding
+    lora_A [r, in] and lora_B [out, r] at `max_lora_rank` for q, k, v, o, gate, up and down of every
+    layer, in the model's dtype (vllm/lora/layers/base_linear.py create_lora_weights at 0.31.0;
+    allocated when the model loads, so inside the budget, before the KV cache)."""
+    from prover_cli.es.vllm_lora import engine_rank
+
+    head_dim = facts.head_dim or facts.hidden // facts.heads
+    q, kv, h, i = facts.heads * head_dim, facts.kv_heads * head_dim, facts.hidden, facts.intermediate
+    per_layer = (q + h) + 2 * (kv + h) + (h + q) + 2 * (i + h) + (h + i)   # (out + in) of each target weight
+    return (config.es.population * facts.layers * per_layer * engine_rank(config.es.rank)
+            * dtype_bytes(config) / GIB)
+
+
 def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, utilization: float, es: bool,
                 max_tokens: int, our_process: bool = True, keys: tuple[str, ...] = (),
-                measured: dict[str, float] | None = None) -> GpuMemory:
+                measured: dict[str, float] | None = None, lora_gib: float = 0.0) -> GpuMemory:
     """`engines` vLLM engines on one GPU sharing `utilization` of it; `es`: each with the ES extension.
     `measured`: scripts/gpu_first_contact.py's `es_init_gib` and `engine_overhead_gib` (per engine)
     in place of the estimates."""
@@ -237,7 +251,7 @@ def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, util
     total = gpu_total_gib(config)
     weights = facts.params * dtype_bytes(config) / GIB
     budget = utilization * total
-    kv = budget / engines - weights - ACTIVATION_PEAK_GIB - CUDA_GRAPHS_GIB
+    kv = budget / engines - weights - ACTIVATION_PEAK_GIB - CUDA_GRAPHS_GIB - lora_gib
     sequence = sequence_tokens(max_tokens) * facts.kv_bytes_per_token(dtype_bytes(config)) / GIB
     max_len = config.generate.max_model_len or facts.max_position or sequence_tokens(max_tokens)
     one = max_len * facts.kv_bytes_per_token(dtype_bytes(config)) / GIB
@@ -249,6 +263,8 @@ def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, util
         ("activation peak", engines * ACTIVATION_PEAK_GIB, f"{engines} x {ACTIVATION_PEAK_GIB:g} GiB (ASSUMED)"),
         ("CUDA graphs", engines * CUDA_GRAPHS_GIB, f"{engines} x {CUDA_GRAPHS_GIB:g} GiB (ASSUMED; vLLM takes its "
                                                    "estimate out of the budget)"),
+        *([("LoRA slots", engines * lora_gib, f"es.population = {config.es.population} adapters of rank "
+                                               f"{config.es.rank} (es/vllm_lora.py engine_kwargs)")] if lora_gib else []),
         ("KV cache", engines * max(kv, 0.0), f"{engines} x {max(kv, 0.0):.2f} GiB: {memory.kv_sequences} sequences "
                                              f"of {sequence_tokens(max_tokens)} tokens each"),
     ]
@@ -283,6 +299,8 @@ def es_gpus(config: Any, facts: ModelFacts, *, pipelined: bool,
     keys = (("modal.es_members_per_gpu",) if pipelined else ()) + ("generate.gpu_memory_utilization", "modal.gpu")
     common = dict(engines=k, utilization=config.generate.gpu_memory_utilization, es=True,
                   max_tokens=config.generate.max_tokens, keys=keys, measured=measured)
+    if config.es.noise == "lora":   # one engine, the loop's, with every member's LoRA slot; no member GPU
+        return [_engine_gpu(config, facts, "loop GPU", **common, lora_gib=lora_slots_gib(config, facts))]
     return [_engine_gpu(config, facts, "loop GPU", **common), _engine_gpu(config, facts, "member GPU", **common)]
 
 

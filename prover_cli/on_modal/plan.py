@@ -26,6 +26,10 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
   Sandbox: the header once per REPL (`modal.est_header_s`), then `modal.est_verify_s_per_proof`
   per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
   `modal.verify_memory_gb` GiB;
+- low-rank ES on vLLM's LoRA path (`es.noise = "lora"`, es/vllm_lora.py): the whole population is
+  ONE call on the loop's engine, every member's sequences together, in the rounds its KV budget
+  (LoRA slots taken out of it, gpu_memory.py) allows; no member containers; its proofs go to batch
+  Sandboxes as in the barrier schedule (the same verification);
 - an ES iteration is laid out by `schedule.simulate` as `modal.es_member_gpus` says: the barrier
   (0: every member at once, then the batch Sandboxes, the loop's GPU waiting) or the pipelined
   schedule (the loop's GPU and N member containers each running a share while their REPL
@@ -447,6 +451,20 @@ def _kv_capacity(config: Any, command: str, *, heldout: bool = False) -> int:
     return gpus[0 if heldout else -1].kv_sequences
 
 
+def es_one_call(config: Any) -> bool:
+    """`es.noise = "lora"`: every member a LoRA adapter, the population one call on the loop's engine
+    (es/vllm_lora.py); refused beside the pipelined schedule, which splits members over engines."""
+    if config.es.noise != "lora":
+        return False
+    if config.modal.es_member_gpus:
+        from prover_cli.errors import ConfigError
+
+        raise ConfigError(f"{config.source}: es.noise = \"lora\" generates the whole population in one call on the "
+                          f"loop's engine, and modal.es_member_gpus = {config.modal.es_member_gpus} would split it "
+                          "over member containers", hint="set modal.es_member_gpus = 0")
+    return True
+
+
 def _work_per_iteration(config: Any, command: str) -> _Work:
     from prover_cli.on_modal.gpu_memory import grpo_train_s, model_facts, rounds
 
@@ -454,6 +472,9 @@ def _work_per_iteration(config: Any, command: str) -> _Work:
     if command == "train_es":
         es = config.es
         samples = es.population * es.problems_per_iteration * es.samples_per_problem
+        if es_one_call(config):   # every member's sequences in one call, in the loop engine's rounds
+            return _Work("iteration", es.iterations, samples, 1, config.generate.max_tokens,
+                         samples if lean else 0, rounds=rounds(samples, _kv_capacity(config, command)))
         batch = es.problems_per_iteration * es.samples_per_problem     # one member's call
         return _Work("iteration", es.iterations, samples, es.population, config.generate.max_tokens,
                      samples if lean else 0, rounds=rounds(batch, _kv_capacity(config, command)))
@@ -542,6 +563,8 @@ def es_generating_gpus(config: Any) -> int:
     modal.max_containers), the loop's GPU waiting on top. Pipelined: the loop's GPU (share 0) and
     modal.es_member_gpus member containers, at most one per member (pipeline.shares: member i on
     GPU i % (N + 1))."""
+    if es_one_call(config):
+        return 1   # the loop's own engine
     if es_pipelined(config):
         return min(config.modal.es_member_gpus + 1, config.es.population)
     return min(config.es.population, config.modal.max_containers)
@@ -549,6 +572,8 @@ def es_generating_gpus(config: Any) -> int:
 
 def es_member_containers(config: Any) -> int:
     """ESMember containers up in an iteration (the loop's container apart)."""
+    if es_one_call(config):
+        return 0
     return es_generating_gpus(config) - 1 if es_pipelined(config) else es_generating_gpus(config)
 
 
@@ -628,11 +653,19 @@ def es_simulation_inputs(config: Any, work: _Work, t: _Timings) -> tuple[Any, An
     """(IterationWork, Schedule, Prices) of one ES iteration as `modal.es_member_gpus` lays it out."""
     from prover_cli.on_modal.schedule import IterationWork, Schedule
 
-    m, es, v = config.modal, config.es, config.verify
-    proofs_per_member = work.proofs // es.population if work.proofs else 0
-    common = dict(members=es.population, generation_s=t.generation_s, proofs_per_member=proofs_per_member,
+    m, v = config.modal, config.verify
+    calls = work.generation_calls   # es.population, or 1 with the LoRA path (every member in one call)
+    proofs_per_member = work.proofs // calls if work.proofs else 0
+    common = dict(members=calls, generation_s=t.generation_s, proofs_per_member=proofs_per_member,
                   proof_s=m.est_verify_s_per_proof, header_s=m.est_header_s, update_s=m.est_update_s)
-    if not es_pipelined(config):
+    if es_one_call(config):
+        # the loop's engine generates every member at once (its rounds are in generation_s), then the
+        # proofs go to fresh batch Sandboxes as in the barrier schedule; no other GPU
+        item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
+        schedule = Schedule("one call (LoRA)", gpus=1, lean_workers=max(1, m.verify_max_containers * v.workers),
+                            barrier=True, proofs_per_header=0, loop_gpu=False,
+                            sandboxes=m.verify_max_containers if work.proofs else 0)
+    elif not es_pipelined(config):
         # today's: every member at once (in waves of max_containers), then fresh Sandboxes of
         # verify_batch_size proofs, each lasting the header, its proofs and its kernel stage
         item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
@@ -747,8 +780,9 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
         # The loop holds its GPU for the whole iteration; so does every warm member container:
         # it generates for its wave(s), then idles through verification and the update.
         lines.append(_Line("train_es", res["train_es"], 1, 1, t.iteration_s))
-        lines.append(_Line("ESMember", res["es_member"], t.gen_containers, work.generation_calls,
-                           t.gen_containers * t.iteration_s))
+        if t.gen_containers:   # none with the LoRA path: the loop's engine generates every member
+            lines.append(_Line("ESMember", res["es_member"], t.gen_containers, work.generation_calls,
+                               t.gen_containers * t.iteration_s))
     else:
         lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, t.iteration_s))
     if t.batches and not (command == "train_es" and es_pipelined(config)):
@@ -866,6 +900,11 @@ def _wall_note(config: Any, command: str, t: _Timings) -> str:
     if command != "train_es":
         return f"generation + {t.verify_waves} verification wave(s) = {t.iteration_s:.0f} s"
     r = t.es
+    if es_one_call(config):
+        return (f"one call (es.noise = \"lora\", schedule.simulate): every member a LoRA adapter on the loop's engine, "
+                f"all {config.es.population} members' sequences in {t.generation_s:.0f} s of generation (its KV rounds), "
+                f"then {t.verify_waves} verification wave(s) + the update ({m.est_update_s:g} s, modal.est_update_s) "
+                f"= {t.iteration_s:.0f} s")
     if es_pipelined(config):
         return (f"pipelined (schedule.simulate): the loop's GPU and {es_member_containers(config)} member "
                 f"container(s) each evaluate a share, {m.es_members_per_gpu} member(s) at once "
@@ -1176,7 +1215,9 @@ def _modal_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     unit = _unit_cost(command, work, t, cost)
     run_per_1k = 1000 * total / (work.samples * work.iterations) if work.samples * work.iterations else 0.0
     method = "ES" if command == "train_es" else "GRPO"
-    schedule = (f"{'pipelined' if es_pipelined(config) else 'barrier'} (modal.es_member_gpus = {m.es_member_gpus})"
+    schedule = ("one call on the loop's engine (es.noise = \"lora\": members as LoRA adapters)"
+                if command == "train_es" and es_one_call(config) else
+                f"{'pipelined' if es_pipelined(config) else 'barrier'} (modal.es_member_gpus = {m.es_member_gpus})"
                 if command == "train_es" else "one trainer container (colocated vLLM)")
     figure_rows = [[name, _figure_value(config, name, figures), figures.sources[name]] for name in figures.sources]
     credentials = modal_credentials_present()

@@ -205,3 +205,45 @@ def test_the_plan_refuses_lora_members_split_over_member_containers():
     config = load_config(KIMINA_LORA, ["modal.es_member_gpus=2"])
     with pytest.raises(ConfigError, match="modal.es_member_gpus = 2 would split it"):
         plan._work_per_iteration(config, "train_es")
+
+
+# -- es.noise = "lora" on the transformers sampler: trains, resumes and replays bit-exactly ----------------
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "tiny-model-cache"  # shared by every module of the session
+
+
+@pytest.mark.slow
+def test_a_lora_noise_run_resumes_bit_identical_and_replays_and_moves_only_the_projections(tmp_path, cache_dir):
+    from safetensors import safe_open
+
+    from prover_cli.es.ledger import read_ledger
+    from prover_cli.es.replay import replay_seeds
+    from prover_cli.es.train import train_es
+    from tests.test_es_train import make_config, tensor_hashes
+
+    settings = dict(noise="lora", rank=2, sigma=0.05, iterations=3)
+    whole = make_config(tmp_path / "whole", cache_dir, **settings)
+    train_es(whole)
+    header, records = read_ledger(whole.run_dir / "ledger.json")
+    assert (header["es"]["noise"], header["es"]["rank"], len(records)) == ("lora", 2, 3)
+    assert any("skip" not in r for r in records)
+    part = make_config(tmp_path / "part", cache_dir, **{**settings, "iterations": 2})
+    train_es(part)
+    with pytest.raises(ConfigError, match="es.noise: ledger 'lora' != now 'lowrank'"):
+        train_es(make_config(tmp_path / "part", cache_dir, **{**settings, "noise": "lowrank"}), resume=True)
+    train_es(make_config(tmp_path / "part", cache_dir, **settings), resume=True)
+    assert tensor_hashes(tmp_path / "part" / "final") == tensor_hashes(whole.run_dir / "final")
+    replay_seeds(whole, ledger_path=whole.run_dir / "ledger.json", out_dir=tmp_path / "replayed")
+    assert tensor_hashes(tmp_path / "replayed") == tensor_hashes(whole.run_dir / "final")
+    # only the projection weights moved from the base (the tiny model's checkpoint)
+    base = make_config(tmp_path / "base", cache_dir, **{**settings, "iterations": 1})
+    from prover_cli.built_models import resolve_model_path
+
+    base_dir = Path(resolve_model_path(base.model.name, base.model.cache_dir, base.model.tiny_seed))
+    before, after = tensor_hashes(base_dir), tensor_hashes(whole.run_dir / "final")
+    moved = {name for name in after if before.get(name) != after[name]}
+    with safe_open(str(next(base_dir.glob("*.safetensors"))), "pt") as handle:
+        targets = {n for n in handle.keys() if lowrank.lora_target(n, len(handle.get_slice(n).get_shape()))}
+    assert moved and moved <= targets

@@ -145,6 +145,10 @@ def test_the_population_generates_in_one_call_each_member_its_own_adapter(tmp_pa
         ids |= {r.lora_int_id for r in requests}
         assert not (tmp_path / "lora-members" / f"iteration-{iteration}").exists()   # deleted after the call
     assert len(sampler.calls) == 2 and ids == set(range(1, 9))   # one id per member of the run
+    default = vllm_lora.LoRAMembers(sampler)   # a temporary directory of its own, gone at close
+    assert default.root.is_dir() and default.root != tmp_path / "lora-members"
+    default.close()
+    assert not default.root.exists()
 
 
 def test_lowrank_noise_on_vllm_is_refused_naming_the_lora_noise(tmp_path):

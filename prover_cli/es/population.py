@@ -5,7 +5,8 @@
     population = LocalPopulation(config); population.load_sampler()  # what train_es evaluates members with
     means, rewards, completions = population.evaluate(iteration, batch, reporter)
 
-The training loop (es/train.py, through a population), the probe (es/probe.py) and Modal's member
+With `es.noise = "lora"` on vLLM, `LocalPopulation` generates every member of an iteration in one
+engine call, each member a LoRA adapter (es/vllm_lora.py). The training loop (es/train.py, through a population), the probe (es/probe.py) and Modal's member
 workers (es/member.py) all run `member_completions`, so a member's samples are the same wherever
 it is evaluated. Sampling and scoring go through prover_cli/rollout.py: a member's completions
 are problem-major, and every member's samples of an iteration are scored in one task call
@@ -107,7 +108,7 @@ class LocalPopulation:
             from prover_cli.es.vllm_lora import LoRAMembers
 
             if self._lora is None:
-                self._lora = LoRAMembers(self.sampler, self.config.run_dir / "lora-members")
+                self._lora = LoRAMembers(self.sampler)
             c = self.config
             return self._lora.completions(self.task, batch, iteration, range(es.population), es=es,
                                           generate=c.generate, run_seed=c.run.seed, family=c.model.family)
@@ -137,7 +138,9 @@ class LocalPopulation:
         return evaluate_heldout(self.sampler, self.config, problems, task=self.task, reporter=reporter)
 
     def close(self) -> None:
-        """Nothing to release here; a backend lets its workers go."""
+        """The LoRA path's temporary adapter directory goes; a backend also lets its workers go."""
+        if self._lora is not None:
+            self._lora.close()
 
 
 def score_members(per_member: list[Any], task: Any, batch: list[dict[str, Any]], config: Any, iteration: int,

@@ -1,7 +1,7 @@
 """Low-rank ES members as LoRA adapters: a whole iteration's population in one vLLM engine call.
 
     engine_kwargs(es)                                    # enable_lora, max_loras, max_lora_rank, max_cpu_loras
-    members = LoRAMembers(sampler, adapter_root)         # the loop's VLLMSampler (engine built with engine_kwargs)
+    members = LoRAMembers(sampler)                       # the loop's VLLMSampler (engine built with engine_kwargs)
     texts = members.completions(task, batch, iteration, range(es.population), es=..., generate=..., run_seed=..., family=...)
 
 With `es.noise = "lora"` (es/lowrank.py) member m's weights are W + c_m A_m B_mᵀ on each attention
@@ -19,11 +19,14 @@ goes through LoRA, so the ledger stays (seed, reward) and replay rebuilds final/
 the transformers path or any other.
 
 How adapters reach the engine: as PEFT-format directories (adapter_config.json,
-adapter_model.safetensors) under `adapter_root` (the run's `lora-members/`), each named by its
-iteration and member and given a `LoRARequest` id that no other member of the run shares; vLLM's
-worker reads one when a request first needs it (vllm/lora/worker_manager.py) and keeps up to
-`max_cpu_loras` in memory, so an iteration's directories are deleted once its one `generate`
-returned. The files are a pure function of (noise seed, sign, sigma, rank, tensor shapes).
+adapter_model.safetensors) in a local temporary directory (not the run directory, which is a
+Volume on Modal: nothing there needs them), each named by its iteration and member and given a
+`LoRARequest` id that no other member of the run shares; vLLM's worker reads one when a request
+first needs it (vllm/lora/worker_manager.py) and keeps up to `max_cpu_loras` in memory, so an
+iteration's directories are deleted once its one `generate` returned. The files are a pure
+function of (noise seed, sign, sigma, rank, tensor shapes), never read back by replay. Chosen over
+handing tensors to the workers in memory (collective_rpc into vLLM's LoRA manager, whose internals
+are not an API): the engine loads them by its own documented path.
 
 What differs from the transformers sampler's one-member-at-a-time path (`lowrank.perturb` writes
 cast(W + sigma E) into one weight): the float computation. LoRA adds c (x B) Aᵀ to x Wᵀ in the
@@ -117,10 +120,18 @@ def write_adapter(directory: Path, noise_seed: int, scale32: float, rank: int, s
 class LoRAMembers:
     """An iteration's members as LoRA adapters on one VLLMSampler, generated in one engine call."""
 
-    def __init__(self, sampler: Any, adapter_root: str | Path):
+    def __init__(self, sampler: Any, adapter_root: str | Path | None = None):
+        """`adapter_root`: where the adapters are written (default: a new temporary directory, removed by `close`)."""
+        import tempfile
+
         self.sampler = sampler
-        self.root = Path(adapter_root)
+        self._owned = adapter_root is None
+        self.root = Path(tempfile.mkdtemp(prefix="prover-lora-") if adapter_root is None else adapter_root)
         self.shapes = target_shapes(sampler._checkpoint_dir())
+
+    def close(self) -> None:
+        if self._owned:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def completions(self, task: Any, batch: list[dict[str, Any]], iteration: int, members: Sequence[int], *,
                     es: Any, generate: Any, run_seed: int, family: str) -> list[list[str]]:

@@ -389,6 +389,7 @@ class ModalPopulation(LocalPopulation):
 
     def close(self) -> None:
         """After the run: let the warm members go now instead of after their long window."""
+        super().close()  # the LoRA path's temporary adapters (es/vllm_lora.py)
         if modal.is_local():
             return
         try:

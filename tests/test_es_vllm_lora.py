@@ -251,3 +251,32 @@ def test_a_lora_noise_run_resumes_bit_identical_and_replays_and_moves_only_the_p
     with safe_open(str(next(base_dir.glob("*.safetensors"))), "pt") as handle:
         targets = {n for n in handle.keys() if lowrank.lora_target(n, len(handle.get_slice(n).get_shape()))}
     assert moved and moved <= targets
+
+
+def test_on_modal_lora_members_run_on_the_loops_engine_and_no_member_container_is_called(monkeypatch):
+    """ModalPopulation (on_modal/functions.py) with es.noise = "lora" on vLLM: the loop's own
+    population path (one engine call), never the ESMember fan-out."""
+    from prover_cli.es.population import LocalPopulation
+    from prover_cli.on_modal import functions
+
+    called = {}
+
+    class FakeMembers:
+        completions = share = None
+
+        def update_autoscaler(self, **settings):
+            called["autoscaler"] = settings
+
+    class FakeCls:
+        def with_options(self, **options):
+            return lambda **kw: FakeMembers()
+
+    monkeypatch.setattr(functions, "ESMember", FakeCls())
+    monkeypatch.setattr(functions.modal, "is_local", lambda: True)
+    monkeypatch.setattr(functions, "fan_out", lambda *a, **k: called.setdefault("fan_out", True))
+    monkeypatch.setattr(LocalPopulation, "members", lambda self, iteration, problems: [["one call"]] * 2)
+    config = config_from_dict({"generate": {"backend": "vllm", "n": 1, "temperature": 0.0},
+                               "es": {"population": 2, "noise": "lora", "rank": 1}})
+    population = functions.ModalPopulation(config, config.to_dict())
+    assert population.members(1, [{"id": "p"}]) == [["one call"]] * 2
+    assert "fan_out" not in called

@@ -162,6 +162,8 @@ def test_lowrank_noise_on_vllm_is_refused_naming_the_lora_noise(tmp_path):
     assert 'es.noise = "lora"' in refusal.value.hint
     raw["es"]["noise"] = "lora"
     assert lora_members(config_from_dict(raw))
+    with pytest.raises(ConfigError, match="es.rank = 513: vLLM's LoRA takes ranks up to 512"):
+        LocalPopulation(config_from_dict({**raw, "es": {**raw["es"], "rank": 513}}))
     raw["generate"]["backend"], raw["es"]["batched_members"] = "transformers", 2
     with pytest.raises(ConfigError, match="es.batched_members = 2"):
         LocalPopulation(config_from_dict(raw))

@@ -187,6 +187,12 @@ def check_noise(es: Any, generate: Any) -> None:
                           "(es/lowrank.py), which a vLLM LoRA adapter cannot carry",
                           hint="set es.noise = \"lora\" (low-rank noise on the attention and MLP projections only, "
                                "one LoRA adapter per member), or generate.backend = \"transformers\"")
+    if es.noise == "lora" and generate.backend == "vllm":
+        from prover_cli.es.vllm_lora import ENGINE_RANKS
+
+        if es.rank > ENGINE_RANKS[-1]:
+            raise ConfigError(f"es.rank = {es.rank}: vLLM's LoRA takes ranks up to {ENGINE_RANKS[-1]} "
+                              "(vllm/config/lora.py at 0.31.0)", hint=f"set es.rank <= {ENGINE_RANKS[-1]}")
     if es.noise == "lora" and es.batched_members:
         raise ConfigError(f"es.noise = \"lora\" with es.batched_members = {es.batched_members}: batched transformers "
                           "members are built for \"full\" and \"lowrank\" noise only",

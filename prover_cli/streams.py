@@ -61,6 +61,12 @@ def heldout_problems_rng(eval_problems_seed: int) -> random.Random:
     return random.Random(derive_seed("heldout-problems", eval_problems_seed))
 
 
+def study_dev_split_rng(test_seed: int) -> random.Random:
+    """A study's dev split (`prover study tune`): which training problems tuning is scored on, from
+    `study.test_seed`, so every method's tuning runs see the same dev problems."""
+    return random.Random(derive_seed("study-dev-split", test_seed))
+
+
 # ---------------------------------------------------------------------------------------------
 # ES: member noise, member sampling, the null control's shuffle
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +132,7 @@ STREAMS = {
     "train-problems": train_problems_rng,
     "es-problems": es_problems_rng,
     "heldout-problems": heldout_problems_rng,
+    "study-dev-split": study_dev_split_rng,
     "es-noise": es_noise_seed,
     "es-sampling": es_sampling_seed,
     "es-shuffle": es_shuffle_rng,

@@ -645,14 +645,12 @@ def _heldout_of(problems: list[dict[str, Any]], config: Any, source: str) -> Any
 def _dev_contents(study: Study, train: list[dict[str, Any]], test_contents: set[str]) -> list[str]:
     """The dev split: `tune.dev_problems` distinct training problems (by content) drawn from
     study.test_seed, none of them a test problem."""
-    import random
-
     from prover_cli.problems import content_key
-    from prover_cli.streams import derive_seed
+    from prover_cli.streams import study_dev_split_rng
 
     assert study.tune is not None
     contents = sorted({content_key(p) for p in train} - test_contents)
-    rng = random.Random(derive_seed("study-dev-split", study.test_seed))
+    rng = study_dev_split_rng(study.test_seed)
     return sorted(rng.sample(contents, min(study.tune.dev_problems, len(contents))))
 
 

@@ -76,6 +76,8 @@ def test_heldout_streams_keep_their_values():
     picked = {s: [p["id"] for p in select_heldout(valid, train_split="train", valid_split="valid", count=4, seed=s)]
               for s in (0, 5)}
     assert picked == {0: ["p3", "p6", "p7", "p9"], 5: ["p2", "p5", "p6", "p11"]}
+    # a study's dev split: pinned, so a study's tuning record keeps meaning the same problems
+    assert [streams.study_dev_split_rng(s).random() for s in (0, 3)] == [0.9872707491707057, 0.8067729594715758]
 
 
 def test_legacy_streams_keep_their_values():
@@ -129,7 +131,8 @@ def test_derive_seed_streams_follow_the_one_documented_formula(run_seed, iterati
     for rng, parts in ((streams.train_problems_rng(run_seed), ("train-problems", run_seed)),
                        (streams.es_problems_rng(run_seed, iteration), ("es-problems", run_seed, iteration)),
                        (streams.es_shuffle_rng(run_seed, iteration), ("es-shuffle", run_seed, iteration)),
-                       (streams.heldout_problems_rng(run_seed), ("heldout-problems", run_seed))):
+                       (streams.heldout_problems_rng(run_seed), ("heldout-problems", run_seed)),
+                       (streams.study_dev_split_rng(run_seed), ("study-dev-split", run_seed))):
         assert rng.getstate() == type(rng)(by_hand(*parts)).getstate()
 
 

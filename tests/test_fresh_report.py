@@ -302,4 +302,4 @@ def test_config_resolves_to_the_shipped_one_from_a_directory_without_configs(tmp
     missing = runner.invoke(app, ["train", "es", "--config", "configs/nosuch.toml", "--dry-run"])
     assert missing.exit_code == 2
     err = " ".join(missing.stderr.split())
-    assert "configs/nosuch.toml: config file not found" in err and "demo, kimina-es, kimina-grpo, toy" in err
+    assert "configs/nosuch.toml: config file not found" in err and "demo, kimina-es-lowrank, kimina-es, kimina-grpo, toy" in err

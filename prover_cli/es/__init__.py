@@ -18,6 +18,12 @@ Modules, from the loop down (tests/test_package_indexes.py keeps this list compl
 - `ledger.py`: the ledger format, written atomically after every iteration.
 - `weights.py`: `NamedWeights`, the fp32 master ES perturbs / restores / updates (fingerprints
   and config.json's dtype are generic: prover_cli/model_dir.py).
+- `batched.py`: many members in one transformers `generate` (`es.batched_members`), each row with
+  its own member's weights, stacked bit-equal to the one-at-a-time perturbation.
+- `lowrank.py`: low-rank member noise (`es.noise = "lowrank"`, `"lora"`): A B^T/sqrt(r) with A and B
+  from the member's seed through the same integer-hash noise, and its fp32 update.
+- `vllm_lora.py`: `es.noise = "lora"` on vLLM: each member a LoRA adapter, the population in one
+  engine call.
 - `vllm_worker.py`: the vLLM worker extension (perturb / restore / update via collective_rpc).
 - `noise.py`: device-independent noise (integer counter hash, Irwin-Hall) and the exact fp32
   arithmetic that applies it: a fused path where one applies, else the eager definition.

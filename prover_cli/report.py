@@ -45,8 +45,8 @@ over the pairs, or over the problems for a single pair (prover_cli/stats.py says
 
 Outputs:
 - `report.json`: every run's summary, every arm's aggregates per budget, every difference;
-- `report.png`: three rows of three panels, training reward, held-out sampled and held-out
-  greedy verified rate, each vs samples (first: the budget that is the same work for every
+- `report.png`: three rows of three panels, held-out sampled and held-out greedy verified rate,
+  then training reward (a diagnostic, last as in the tables), each vs samples (first: the budget that is the same work for every
   method; in thousands from 10,000), vs training completion tokens (`tokens/total`; in
   thousands from 10,000), vs wall-clock time: no iterations axis, since an ES iteration and a
   GRPO step are different units. One curve per arm (its mean over seeds, one color per arm
@@ -1055,8 +1055,10 @@ def build_figure(runs: list[dict[str, Any]]):
     scale = {"samples": per_sample, "tokens": per_token, "elapsed_s": per_unit}
     columns = _x_columns(arms, unit, thousands=per_sample > 1, tokens_thousands=per_token > 1)
     signal_runs = [run for run in runs if any(SIGNAL_SHARE in r for r in run["records"])]
-    rows = (("reward/mean", "training reward (mean)"), (EVAL_RATE, "held-out verified rate, sampled"),
-            (GREEDY_RATE, "held-out verified rate, greedy"))
+    # the held-out rates first (the comparison), the training reward after them (a diagnostic), as
+    # the report's tables are ordered
+    rows = ((EVAL_RATE, "held-out verified rate, sampled"), (GREEDY_RATE, "held-out verified rate, greedy"),
+            ("reward/mean", "training reward (mean)"))
     nrows = len(rows) + bool(signal_runs)
     fig, axes = plt.subplots(nrows, 3, figsize=(15, 4 * nrows), layout="constrained", squeeze=False)
     x_max = [0.0, 0.0, 0.0]

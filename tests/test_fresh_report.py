@@ -82,6 +82,10 @@ def test_samples_axis_first_and_no_axis_mixes_iterations_with_steps(es_and_grpo)
     es, grpo = es_and_grpo
     fig = build_figure([with_signal(es) and load_run(es), load_run(grpo)])
     rows = [fig.axes[i:i + 3] for i in range(0, len(fig.axes), 3)]
+    # the comparison first, the training reward after it (README, docs/eval.md: tables in that order)
+    assert [row[0].get_title() for row in rows[:3]] == [
+        "held-out verified rate, sampled vs samples", "held-out verified rate, greedy vs samples",
+        "training reward (mean) vs samples"]
     for samples, tokens, clock in rows:
         assert samples.get_xlabel() == "samples" and samples.get_title().endswith(" vs samples")
         assert tokens.get_xlabel() == "training tokens" and tokens.get_title().endswith(" vs tokens")
@@ -123,13 +127,13 @@ def test_a_base_only_curve_shares_the_columns_axes(tmp_path):
     fig = build_figure([load_run(base)])
     drawn(fig)
     for column in range(3):
-        reward, sampled, greedy = fig.axes[column], fig.axes[3 + column], fig.axes[6 + column]
+        sampled, greedy, reward = fig.axes[column], fig.axes[3 + column], fig.axes[6 + column]
         assert sampled.get_xlim() == reward.get_xlim() == greedy.get_xlim()
         low, high = sampled.get_xlim()
         assert low < 0 < high and -low < 0.05 * high  # the point at 0 shows whole, behind a small margin
     assert fig.axes[4].get_xlabel() == "training tokens"   # no iterations axis
     # Its interval is drawn, as a bar (a band of one point has no width).
-    sampled = fig.axes[3]
+    sampled = fig.axes[0]
     bars = [c for c in sampled.collections if hasattr(c, "get_segments") and c.get_segments()]
     assert bars and bars[0].get_segments()[0][:, 1].tolist() == pytest.approx(
         [json.loads((base / "metrics.jsonl").read_text().splitlines()[0])[k]

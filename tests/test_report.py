@@ -137,13 +137,15 @@ def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
     fig = build_figure([load_run(es), load_run(grpo)])
     # Columns: samples first (the budget compared), then training tokens, then time; no iterations axis
     # (an ES iteration and a GRPO step are different units).
-    reward_samples, reward_tokens, reward_time, eval_samples, eval_tokens, eval_time = fig.axes[:6]
+    # rows: held-out sampled, held-out greedy, then the training reward (a diagnostic, last)
+    eval_samples, eval_tokens, eval_time = fig.axes[:3]
+    reward_samples, reward_tokens, reward_time = fig.axes[6:9]
     es_curve, grpo_curve = eval_tokens.get_lines()
     assert list(es_curve.get_xdata()) == [160, 240] and list(es_curve.get_ydata()) == [0.4, 0.3]
     assert list(grpo_curve.get_xdata()) == [80] and list(eval_samples.get_lines()[1].get_xdata()) == [8]
     assert reward_tokens.get_xlabel() == "training tokens" and reward_tokens.get_title().endswith(" vs tokens")
     assert list(reward_tokens.get_lines()[0].get_ydata()) == [0.25, 0.5, 0.75]
-    for axis in fig.axes[:6]:
+    for axis in fig.axes[:3] + fig.axes[6:9]:
         assert axis.get_ylim()[0] == 0  # y from 0
         assert "iteration" not in axis.get_xlabel() and "step" not in axis.get_xlabel()
     # The longest run took 3,600 s: minutes fit; GRPO's last point is at 60 min.
@@ -157,7 +159,7 @@ def test_runs_without_heldout_evaluations_say_so(tmp_path, two_runs):
     from prover_cli.report import build_figure, load_run
 
     fig = build_figure([load_run(d) for d in two_runs])
-    assert not fig.axes[3].get_lines() and "no held-out evaluation" in fig.axes[3].texts[0].get_text()
+    assert not fig.axes[0].get_lines() and "no held-out evaluation" in fig.axes[0].texts[0].get_text()
     result = report_runs(run_dirs=list(two_runs), out_dir=tmp_path / "out")
     assert all(s["heldout_verified_rate"] is None for s in result["runs"])
     (table,) = result["tables"]  # the training diagnostic alone: nothing to compare on held-out problems
@@ -432,7 +434,7 @@ def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
     fig = build_figure([load_run(d) for d in seeded_runs])
     axes = fig.axes
     assert len(axes) == 9
-    sampled_samples = axes[3]  # row 2 (held-out, sampled), column 1 (samples)
+    sampled_samples = axes[0]  # row 1 (held-out, sampled), column 1 (samples)
     curves = [line for line in sampled_samples.get_lines() if line.get_label() != "base (iteration 0)"]
     assert [c.get_label() for c in curves] == ["es (3 seeds)", "grpo (3 seeds)", "es null (3 seeds)"]
     steps = list(curves[0].get_xdata())
@@ -440,9 +442,9 @@ def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
     assert sum(isinstance(c, PolyCollection) for c in sampled_samples.collections) == 3  # one band per arm
     (star,) = [line for line in sampled_samples.get_lines() if line.get_label() == "base (iteration 0)"]
     assert list(star.get_xdata()) == [0] and list(star.get_ydata()) == pytest.approx([0.2])
-    greedy_star = [line for line in axes[6].get_lines() if line.get_label() == "base (iteration 0)"][0]
+    greedy_star = [line for line in axes[3].get_lines() if line.get_label() == "base (iteration 0)"][0]
     assert list(greedy_star.get_ydata()) == pytest.approx([0.3])
-    assert not any(isinstance(c, PolyCollection) for c in axes[0].collections)  # training reward: means only
+    assert not any(isinstance(c, PolyCollection) for c in axes[6].collections)  # training reward: means only
 
 
 def test_arms_of_one_method_are_named_by_what_differs_and_duplicate_seeds_are_refused(tmp_path):

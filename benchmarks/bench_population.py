@@ -38,9 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 def populations(shape: str, problems_per_member: int, chunk: int, workdir: Path, cache_dir: str, noise: list[str]):
     """(one-at-a-time population, batched population, problems file's train split) over one loaded sampler."""
     from prover_cli.config import load_config
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
     from prover_cli.es.population import LocalPopulation
-    from prover_cli.problems import train_problems
+    from prover_cli.tasks.problems import train_problems
 
     overrides = [f"model.cache_dir={cache_dir}", f"data.problems={workdir / 'problems.jsonl'}",
                  f"run.dir={workdir / 'run'}", *noise]

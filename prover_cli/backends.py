@@ -18,7 +18,7 @@ from typing import Any, Callable
 from prover_cli.errors import BackendError
 
 FUNCTIONS: dict[str, str] = {
-    "prepare_data": "prover_cli.data:prepare_data",
+    "prepare_data": "prover_cli.tasks.datasets:prepare_data",
     "verify": "prover_cli.verify:verify_file",
     "generate": "prover_cli.generate:generate_file",
     "train_es": "prover_cli.es.train:train_es",

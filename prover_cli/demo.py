@@ -100,7 +100,7 @@ def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
 
     quiet_third_party_bars()   # called from scripts outside `prover` (scripts/demo.sh): no "Loading weights" bar
     from prover_cli.heldout import evaluate_base, weights_sha256
-    from prover_cli.problems import heldout_problems
+    from prover_cli.tasks.problems import heldout_problems
     from prover_cli.samplers import load_sampler
 
     sampler = load_sampler(config.model, config.generate)

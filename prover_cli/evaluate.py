@@ -54,7 +54,7 @@ from typing import Any, Iterable
 
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
-from prover_cli.problems import eval_problems_path
+from prover_cli.tasks.problems import eval_problems_path
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 ALL = "all"
@@ -294,7 +294,7 @@ def _plot_title(model: str | None, run: str) -> str:
 def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks: list[int], out: Path | None,
                         reporter: Reporter) -> dict[str, Any]:
     from prover_cli.generate import generate_samples
-    from prover_cli.problems import eval_problems
+    from prover_cli.tasks.problems import eval_problems
 
     problems_path = eval_problems_path(config)
     bad_problems: list[dict[str, Any]] = []  # reported and skipped; the command then exits 1
@@ -368,7 +368,7 @@ def distinct_problems(problems: list[dict[str, Any]]) -> tuple[list[dict[str, An
     """Each problem once, its first row (`problems.content_key`: a countdown puzzle's numbers and
     target, a Lean statement up to whitespace and its name), as the held-out evaluation counts them:
     a puzzle drawn twice is one problem, not two chances. Returns (the problems, rows dropped)."""
-    from prover_cli.problems import content_key
+    from prover_cli.tasks.problems import content_key
 
     seen: set[str] = set()
     kept = []

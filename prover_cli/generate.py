@@ -44,7 +44,7 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
     `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
     across calls); by default one is loaded for `model` / `model.name`."""
     from prover_cli.jsonl import log_malformed, with_malformed
-    from prover_cli.problems import read_problems
+    from prover_cli.tasks.problems import read_problems
 
     path = Path(problems_path) if problems_path else config.problems_path
     malformed: list[dict[str, Any]] = []  # bad lines are reported and skipped; the run then exits 1
@@ -74,7 +74,7 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     says nothing about the base model's family).
     """
     from prover_cli import rollout
-    from prover_cli.problems import check_fields
+    from prover_cli.tasks.problems import check_fields
     from prover_cli.prompts import resolve_family
     from prover_cli.samplers import load_sampler, sampling_params
     from prover_cli.tasks import get_task
@@ -237,7 +237,7 @@ def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs
 
 def _problem_fields(problem: dict[str, Any]) -> dict[str, Any]:
     """The problem's own fields (statement, header, numbers, split...), so eval can score a sample alone."""
-    from prover_cli.data import SOLUTION_FIELDS
+    from prover_cli.tasks.datasets import SOLUTION_FIELDS
 
     return {key: value for key, value in problem.items() if key not in SAMPLE_FIELDS and key not in SOLUTION_FIELDS}
 

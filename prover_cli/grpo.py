@@ -5,7 +5,7 @@
     prover train grpo --config configs/kimina-grpo.toml --backend modal
 
 What happens, top to bottom:
-1. problems: the run's `data.train_split` (prover_cli/problems.py, what ES trains on too:
+1. problems: the run's `data.train_split` (prover_cli/tasks/problems.py, what ES trains on too:
    countdown and toy problems are generated from `run.seed` when `data.problems` is left empty
    and the run has none, and written to `problems.jsonl`; a named file that does not exist is
    an error);
@@ -80,7 +80,7 @@ def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORT
 
 
 def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
-    from prover_cli.problems import heldout_problems, train_problems
+    from prover_cli.tasks.problems import heldout_problems, train_problems
     from prover_cli.tasks import get_task
     from prover_cli.tracking import open_tracker
 
@@ -344,7 +344,7 @@ def resumable_trainer_class():
 
 
 # --------------------------------------------------------------------------------------------
-# Dataset: the train problems (prover_cli/problems.py) as TRL rows
+# Dataset: the train problems (prover_cli/tasks/problems.py) as TRL rows
 # --------------------------------------------------------------------------------------------
 
 def problem_columns(problems: list[dict[str, Any]]) -> list[str]:

@@ -1,9 +1,9 @@
 """Held-out evaluation of the current weights: the one function ES and GRPO both call.
 
     from prover_cli.heldout import eval_due, evaluate_base, evaluate_heldout
-    from prover_cli.problems import heldout_problems
+    from prover_cli.tasks.problems import heldout_problems
 
-    problems = heldout_problems(config)                       # chosen once per run (prover_cli/problems.py)
+    problems = heldout_problems(config)                       # chosen once per run (prover_cli/tasks/problems.py)
     append(base_record("es", task, evaluate_base(sampler, config, problems, fingerprint)))  # iteration 0
     if eval_due(config, iteration, last_iteration):
         record.update(evaluate_heldout(sampler, config, problems))   # {"eval/verified_rate": ...}
@@ -11,7 +11,7 @@
 What is evaluated, and why it is the same for both methods:
 - problems: the `data.valid_split` rows of the run's problems (the file, or for countdown and toy
   the problems generated from `run.seed`, exactly as training generates them), each problem once
-  by content and none that is also a training problem (prover_cli/problems.py, `select_heldout`);
+  by content and none that is also a training problem (prover_cli/tasks/problems.py, `select_heldout`);
   with `run.eval_problems = K > 0`, a fixed subset of K drawn from `run.eval_problems_seed`, not
   from `run.seed`, so every seed, arm and training-set size is scored on one test set (file order
   kept). Training never draws from that split (`data.train_split`).
@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from prover_cli import streams
-from prover_cli.problems import heldout_problems
+from prover_cli.tasks.problems import heldout_problems
 from prover_cli.progress import NULL_REPORTER
 
 EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_hi", "eval/greedy_verified_rate",
@@ -135,7 +135,7 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
     from prover_cli.stats import rate_interval
     from prover_cli.tasks import get_task
 
-    from prover_cli.problems import heldout_sha256
+    from prover_cli.tasks.problems import heldout_sha256
 
     task = task if task is not None else get_task(config.data.task)
     problems = problems if problems is not None else heldout_problems(config)

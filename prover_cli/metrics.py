@@ -28,7 +28,7 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `eval/by_problem` | held-out, per problem id: `[verified samples (sampled), verified (greedy, 0/1)]`; `prover report` pairs runs by it (not streamed to trackers) |
 | `eval/wall_s` | held-out evaluation seconds (not counted in `time/wall_s` or `time/elapsed_s`) |
 | `eval/problems_sha256` | fingerprint of the held-out problems evaluated (after deduplication); `prover report` refuses to pair evaluations whose fingerprints differ |
-| `eval/duplicates_dropped`, `eval/train_overlap_dropped` | held-out rows left out: duplicates of another held-out problem by content, and rows equal to a training problem (prover_cli/problems.py) |
+| `eval/duplicates_dropped`, `eval/train_overlap_dropped` | held-out rows left out: duplicates of another held-out problem by content, and rows equal to a training problem (prover_cli/tasks/problems.py) |
 
 The `eval/*` keys appear only on the lines of the iterations that were evaluated (every
 `run.eval_every` and the last one) and on the first line, **iteration 0**: the base model's

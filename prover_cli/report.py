@@ -71,7 +71,7 @@ Comparisons are refused, with the runs and the values named, when
 - the problem sets differ: for each run, the ids of its training split (`data.train_split`), of
   its eval split (`eval.split`, from `eval.problems` or else the training problems) and, for runs
   with held-out evaluations, of its held-out set (chosen as the trainers choose it: deduplicated
-  by content, `run.eval_problems` drawn from `run.eval_problems_seed`; prover_cli/problems.py) are
+  by content, `run.eval_problems` drawn from `run.eval_problems_seed`; prover_cli/tasks/problems.py) are
   fingerprinted. Runs of one seed must agree (the training sets only at one `data.train_size`);
   across seeds the sets may differ (a seed may draw its own problems), but two arms must have at
   least one set in common (their paired seeds).
@@ -365,7 +365,7 @@ def recorded_path(run_dir: Path, config: dict[str, Any], value: str, key: str) -
 def run_problem_files(run_dir: Path, config: dict[str, Any]) -> tuple[Any, Any, str]:
     """(training problems, eval problems, why not): each a path, or a list of problems generated from
     `run.seed` (countdown and toy with `data.problems` empty and no problems file: the run generated
-    them, prover_cli/problems.py), or None with the reason."""
+    them, prover_cli/tasks/problems.py), or None with the reason."""
     data, evaluation = config.get("data", {}), config.get("eval", {})
     if data.get("problems"):
         train, why = recorded_path(run_dir, config, str(data["problems"]), "data.problems")
@@ -385,7 +385,7 @@ def _generated(run_dir: Path, config: dict[str, Any]) -> tuple[list[dict[str, An
     """The problems a run with `data.problems` empty generated from its seed, or None and why not."""
     from prover_cli.config import config_from_dict
     from prover_cli.errors import ConfigError
-    from prover_cli.problems import generated_problems
+    from prover_cli.tasks.problems import generated_problems
 
     missing = f"data.problems is empty and {run_dir / 'problems.jsonl'} not found"
     try:
@@ -400,10 +400,10 @@ def _generated(run_dir: Path, config: dict[str, Any]) -> tuple[list[dict[str, An
 def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -> tuple[dict[str, str] | None, str]:
     """Fingerprints of the train, eval (and held-out) problem sets, or None and why they cannot be taken.
 
-    The training set is the one the run trained on (`data.train_size` of its split, prover_cli/problems.py);
+    The training set is the one the run trained on (`data.train_size` of its split, prover_cli/tasks/problems.py);
     the held-out set is the test set the run evaluated, chosen by the same function the trainers call
     (deduplicated by content, its subset drawn from `run.eval_problems_seed`), fingerprinted by content."""
-    from prover_cli.problems import select_heldout, select_train
+    from prover_cli.tasks.problems import select_heldout, select_train
 
     data, evaluation, run = config.get("data", {}), config.get("eval", {}), config.get("run", {})
     train, evaluated, why = run_problem_files(run_dir, config)

@@ -583,7 +583,7 @@ def design_problems(study: Study) -> tuple[list[dict[str, Any]] | None, str]:
     """The problems the study's file will hold: the file when written, else (a task that generates its
     problems) generated in memory from `study.test_seed`; None when neither (checked at `run`)."""
     from prover_cli.jsonl import load_jsonl_strict
-    from prover_cli.problems import generated_problems
+    from prover_cli.tasks.problems import generated_problems
 
     path = study.dir / "problems.jsonl"
     if path.is_file():
@@ -599,7 +599,7 @@ def check_problems(study: Study) -> dict[str, Any]:
     """Before anything is written: every training size fits the training split, the test set holds
     `study.min_test_problems` distinct problems and none of them is a training problem, and the dev
     split leaves training problems. Errors name the study file and the key."""
-    from prover_cli.problems import content_key, in_split
+    from prover_cli.tasks.problems import content_key, in_split
 
     problems, source = design_problems(study)
     if problems is None:
@@ -636,7 +636,7 @@ def check_problems(study: Study) -> dict[str, Any]:
 
 
 def _heldout_of(problems: list[dict[str, Any]], config: Any, source: str) -> Any:
-    from prover_cli.problems import select_heldout
+    from prover_cli.tasks.problems import select_heldout
 
     return select_heldout(problems, train_split=config.data.train_split, valid_split=config.data.valid_split,
                           count=config.run.eval_problems, seed=config.run.eval_problems_seed, source=source)
@@ -645,7 +645,7 @@ def _heldout_of(problems: list[dict[str, Any]], config: Any, source: str) -> Any
 def _dev_contents(study: Study, train: list[dict[str, Any]], test_contents: set[str]) -> list[str]:
     """The dev split: `tune.dev_problems` distinct training problems (by content) drawn from
     study.test_seed, none of them a test problem."""
-    from prover_cli.problems import content_key
+    from prover_cli.tasks.problems import content_key
     from prover_cli.streams import study_dev_split_rng
 
     assert study.tune is not None
@@ -739,7 +739,7 @@ def run_state(config: Any) -> tuple[str, str]:
 def test_set(config: Any) -> dict[str, Any]:
     """The held-out problems a run is scored on, fingerprinted by content (every field but the split);
     `heldout_sha256` is the fingerprint every run records in its held-out lines (eval/problems_sha256)."""
-    from prover_cli.problems import heldout_problems
+    from prover_cli.tasks.problems import heldout_problems
 
     problems = heldout_problems(config)
     rows = sorted(json.dumps({k: v for k, v in p.items() if k != "split"}, sort_keys=True) for p in problems)
@@ -751,7 +751,7 @@ def test_set(config: Any) -> dict[str, Any]:
 
 def write_problems(study: Study, reporter: Any = NULL_REPORTER) -> None:
     """The study's one problems file (from `study.test_seed`) and, with [tune], the tuning problems file."""
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
 
     problems_path = study.dir / "problems.jsonl"
     if not problems_path.exists():
@@ -772,7 +772,7 @@ def _write_tune_problems(study: Study, reporter: Any) -> None:
     """`<dir>/tune/problems.jsonl`: the study's problems without the test set's rows, a dev split of
     `tune.dev_problems` training problems (by content) relabelled as the held-out split, the rest training."""
     from prover_cli.jsonl import load_jsonl_strict, write_jsonl_atomic
-    from prover_cli.problems import content_key
+    from prover_cli.tasks.problems import content_key
 
     problems = load_jsonl_strict(study.dir / "problems.jsonl")
     config = run_config(study, next(iter(study.arms.values())), study.train_sizes[0], study.test_seed)
@@ -802,7 +802,7 @@ def check_test_set_fresh(study: Study, fingerprint: dict[str, Any]) -> None:
     """Refuse a test set a tuning run was scored on (its recorded eval/problems_sha256), or that shares a
     problem with the dev split: fresh seeds do not make a reused test set fresh."""
     from prover_cli.metrics import METRICS_FILE
-    from prover_cli.problems import content_key
+    from prover_cli.tasks.problems import content_key
 
     tune_dir = study.dir / "tune"
     for path in sorted((tune_dir / "runs").glob(f"*/k*/seed*/{METRICS_FILE}")) if tune_dir.exists() else []:
@@ -821,7 +821,7 @@ def check_test_set_fresh(study: Study, fingerprint: dict[str, Any]) -> None:
 
         config = run_config(study, next(iter(study.arms.values())), study.train_sizes[0], study.test_seed)
         dev = {content_key(p) for p in load_jsonl_strict(tune_file) if p.get("split") == config.data.valid_split}
-        from prover_cli.problems import heldout_problems
+        from prover_cli.tasks.problems import heldout_problems
 
         shared = dev & {content_key(p) for p in heldout_problems(config)}
         if shared:
@@ -1149,7 +1149,7 @@ def run_study(study: Study, *, backend: str = "local", reporter: Any = NULL_REPO
 def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Any, fingerprint: dict[str, Any],
            phase: str) -> list[dict[str, Any]]:
     """Train every run of `runs` that is not finished, each whole (a stale directory removed first)."""
-    from prover_cli.problems import train_problems
+    from prover_cli.tasks.problems import train_problems
 
     todo = [run for run in runs if run["state"] != "finished"]
     for run in {run["size"]: run for run in todo}.values():  # a size the training split cannot hold fails now
@@ -1462,7 +1462,7 @@ def _verdict(entry: dict[str, Any], adjusted: float | None, anchor: dict[str, An
 def limited_data(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[str, Any]:
     """The limited-data axis: each arm's held-out rate (mean over seeds) at every budget all its runs
     were evaluated at, per training-set size, with the distinct training problems that size is."""
-    from prover_cli.problems import content_key, train_problems
+    from prover_cli.tasks.problems import content_key, train_problems
 
     if len(study.train_sizes) < 2:
         return {"title": "", "columns": [], "rows": [], "points": []}

@@ -285,7 +285,7 @@ def _generate_config(tmp_path: Path, cache_dir: Path, task: str):
 
 @pytest.mark.parametrize("task", ["lean", "countdown"])
 def test_generate_file_is_bit_identical(tmp_path, cache_dir, recorded, task):
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
     from prover_cli.generate import generate_file
 
     config = _generate_config(tmp_path, cache_dir, task)
@@ -297,7 +297,7 @@ def test_generate_file_is_bit_identical(tmp_path, cache_dir, recorded, task):
 
 
 def test_eval_is_bit_identical(tmp_path, cache_dir, recorded):
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
     from prover_cli.evaluate import run_eval
 
     config = _generate_config(tmp_path, cache_dir, "countdown")

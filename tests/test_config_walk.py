@@ -53,7 +53,7 @@ TASK_FILE = "<the module of data.task>"  # the Task protocol (tasks/__init__.py)
 # (function, callee as written) -> the file that stands for in the count
 SEAMS: dict[tuple[str, str], str] = {
     ("prover_cli.rollout.score", "task.rewards"): TASK_FILE,
-    ("prover_cli.problems.generated_problems", "make"): TASK_FILE,  # tasks.problem_generator(name)
+    ("prover_cli.tasks.problems.generated_problems", "make"): TASK_FILE,  # tasks.problem_generator(name)
 }
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from prover_cli.cli import app
 from prover_cli.config import config_from_dict
-from prover_cli.data import detect_preset, normalise_lean, prepare_data, read_source, seeded_split
+from prover_cli.tasks.datasets import detect_preset, normalise_lean, prepare_data, read_source, seeded_split
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import load_jsonl_strict
 from prover_cli.prompts import DEEPSEEK_HEADER

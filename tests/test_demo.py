@@ -64,7 +64,7 @@ SMALL = ["run.eval_every=1", f"run.eval_problems={EVAL_PROBLEMS}", "es.iteration
 @pytest.mark.slow
 def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path, one_torch_thread):
     from prover_cli.config import load_config
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
     from prover_cli.es.train import train_es
     from prover_cli.grpo import train_grpo
     from prover_cli.demo import base_heldout, comparison

@@ -12,7 +12,7 @@ from prover_cli.es.population import LocalPopulation, member_completions, pick_p
 from prover_cli.es.replay import replay_seeds
 from prover_cli.es.train import train_es
 from prover_cli.es.update import member_noise
-from prover_cli.problems import train_problems
+from prover_cli.tasks.problems import train_problems
 from tests.test_es_train import make_config, raw_config, tensor_hashes
 
 pytestmark = pytest.mark.slow

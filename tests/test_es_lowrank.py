@@ -119,7 +119,7 @@ def test_batched_low_rank_members_agree_with_one_at_a_time(tmp_path, cache_dir):
     (measured: all 144), and the members do differ from each other."""
     from prover_cli.es.batched import BatchedMembers, chunks
     from prover_cli.es.population import LocalPopulation, member_completions, pick_problems
-    from prover_cli.problems import train_problems
+    from prover_cli.tasks.problems import train_problems
 
     config = make_config(tmp_path / "run", cache_dir, population=8, sigma=0.05, problems_per_iteration=6,
                          noise="lowrank", rank=2)

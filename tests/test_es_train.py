@@ -25,7 +25,7 @@ from prover_cli.es.population import pick_problems
 from prover_cli.es.train import train_es
 from prover_cli.es.update import member_noise, shape_fitness, update_terms
 from prover_cli.es.noise import fp32
-from prover_cli.problems import heldout_problems, train_problems as load_problems
+from prover_cli.tasks.problems import heldout_problems, train_problems as load_problems
 from prover_cli.tasks.toy import ToyTask
 
 pytestmark = pytest.mark.slow

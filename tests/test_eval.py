@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from prover_cli.cli import app
 from prover_cli.config import config_from_dict
-from prover_cli.data import prepare_data
+from prover_cli.tasks.datasets import prepare_data
 from prover_cli.errors import ConfigError
 from prover_cli.evaluate import PLOT_FILE, run_eval
 from prover_cli.jsonl import load_jsonl_strict

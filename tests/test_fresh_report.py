@@ -276,7 +276,7 @@ def test_wheel_ships_the_configs_and_examples_and_they_resolve_outside_a_checkou
     probe = ("import json, prover_cli\n"
              "from prover_cli.shipped import resolve_config\n"
              "from prover_cli.config import load_config\n"
-             "from prover_cli.data import examples_path\n"
+             "from prover_cli.tasks.datasets import examples_path\n"
              "paths = [str(resolve_config(p)) for p in ('configs/demo.toml', 'kimina-es', 'toy.toml')]\n"
              "print(json.dumps({'package': prover_cli.__file__, 'paths': paths,\n"
              "                  'model': load_config(resolve_config('configs/demo.toml')).model.name,\n"

@@ -20,7 +20,7 @@ from prover_cli.config import GRPOConfig as GRPOSection
 from prover_cli.config import load_config
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.metrics import REQUIRED_KEYS
-from prover_cli.problems import train_problems
+from prover_cli.tasks.problems import train_problems
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "tests" / "configs" / "tiny.toml"  # the tests' own tiny config
@@ -661,7 +661,7 @@ def test_heldout_eval_and_tensorboard_leave_the_trajectory_unchanged(tmp_path, c
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from prover_cli.heldout import EVAL_KEYS
-    from prover_cli.problems import heldout_problems
+    from prover_cli.tasks.problems import heldout_problems
 
     settings = ("data.task=toy", "grpo.steps=3", "grpo.save_every=0")
     plain = tmp_path / "plain"

@@ -8,7 +8,7 @@ import torch
 from prover_cli.config import load_config
 from prover_cli.errors import InputError
 from prover_cli.heldout import EVAL_KEYS, eval_due, evaluate_heldout, heldout_params
-from prover_cli.problems import heldout_problems
+from prover_cli.tasks.problems import heldout_problems
 from prover_cli.samplers import Sample
 
 

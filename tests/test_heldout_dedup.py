@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prover_cli import problems as P
+from prover_cli.tasks import problems as P
 from prover_cli.config import load_config
 from prover_cli.errors import InputError
 from prover_cli.heldout import EVAL_KEYS, evaluate_heldout

@@ -45,7 +45,7 @@ def test_kimina_es_ships_snapshots_so_a_cold_member_replays_a_bounded_number_of_
 @pytest.fixture
 def es_run(tmp_path):
     """A finished 5-iteration tiny ES run with a snapshot every 2 iterations (2 and 4)."""
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
     from prover_cli.es.train import train_es
 
     config = config_from_dict({

@@ -348,7 +348,7 @@ def test_the_heldout_evaluation_on_its_own_container_equals_the_loops_own(three_
 def test_a_share_run_again_in_a_warm_or_a_fresh_container_gives_the_same_members(three_runs, volume):
     config = config_from_dict(run_config(three_runs["cache"], str(three_runs["pipelined"]),
                                          es_member_gpus=2, es_members_per_gpu=2))
-    from prover_cli.problems import train_problems
+    from prover_cli.tasks.problems import train_problems
 
     problems = train_problems(config)[:3]
     warm = MemberPipeline(config)

@@ -1,12 +1,12 @@
-"""prover_cli/problems.py: the one place that says which problems a run trains on, holds out and evaluates."""
+"""prover_cli/tasks/problems.py: the one place that says which problems a run trains on, holds out and evaluates."""
 
 import json
 
 import pytest
 
-from prover_cli import problems as P
+from prover_cli.tasks import problems as P
 from prover_cli.config import load_config
-from prover_cli.data import prepare_data
+from prover_cli.tasks.datasets import prepare_data
 from prover_cli.errors import InputError
 from prover_cli.jsonl import load_jsonl_strict
 

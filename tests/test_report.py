@@ -563,7 +563,7 @@ def test_the_training_numbers_are_a_diagnostic_labelled_with_each_methods_decodi
 def test_real_es_runs_of_two_training_set_sizes_share_one_test_set_and_pair(tmp_path):
     """The trainer's path, not made-up metrics: two tiny ES runs of one seed, on all training problems
     and on 4 of them, record one test-set fingerprint and the report pairs them as a size contrast."""
-    from prover_cli.data import prepare_data
+    from prover_cli.tasks.datasets import prepare_data
     from prover_cli.es.train import train_es
     from prover_cli.metrics import read_metrics
 

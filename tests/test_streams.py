@@ -36,7 +36,7 @@ def rows(count: int) -> list[dict[str, int]]:
 
 def test_training_problems_streams_keep_their_values():
     from prover_cli.es.population import pick_problems
-    from prover_cli.problems import select_train
+    from prover_cli.tasks.problems import select_train
 
     assert [streams.derive_seed("train-problems", s) for s in (0, 1, 17)] == [
         3222702432717404612, 87737274752040696, 3474010977931292824]
@@ -64,7 +64,7 @@ def test_es_member_streams_keep_their_values():
 
 def test_heldout_streams_keep_their_values():
     from prover_cli.heldout import greedy_params, heldout_params
-    from prover_cli.problems import select_heldout
+    from prover_cli.tasks.problems import select_heldout
 
     for run_seed, seed in ((0, 1880656466), (1, 700463950), (17, 532373188)):
         config = load_config(None, [f"run.seed={run_seed}"])
@@ -81,7 +81,7 @@ def test_heldout_streams_keep_their_values():
 
 
 def test_legacy_streams_keep_their_values():
-    from prover_cli.data import seeded_split
+    from prover_cli.tasks.datasets import seeded_split
     from prover_cli.grpo import shuffle_in_groups
 
     assert [streams.generate_problem_seed(b, pid) for b, pid in ((0, "p0"), (0, "countdown_0_00001"), (1234, "p0"))] \

@@ -88,7 +88,7 @@ def done(tmp_path_factory):
 
 def test_tuning_runs_first_on_a_dev_split_carved_out_of_training(done):
     from prover_cli.jsonl import load_jsonl_strict
-    from prover_cli.problems import content_key
+    from prover_cli.tasks.problems import content_key
 
     path, study, run, report = done
     assert run["tune"]["trained"] == 4 and run["trained"] == 16

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from prover_cli.config import DEFAULT_HEADER, load_config
-from prover_cli.data import prepare_data
+from prover_cli.tasks.datasets import prepare_data
 from prover_cli.verify import verify_records
 from prover_cli.verify.statement import Rejected, candidate_from_record
 

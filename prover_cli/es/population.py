@@ -25,7 +25,7 @@ from prover_cli.progress import Reporter
 
 
 # ---------------------------------------------------------------------------------------------
-# Problems: the run's train split (prover_cli/problems.py), a seeded batch of it per iteration
+# Problems: the run's train split (prover_cli/tasks/problems.py), a seeded batch of it per iteration
 # ---------------------------------------------------------------------------------------------
 
 def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int, count: int) -> list[dict[str, Any]]:

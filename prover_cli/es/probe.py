@@ -42,7 +42,7 @@ from typing import Any, Sequence
 from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
                                   share_error, single_scoring_share)
 from prover_cli.es.population import load_es_sampler, member_completions, pick_problems
-from prover_cli.problems import train_problems
+from prover_cli.tasks.problems import train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli import rollout, streams
 from prover_cli.tasks import get_task

@@ -61,7 +61,7 @@ from prover_cli.heldout import base_record, eval_due, evaluate_base
 from prover_cli.jsonl import fsync_directory
 from prover_cli.metrics import completion_tokens
 from prover_cli.model_dir import holds_weights
-from prover_cli.problems import heldout_problems, train_problems
+from prover_cli.tasks.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.run import ResumePoint, Run
 from prover_cli.tracking import open_tracker

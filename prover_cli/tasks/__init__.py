@@ -29,6 +29,11 @@ The built-in tasks, one file each (tests/test_package_indexes.py keeps this list
 - lean.py        reward 1.0 only for a `verified` verdict (prover_cli/verify/)
 - countdown.py   reach a target with + - * /, checked exactly with fractions
 - toy.py         the fraction of digits in a completion: an objective the tiny model learns in seconds
+
+What every task shares, beside the registry:
+
+- problems.py    the run's problems: train split, held-out subset, eval split; a file or generated
+- datasets.py    `prepare-data`: a dataset's rows mapped to problems.jsonl (Lean layouts, our own schema)
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def lora_engine(tiny_dir, tmp_path_factory):
 def _task_and_batch(config, iteration):
     """The task and the iteration's problems, as the training loop picks them."""
     from prover_cli.es.population import pick_problems
-    from prover_cli.problems import train_problems
+    from prover_cli.tasks.problems import train_problems
     from prover_cli.tasks import get_task
 
     batch = pick_problems(train_problems(config), config.run.seed, iteration, config.es.problems_per_iteration)

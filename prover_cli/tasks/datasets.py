@@ -71,7 +71,7 @@ from prover_cli import streams
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.jsonl import BadLine, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
-from prover_cli.problems import DECL_NAME, content_key
+from prover_cli.tasks.problems import DECL_NAME, content_key
 from prover_cli.tasks import generates_problems
 
 PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems", "countdown")
@@ -340,7 +340,7 @@ class Report:
 
 # `:= by sorry`, `:= by\n  sorry`, `:=\nsorry` (term mode) at the very end -> `:= by` / `:=`.
 _SORRY_TAIL = re.compile(r":=(\s*by)?\s+sorry\s*$")
-_DECL_NAME = DECL_NAME  # one definition of a declaration's name (prover_cli/problems.py)
+_DECL_NAME = DECL_NAME  # one definition of a declaration's name (prover_cli/tasks/problems.py)
 _FORBIDDEN_IN_TRUSTED = ("sorry", "admit")
 
 
@@ -448,7 +448,7 @@ def _imports_after_code(header: str) -> bool:
 
 def _dedupe_key(problem: dict[str, Any]) -> str:
     """Equal up to whitespace and the theorem's name (the header counts: it may hold an answer): the
-    content key the held-out set is deduplicated by too (prover_cli/problems.py)."""
+    content key the held-out set is deduplicated by too (prover_cli/tasks/problems.py)."""
     return content_key(problem)
 
 
@@ -724,7 +724,7 @@ def _ordered(problem: dict[str, Any]) -> dict[str, Any]:
 
 def _generated(config: Any, task: str, limit: int) -> Report:
     """The problems task `task` generates from run.seed (countdown's: data.countdown_*, solvable by construction)."""
-    from prover_cli.problems import generated_problems
+    from prover_cli.tasks.problems import generated_problems
 
     problems = generated_problems(config, task, count=limit)
     return Report(rows=len(problems), kept=problems, dropped=Counter(), first_rows=defaultdict(list))

@@ -72,8 +72,8 @@ def bench_noise(device: str, elements: int) -> None:
     import torch
 
     from prover_cli.es import fused_cpu
-    from prover_cli.es.noise import noise, noise_eager, stream_key
-    from prover_cli.es.noise_definition import GPU_CHUNK
+    from prover_cli.es.noise.full import noise, noise_eager, stream_key
+    from prover_cli.es.noise.definition import GPU_CHUNK
 
     from prover_cli.es import fused_gpu
 
@@ -94,7 +94,7 @@ def bench_noise(device: str, elements: int) -> None:
 def bench_perturb(device: str, params: int) -> None:
     import torch
 
-    from prover_cli.es.noise import fp32
+    from prover_cli.es.noise.full import fp32
     from prover_cli.es.weights import NamedWeights
 
     width = 1024
@@ -131,7 +131,7 @@ def bench_perturb(device: str, params: int) -> None:
 
 
 def bench_update(weights, model, total: int, device: str, clone_s: float) -> None:
-    from prover_cli.es.noise import fp32
+    from prover_cli.es.noise.full import fp32
 
     terms = [(seed, fp32(1e-4 * (seed - 7))) for seed in range(15)]  # population 30, antithetic
     update = best_of(lambda: weights.update(terms), repeats=3)

@@ -15,7 +15,7 @@ change of machine load hits both alike. Shapes:
 - paper: the ES-at-scale paper's operating point, population 30 x 200 problems x 1 sample
   (6,000 samples an iteration), `--paper-problems` to scale the problem count down (printed).
 
-`--noise lowrank --rank r` times low-rank members (es/lowrank.py) both ways: one at a time perturbs
+`--noise lowrank --rank r` times low-rank members (es/noise/lowrank.py) both ways: one at a time perturbs
 the whole model per member, batched computes x Wᵀ + c (x B) Aᵀ (es/batched.py).
 
 Batched runs `--chunk` members per `generate` call (default: the whole population). Before timing,

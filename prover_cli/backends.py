@@ -23,7 +23,7 @@ FUNCTIONS: dict[str, str] = {
     "generate": "prover_cli.generate:generate_file",
     "train_es": "prover_cli.es.train:train_es",
     "probe_es": "prover_cli.es.probe:probe_es",
-    "train_grpo": "prover_cli.grpo:train_grpo",
+    "train_grpo": "prover_cli.grpo.train:train_grpo",
     "replay_seeds": "prover_cli.es.replay:replay_seeds",
     "eval": "prover_cli.evaluate:run_eval",
     "report": "prover_cli.report:report_runs",

@@ -253,7 +253,7 @@ class ESConfig:
                                 "and replays bit-exactly.", min=0)
     noise: str = _key("full", "Each member's perturbation: `full` (integer-hash noise on every weight) or `lowrank` "
                       "(each matrix perturbed by A B^T / sqrt(rank), A and B from the member's seed through the same "
-                      "noise; es/lowrank.py, EGGROLL). `lowrank` is recorded in the ledger and needs the transformers "
+                      "noise; es/noise/lowrank.py, EGGROLL). `lowrank` is recorded in the ledger and needs the transformers "
                       "sampler. `lora`: the same on the attention and MLP projection weights only, nothing else "
                       "perturbed, so each member is a LoRA adapter and vLLM generates the whole population in one "
                       "engine call (es/vllm_lora.py); both samplers.", choices=("full", "lowrank", "lora"))
@@ -438,7 +438,7 @@ class RunConfig:
                      min=0, max=SEED_MAX)
     eval_every: int = _key(0, "Held-out evaluation of the current weights (ES: the unperturbed center) every this many "
                            "iterations/steps and after the last one, logged as `eval/*` in metrics.jsonl "
-                           "(prover_cli/heldout.py); 0 = never.", min=0)
+                           "(prover_cli/training/heldout.py); 0 = never.", min=0)
     eval_problems: int = _key(0, "Held-out evaluation: a fixed subset of this many `data.valid_split` problems, "
                               "drawn once from `run.eval_problems_seed` (0 = all of them).", min=0)
     eval_problems_seed: int = _key(0, "Held-out evaluation: the seed that draws the `run.eval_problems` subset, on "
@@ -687,7 +687,7 @@ def _cross_checks(config: Config) -> None:
                           "into the current directory); use \".\" for that, or e.g. \"runs/demo\"")
     _allow_commands_rule(config)
     _kernel_check_rules(config)
-    from prover_cli.tracking import parse_report_to  # stdlib only: no tracker is imported here
+    from prover_cli.training.tracking import parse_report_to  # stdlib only: no tracker is imported here
 
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
@@ -706,8 +706,8 @@ def _task_rule(config: Config) -> None:
 def allowed_command_names() -> tuple[frozenset[str], tuple[str, ...]]:
     """What `verify.allow_commands` may name: (the keywords the allowlist knows, the prefixes of
     the command families it knows: `elab_…`, `macro_…`, …). `#` commands (`#eval`) and `@[`
-    (attributes) are accepted too; see prover_cli/verify/allowlist.py."""
-    from prover_cli.verify.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS, COMMAND_PREFIXES  # no Lean
+    (attributes) are accepted too; see prover_cli/verify/text/allowlist.py."""
+    from prover_cli.verify.text.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS, COMMAND_PREFIXES  # no Lean
 
     return frozenset(COMMAND_KEYWORDS | ALLOWED_COMMANDS), COMMAND_PREFIXES
 
@@ -752,7 +752,7 @@ def _kernel_check_rules(config: Config) -> None:
     verify = config.verify
     if not verify.kernel_check:
         return
-    from prover_cli.verify.kernel import policy_problem  # no Lean, no heavy import
+    from prover_cli.verify.kernel.pins import policy_problem  # no Lean, no heavy import
 
     for key in ("lean_command", "kernel_checker_command"):
         if not getattr(verify, key):

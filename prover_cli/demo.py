@@ -6,7 +6,7 @@
     prover_cli.demo.grpo_eval_every(config)        # GRPO's run.eval_every at ES's evaluation budgets
     prover_cli.demo.comparison(config, es_dir, grpo_dir)["lines"]   # held-out: base -> es, grpo
 
-The base (configs/demo.toml: `tiny-countdown`, prover_cli/warmstart.py) is evaluated once on the
+The base (configs/demo.toml: `tiny-countdown`, prover_cli/policy/warmstart.py) is evaluated once on the
 held-out problems, exactly as both trainers write it as their iteration 0 (heldout.py, cached).
 """
 
@@ -49,8 +49,8 @@ def budget_line(config: Any) -> str:
 def base_is_built(config: Any) -> bool:
     """Whether `model.name` (`tiny-countdown`, `tiny`) is already in `model.cache_dir`; True for any
     other name (nothing to build)."""
-    from prover_cli.tiny_model import TINY_NAME, tiny_model_dir
-    from prover_cli.warmstart import WARMSTART_NAME, warmstart_dir
+    from prover_cli.policy.tiny_model import TINY_NAME, tiny_model_dir
+    from prover_cli.policy.warmstart import WARMSTART_NAME, warmstart_dir
 
     m = config.model
     if m.name == WARMSTART_NAME:
@@ -68,14 +68,14 @@ def build_base(config: Any, say: Any = print) -> str:
     from prover_cli.progress import quiet_third_party_bars
 
     quiet_third_party_bars()   # called from scripts/demo.sh, outside `prover`: no transformers bars
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
 
     m = config.model
     if base_is_built(config):
         say(f"base model {m.name}: cached in {m.cache_dir}/")
         return resolve_model_path(m.name, m.cache_dir, m.tiny_seed)
-    what = {"tiny-countdown": "the tiny model warm-started on generated countdown solutions, prover_cli/warmstart.py",
-            "tiny": "a tiny random Qwen2-style model, prover_cli/tiny_model.py"}.get(m.name, m.name)
+    what = {"tiny-countdown": "the tiny model warm-started on generated countdown solutions, prover_cli/policy/warmstart.py",
+            "tiny": "a tiny random Qwen2-style model, prover_cli/policy/tiny_model.py"}.get(m.name, m.name)
     say(f"building the base model {m.name} (first run only; then cached in {m.cache_dir}/): {what}")
     start = time.monotonic()
     path = resolve_model_path(m.name, m.cache_dir, m.tiny_seed)
@@ -95,13 +95,13 @@ def noise_line(config: Any) -> str:
 
 def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
     """The held-out `eval/*` keys of the base model (`model.name`): the evaluation both trainers write
-    as their iteration 0 (prover_cli/heldout.py `evaluate_base`, cached, so computed once)."""
+    as their iteration 0 (prover_cli/training/heldout.py `evaluate_base`, cached, so computed once)."""
     from prover_cli.progress import NULL_REPORTER, quiet_third_party_bars
 
     quiet_third_party_bars()   # called from scripts outside `prover` (scripts/demo.sh): no "Loading weights" bar
-    from prover_cli.heldout import evaluate_base, weights_sha256
+    from prover_cli.training.heldout import evaluate_base, weights_sha256
     from prover_cli.tasks.problems import heldout_problems
-    from prover_cli.samplers import load_sampler
+    from prover_cli.policy.samplers import load_sampler
 
     sampler = load_sampler(config.model, config.generate)
     return evaluate_base(sampler, config, heldout_problems(config), weights_sha256(sampler.model),
@@ -111,7 +111,7 @@ def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
 def last_heldout(run_dir: str | Path) -> dict[str, Any]:
     """The last metrics.jsonl line of a run that carries `eval/verified_rate`."""
     from prover_cli.errors import InputError
-    from prover_cli.metrics import METRICS_FILE, read_metrics
+    from prover_cli.training.metrics import METRICS_FILE, read_metrics
 
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():

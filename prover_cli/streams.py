@@ -22,7 +22,7 @@ the one way would change those values (a resume would refuse its own files, a pr
 would move), so they stay, named here and pinned by the tests.
 
 **Not streams of a run** (they live where they are consumed; tests/test_streams.py lists each
-with its reason): the noise kernels turn a noise seed into noise (es/noise_definition.py); the
+with its reason): the noise kernels turn a noise seed into noise (es/noise/definition.py); the
 transformers sampler turns one sampling seed into per-batch torch seeds; a task's problem
 generator turns the seed it is given into problems (tasks/*.py, `countdown:<seed>`); the tiny
 and warm-started base models are built from `model.tiny_seed`, a cache key, not from the run.

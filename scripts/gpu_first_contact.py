@@ -214,7 +214,7 @@ def engine_config(config: Any, share: float) -> Any:
 
 
 def start_engine(config: Any, model_dir: Path, share: float) -> Any:
-    from prover_cli.samplers.vllm_sampler import ES_WORKER_EXTENSION, VLLMSampler
+    from prover_cli.policy.samplers.vllm_sampler import ES_WORKER_EXTENSION, VLLMSampler
 
     cfg = engine_config(config, share)
     return VLLMSampler(cfg.model, cfg.generate, model_path=str(model_dir), worker_extension_cls=ES_WORKER_EXTENSION)
@@ -243,8 +243,8 @@ def close_engine(sampler: Any, settle_s: float = 60.0) -> None:
 
 def member_call(config: Any, sampler: Any) -> dict[str, Any]:
     """One ES member's generation call, timed: its sequences' token counts."""
-    from prover_cli import rollout
-    from prover_cli.samplers import SamplingParams
+    from prover_cli.policy import rollout
+    from prover_cli.policy.samplers import SamplingParams
     from prover_cli.tasks import get_task
 
     es = config.es
@@ -332,8 +332,8 @@ def step_configured_engines(config: Any, model_dir: Path, measured: dict[str, An
 
 
 def step_heldout(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    from prover_cli import rollout
-    from prover_cli.heldout import greedy_params, heldout_params
+    from prover_cli.policy import rollout
+    from prover_cli.training.heldout import greedy_params, heldout_params
     from prover_cli.tasks import get_task
 
     sampler = state.pop("sampler")          # step 1's engine, at the configured share

@@ -222,8 +222,8 @@ def grpo_mismatches(got: dict, want: dict) -> list[str]:
 
 
 def run_grpo_scenario(run_dir: Path, cache_dir: Path, *overrides: str) -> dict:
-    from prover_cli.built_models import resolve_model_path
-    from prover_cli.grpo import train_grpo
+    from prover_cli.policy.built_models import resolve_model_path
+    from prover_cli.grpo.train import train_grpo
 
     config = tiny_config(run_dir, cache_dir, *GRPO_SCENARIO, *overrides)
     train_grpo(config)

@@ -105,7 +105,7 @@ def _tiny(run_dir: Path, cache_dir: Path, *overrides: str):
 
 
 def _check_budget_keys(records, per_iteration):
-    from prover_cli.metrics import completion_tokens  # noqa: F401  (the counter both trainers use)
+    from prover_cli.training.metrics import completion_tokens  # noqa: F401  (the counter both trainers use)
 
     base, trained = records[0], records[1:]
     assert base["iteration"] == 0 and all(base[k] == 0 for k in ("samples", "tokens", "checks", "checks/total"))
@@ -121,7 +121,7 @@ def _check_budget_keys(records, per_iteration):
 
 def test_es_records_samples_tokens_and_checks_of_every_member(tmp_path):
     from prover_cli.es.train import train_es
-    from prover_cli.metrics import read_metrics
+    from prover_cli.training.metrics import read_metrics
 
     config = _tiny(tmp_path / "es", tmp_path / "cache", "es.iterations=2", "es.problems_per_iteration=3")
     train_es(config)
@@ -131,8 +131,8 @@ def test_es_records_samples_tokens_and_checks_of_every_member(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_grpo_records_samples_tokens_and_checks_of_every_completion(tmp_path):
-    from prover_cli.grpo import train_grpo
-    from prover_cli.metrics import read_metrics
+    from prover_cli.grpo.train import train_grpo
+    from prover_cli.training.metrics import read_metrics
 
     config = _tiny(tmp_path / "grpo", tmp_path / "cache", "grpo.max_completion_length=8")
     train_grpo(config)
@@ -141,7 +141,7 @@ def test_grpo_records_samples_tokens_and_checks_of_every_completion(tmp_path):
 
 
 def test_completion_tokens_reencode_the_text_without_special_tokens():
-    from prover_cli.metrics import completion_tokens
+    from prover_cli.training.metrics import completion_tokens
 
     class Tokenizer:
         def __call__(self, texts, add_special_tokens=True):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from prover_cli.demo import heldout_lines, sample_budgets
-from prover_cli.warmstart import build_warmstart, warmstart_dir
+from prover_cli.policy.warmstart import build_warmstart, warmstart_dir
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
 RATE = r"(\d\.\d{3}) \(\d\.\d{3}\.\.\d\.\d{3}\)"
@@ -66,7 +66,7 @@ def test_short_demo_run_ends_with_the_comparison_line(warm_cache, tmp_path, one_
     from prover_cli.config import load_config
     from prover_cli.tasks.datasets import prepare_data
     from prover_cli.es.train import train_es
-    from prover_cli.grpo import train_grpo
+    from prover_cli.grpo.train import train_grpo
     from prover_cli.demo import base_heldout, comparison
 
     common = [f"model.cache_dir={warm_cache}", f"data.problems={tmp_path / 'problems.jsonl'}", *SMALL]

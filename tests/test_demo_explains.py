@@ -79,7 +79,7 @@ def app_():
 
 
 def test_a_long_grpo_run_prints_a_thinned_steps_table(tmp_path):
-    from prover_cli.grpo import summarize
+    from prover_cli.grpo.train import summarize
 
     records = [{"iteration": i, "reward/mean": 0.5, "reward/max": 1.0, "verify/verified": 1, "samples": 32,
                 "samples/total": 32 * i, "time/wall_s": 1.0, "time/elapsed_s": float(i)} for i in range(1, 161)]

@@ -7,7 +7,7 @@ import torch
 
 from prover_cli.errors import ConfigError
 from prover_cli.es.batched import BatchedMembers, chunks
-from prover_cli.es.noise import fp32
+from prover_cli.es.noise.full import fp32
 from prover_cli.es.population import LocalPopulation, member_completions, pick_problems
 from prover_cli.es.replay import replay_seeds
 from prover_cli.es.train import train_es
@@ -132,7 +132,7 @@ def test_a_head_tied_to_the_embedding_batches_too(tmp_path, cache_dir, noise):
 
     from safetensors.torch import load_file, save_file
 
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
     from prover_cli.config import config_from_dict
 
     tied = tmp_path / "tied"  # the tiny model with its head tied to the embedding, saved once (as transformers does)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from prover_cli.es import fused_cpu
-from prover_cli.es import noise as definition
-from prover_cli.es.noise import fp32, noise_eager, perturbed, reference_noise, stream_key, updated
+from prover_cli.es.noise import full as definition
+from prover_cli.es.noise.full import fp32, noise_eager, perturbed, reference_noise, stream_key, updated
 
 
 def bits(tensor: torch.Tensor) -> bytes:
@@ -223,7 +223,7 @@ def test_a_library_compiled_with_fma_contraction_fails_its_self_check(monkeypatc
 COMPUTE = textwrap.dedent("""
     import hashlib, sys, torch
     from prover_cli.es import fused_cpu
-    from prover_cli.es.noise import fp32, noise, perturb_into, stream_key, update_in_place
+    from prover_cli.es.noise.full import fp32, noise, perturb_into, stream_key, update_in_place
     torch.set_num_threads(int(sys.argv[1]))
     base = torch.linspace(-1, 1, 400_000)
     parts = [noise(stream_key(s, n), 0, 300_000) for s in (1, 2**62) for n in ("a", "b.weight")]

@@ -21,7 +21,7 @@ import torch
 
 from conftest import PATIENCE_S
 from prover_cli.es import fused_gpu
-from prover_cli.es import noise as definition
+from prover_cli.es.noise import full as definition
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,8 +45,8 @@ PRELUDE = """
 import random
 import torch
 from prover_cli.es import fused_gpu as g
-from prover_cli.es import noise as d
-from prover_cli.es.noise import fp32, stream_key
+from prover_cli.es.noise import full as d
+from prover_cli.es.noise.full import fp32, stream_key
 
 assert g.available("cpu"), g.status("cpu")
 assert g.status("cpu") == "ok (interpreter)"

@@ -1,4 +1,4 @@
-"""es/lowrank.py: low-rank ES noise (es.noise = "lowrank"): its definition, training, resume and replay."""
+"""es/noise/lowrank.py: low-rank ES noise (es.noise = "lowrank"): its definition, training, resume and replay."""
 
 import json
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.es import lowrank
+from prover_cli.es.noise import lowrank
 from prover_cli.es.ledger import read_ledger
-from prover_cli.es.noise import fp32, noise, reference_noise, stream_key
+from prover_cli.es.noise.full import fp32, noise, reference_noise, stream_key
 from prover_cli.es.replay import replay_seeds
 from prover_cli.es.train import train_es
 from prover_cli.es.update import apply_rewards

@@ -1,4 +1,4 @@
-"""es/noise.py: the same bits everywhere, one stream per tensor, and the documented statistics."""
+"""es/noise/full.py: the same bits everywhere, one stream per tensor, and the documented statistics."""
 
 import hashlib
 import math
@@ -9,8 +9,8 @@ import textwrap
 import pytest
 import torch
 
-from prover_cli.es import noise, noise_definition
-from prover_cli.es.noise import SCALE, VARIANCE_S, fp32, perturbed, reference_noise, stream_key, updated
+from prover_cli.es.noise import definition as noise_definition, full as noise
+from prover_cli.es.noise.full import SCALE, VARIANCE_S, fp32, perturbed, reference_noise, stream_key, updated
 
 
 def digest(tensor: torch.Tensor) -> str:
@@ -35,7 +35,7 @@ def test_chunking_does_not_change_values(monkeypatch):
 
 COMPUTE = textwrap.dedent("""
     import hashlib, torch
-    from prover_cli.es.noise import noise, stream_key, perturbed, updated, fp32
+    from prover_cli.es.noise.full import noise, stream_key, perturbed, updated, fp32
 
     def compute():
         x = torch.cat([noise(stream_key(s, n), 0, 300_000) for s in (1, 2**62) for n in ("a", "b.weight")])

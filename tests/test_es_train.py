@@ -24,7 +24,7 @@ from prover_cli.es.replay import replay_seeds
 from prover_cli.es.population import pick_problems
 from prover_cli.es.train import train_es
 from prover_cli.es.update import member_noise, shape_fitness, update_terms
-from prover_cli.es.noise import fp32
+from prover_cli.es.noise.full import fp32
 from prover_cli.tasks.problems import heldout_problems, train_problems as load_problems
 from prover_cli.tasks.toy import ToyTask
 
@@ -218,7 +218,7 @@ def test_all_equal_rewards_skip_the_update_and_are_recorded(tmp_path, cache_dir,
 
 
 def test_es_raises_the_toy_reward_within_seconds(tmp_path, cache_dir):
-    from prover_cli.samplers import SamplingParams, load_sampler
+    from prover_cli.policy.samplers import SamplingParams, load_sampler
     from prover_cli.tasks import get_task
 
     config = make_config(tmp_path / "run", cache_dir, population=8, iterations=10, problems_per_iteration=8)
@@ -299,7 +299,7 @@ def test_null_control_ledger_keeps_the_true_rewards_and_replays_bit_exactly(trai
 
 def test_members_are_scored_at_the_member_temperature_recorded_in_the_ledger(tmp_path, cache_dir):
     from prover_cli.es.population import member_completions
-    from prover_cli.samplers import Sample
+    from prover_cli.policy.samplers import Sample
 
     class Spy:
         tokenizer = None
@@ -381,8 +381,8 @@ def test_heldout_eval_scores_the_center_and_leaves_training_unchanged(trained, t
     TensorBoard gets the metrics.jsonl values."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from prover_cli.heldout import EVAL_KEYS, evaluate_heldout
-    from prover_cli.samplers import load_sampler
+    from prover_cli.training.heldout import EVAL_KEYS, evaluate_heldout
+    from prover_cli.policy.samplers import load_sampler
 
     plain_config, _ = trained
     raw = raw_config(tmp_path / "run", cache_dir, snapshot_every=2)

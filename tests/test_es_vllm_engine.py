@@ -1,4 +1,4 @@
-"""The vLLM side of ES (es/vllm_worker.py, samplers/vllm_sampler.py) against fakes of vLLM's
+"""The vLLM side of ES (es/vllm_worker.py, policy/samplers/vllm_sampler.py) against fakes of vLLM's
 interfaces as vLLM 0.31 defines them: a model's `load_weights(weights) -> set[str]` of the
 parameters it loaded, which skips a tied alias (`lm_head.weight` when `lm_head` *is*
 `model.embed_tokens`, model_executor/models/qwen2.py) and refuses any one call that skipped an
@@ -31,9 +31,9 @@ import torch
 from safetensors.torch import save_file
 
 from prover_cli.errors import BackendError
-from prover_cli.es.noise import fp32
+from prover_cli.es.noise.full import fp32
 from prover_cli.es.weights import NamedWeights
-from prover_cli.samplers.vllm_sampler import VLLMWeights
+from prover_cli.policy.samplers.vllm_sampler import VLLMWeights
 from test_es_weights import FakeLLM, FakeWorker
 
 
@@ -175,8 +175,8 @@ def test_vllm_samples_count_and_read_as_the_transformers_samplers_do(fake_vllm_m
     stop token id holds that token last in `token_ids` (16 ids where transformers counted 15), and
     its `text` leaves out bytes that end inside a UTF-8 character where transformers' decode
     writes U+FFFD. The sampler counts without the stop token and decodes as transformers does."""
-    from prover_cli.samplers import SamplingParams
-    from prover_cli.samplers.vllm_sampler import VLLMSampler
+    from prover_cli.policy.samplers import SamplingParams
+    from prover_cli.policy.samplers.vllm_sampler import VLLMSampler
 
     cut = "ℝ".encode()[:2]   # a character cut after 2 of its 3 bytes
     llm = CompletionsLLM([
@@ -217,7 +217,7 @@ def test_the_tiny_model_for_vllm_cpu_has_head_dim_32_and_the_demos_weights(tmp_p
 
     from safetensors.torch import load_file
 
-    from prover_cli.tiny_model import VLLM_CPU_HEADS, build_tiny_model
+    from prover_cli.policy.tiny_model import VLLM_CPU_HEADS, build_tiny_model
 
     default = build_tiny_model(tmp_path / "default", seed=0)
     for_vllm = build_tiny_model(tmp_path / "vllm", seed=0, heads=VLLM_CPU_HEADS)

@@ -1,4 +1,4 @@
-"""`es.noise = "lora"` (es/lowrank.py) and its members as LoRA adapters (es/vllm_lora.py), without
+"""`es.noise = "lora"` (es/noise/lowrank.py) and its members as LoRA adapters (es/vllm_lora.py), without
 vLLM: the definition (projection weights only, the rest untouched to the bit), the adapters'
 tensors against that definition, and one engine call per iteration through a stand-in sampler
 whose `generate` takes one LoRARequest per prompt, as `vllm.LLM.generate(..., lora_request=[...])`
@@ -18,8 +18,9 @@ from safetensors.torch import load_file, save_file
 
 from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError
-from prover_cli.es import lowrank, vllm_lora
-from prover_cli.es.noise import fp32
+from prover_cli.es import vllm_lora
+from prover_cli.es.noise import lowrank
+from prover_cli.es.noise.full import fp32
 from prover_cli.es.weights import NamedWeights
 
 SHAPES = {"model.layers.0.self_attn.q_proj.weight": [6, 4], "model.layers.0.mlp.down_proj.weight": [4, 5]}
@@ -245,7 +246,7 @@ def test_a_lora_noise_run_resumes_bit_identical_and_replays_and_moves_only_the_p
     assert tensor_hashes(tmp_path / "replayed") == tensor_hashes(whole.run_dir / "final")
     # only the projection weights moved from the base (the tiny model's checkpoint)
     base = make_config(tmp_path / "base", cache_dir, **{**settings, "iterations": 1})
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
 
     base_dir = Path(resolve_model_path(base.model.name, base.model.cache_dir, base.model.tiny_seed))
     before, after = tensor_hashes(base_dir), tensor_hashes(whole.run_dir / "final")

@@ -7,11 +7,11 @@ import torch
 from safetensors.torch import save_file
 
 from prover_cli.errors import InputError
-from prover_cli.es.noise import fp32, noise, perturbed, stream_key, updated
+from prover_cli.es.noise.full import fp32, noise, perturbed, stream_key, updated
 from prover_cli.es.vllm_worker import ESWorkerExtension
 from prover_cli.es.weights import NamedWeights, save_model_dir
-from prover_cli.model_dir import fingerprint
-from prover_cli.samplers.vllm_sampler import VLLMWeights
+from prover_cli.policy.model_dir import fingerprint
+from prover_cli.policy.samplers.vllm_sampler import VLLMWeights
 
 
 class Reference(torch.nn.Module):
@@ -164,7 +164,7 @@ def test_tiny_bf16_model_at_reference_settings_moves_its_norm_weights_in_the_mas
     from transformers import AutoModelForCausalLM
 
     from prover_cli.es.update import apply_rewards
-    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+    from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
 
     checkpoint = build_tiny_model(tiny_model_dir(tmp_path_factory.getbasetemp() / "tiny-model-cache", 0), 0)
     es = {"population": 30, "sigma": 1e-3, "learning_rate": 5e-4, "antithetic": True, "fitness_shaping": "zscore"}
@@ -194,7 +194,7 @@ def test_final_dir_holds_the_fp32_master_and_its_config_says_so(tmp_path, tmp_pa
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+    from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
 
     checkpoint = build_tiny_model(tiny_model_dir(tmp_path_factory.getbasetemp() / "tiny-model-cache", 0), 0)
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16)
@@ -282,8 +282,8 @@ class TransformersAsEngine(torch.nn.Module):
 def test_vllm_sampler_saves_a_from_pretrained_directory_with_the_transformers_bits(tmp_path_factory, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prover_cli.samplers.vllm_sampler import VLLMSampler
-    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+    from prover_cli.policy.samplers.vllm_sampler import VLLMSampler
+    from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
 
     cache = tmp_path_factory.getbasetemp() / "tiny-model-cache"  # shared with the other ES tests
     checkpoint = build_tiny_model(tiny_model_dir(cache, 0), 0)

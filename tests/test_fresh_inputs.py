@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 from conftest import REPO
 from prover_cli import backends
 from prover_cli.cli import app
-from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl, write_jsonl_atomic
-from prover_cli.lock import LockedError, lock_path, output_lock
+from prover_cli.fsio.jsonl import BadLine, ResumableWriter, read_jsonl, write_jsonl_atomic
+from prover_cli.fsio.lock import LockedError, lock_path, output_lock
 from test_verify_file import proof, write_config, write_proofs
 
 runner = CliRunner()
@@ -360,13 +360,13 @@ def test_json_failure_on_a_usage_error_click_finds_while_parsing():
 
 
 def test_a_non_finite_metric_is_written_as_null_and_the_line_stays_json(tmp_path):
-    from prover_cli.jsonl import loads
-    from prover_cli.metrics import append_metrics, read_metrics  # noqa: F401  (the reader of report)
+    from prover_cli.fsio.jsonl import loads
+    from prover_cli.training.metrics import append_metrics, read_metrics  # noqa: F401  (the reader of report)
 
     record = {"iteration": 0, "method": "grpo", "task": "toy", "samples": 0, "samples/total": 0,
               "time/wall_s": 0.0, "time/elapsed_s": 0.0, "eval/verified_rate": 0.25,
               "grpo/loss": float("nan"), "nested": {"x": float("inf"), "y": [1.0, float("-inf")]}}
-    from prover_cli.metrics import BASE_REQUIRED_KEYS
+    from prover_cli.training.metrics import BASE_REQUIRED_KEYS
     record.update({key: 0 for key in BASE_REQUIRED_KEYS if key not in record})
     append_metrics(tmp_path, record)
     line = loads((tmp_path / "metrics.jsonl").read_text(encoding="utf-8"))

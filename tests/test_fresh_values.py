@@ -21,14 +21,14 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_dir(cache_dir):
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
 
     return Path(resolve_model_path("tiny", cache_dir, 0))
 
 
 def tiny_model(tiny_dir):
     from prover_cli.config import ModelConfig
-    from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer
+    from prover_cli.policy.samplers.transformers_sampler import load_model_and_tokenizer
 
     config = ModelConfig(name=str(tiny_dir), dtype="float32", device="cpu")
     model, tokenizer, _ = load_model_and_tokenizer(config)
@@ -69,8 +69,8 @@ def _poison(tensor, count: int = 3) -> None:
 
 
 def test_grpo_final_with_nan_weights_is_refused_and_the_old_final_kept(tmp_path, tiny_dir):
-    from prover_cli.grpo import save_final
-    from prover_cli.model_dir import NonFiniteWeightsError
+    from prover_cli.grpo.train import save_final
+    from prover_cli.policy.model_dir import NonFiniteWeightsError
 
     model, tokenizer = tiny_model(tiny_dir)
     final = tmp_path / "final"
@@ -89,8 +89,8 @@ def test_grpo_final_with_nan_weights_is_refused_and_the_old_final_kept(tmp_path,
 def test_a_grpo_checkpoint_with_nan_weights_is_refused_before_the_trainer_writes(tmp_path, tiny_dir):
     from types import SimpleNamespace
 
-    from prover_cli.grpo import resumable_trainer_class
-    from prover_cli.model_dir import NonFiniteWeightsError
+    from prover_cli.grpo.trl_glue import resumable_trainer_class
+    from prover_cli.policy.model_dir import NonFiniteWeightsError
 
     model, _ = tiny_model(tiny_dir)
     _poison(model.lm_head.weight)
@@ -105,7 +105,7 @@ def test_a_grpo_checkpoint_with_nan_weights_is_refused_before_the_trainer_writes
 
 def test_es_snapshot_and_model_dir_with_nan_weights_are_refused_before_writing(tmp_path, tiny_dir):
     from prover_cli.es.weights import NamedWeights, save_model_dir
-    from prover_cli.model_dir import NonFiniteWeightsError
+    from prover_cli.policy.model_dir import NonFiniteWeightsError
 
     model, tokenizer = tiny_model(tiny_dir)
     weights = NamedWeights.from_module(model)
@@ -181,7 +181,7 @@ def _ledger(path: Path) -> dict:
 
 def _no_model_load(monkeypatch):
     """Replay must stop at the ledger: loading the model is already too late."""
-    import prover_cli.samplers.transformers_sampler as sampler
+    import prover_cli.policy.samplers.transformers_sampler as sampler
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the ledger was checked")
@@ -231,7 +231,7 @@ def test_a_ledger_with_a_bom_reads_like_the_one_without(tmp_path, monkeypatch):
 
 def test_a_model_config_json_with_a_bom_is_named_as_transformers_cannot_read_it(tmp_path, tiny_dir):
     from prover_cli.errors import InputError
-    from prover_cli.model_dir import check_model_dir
+    from prover_cli.policy.model_dir import check_model_dir
 
     model = tmp_path / "model"
     shutil.copytree(tiny_dir, model)

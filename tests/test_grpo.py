@@ -14,12 +14,14 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import PATIENCE_S
-from prover_cli import grpo
+from prover_cli.grpo import resume as grpo_resume
+from prover_cli.grpo import train as grpo_train
+from prover_cli.grpo import trl_glue
 from prover_cli.cli import app
 from prover_cli.config import GRPOConfig as GRPOSection
 from prover_cli.config import load_config
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.metrics import REQUIRED_KEYS
+from prover_cli.training.metrics import REQUIRED_KEYS
 from prover_cli.tasks.problems import train_problems
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +68,7 @@ def test_tiny_grpo_run_changes_weights_and_logs_rewards(tmp_path, cache_dir, mon
     monkeypatch.setattr(countdown, "completion_reward", parity_score)
     config = demo_config(tmp_path / "run", cache_dir, "grpo.per_device_train_batch_size=8",
                          "grpo.num_generations=4", "grpo.learning_rate=0.01")
-    result = grpo.train_grpo(config)
+    result = grpo_train.train_grpo(config)
 
     run = tmp_path / "run"
     before = load_file(_tiny_dir(cache_dir) / "model.safetensors")
@@ -96,7 +98,7 @@ def test_tiny_grpo_run_changes_weights_and_logs_rewards(tmp_path, cache_dir, mon
 
 
 def _tiny_dir(cache_dir):
-    from prover_cli.tiny_model import tiny_model_dir
+    from prover_cli.policy.tiny_model import tiny_model_dir
 
     return tiny_model_dir(cache_dir, 0)
 
@@ -135,7 +137,7 @@ def interrupt_after_logging_step(monkeypatch, step):
             if state.global_step == step:
                 raise Interrupted(step)
 
-    real = grpo.resumable_trainer_class
+    real = grpo_train.resumable_trainer_class  # as train_grpo calls it
 
     def with_die():
         trainer_class = real()
@@ -146,8 +148,8 @@ def interrupt_after_logging_step(monkeypatch, step):
 
         return Dying
 
-    monkeypatch.setattr(grpo, "resumable_trainer_class", with_die)
-    return lambda: monkeypatch.setattr(grpo, "resumable_trainer_class", real)
+    monkeypatch.setattr(grpo_train, "resumable_trainer_class", with_die)
+    return lambda: monkeypatch.setattr(grpo_train, "resumable_trainer_class", real)
 
 
 @pytest.mark.slow
@@ -168,12 +170,12 @@ def test_interrupted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(tmp
     problems.write_text("".join(json.dumps(p) + "\n" for p in train))
     settings = ("data.task=toy", f"data.problems={problems}", "grpo.steps=5", "grpo.save_every=3")
 
-    straight = grpo.train_grpo(demo_config(tmp_path / "straight", cache_dir, *settings))
+    straight = grpo_train.train_grpo(demo_config(tmp_path / "straight", cache_dir, *settings))
 
     cut = tmp_path / "cut"
     restore = interrupt_after_logging_step(monkeypatch, 4)
     with pytest.raises(Interrupted):
-        grpo.train_grpo(demo_config(cut, cache_dir, *settings))
+        grpo_train.train_grpo(demo_config(cut, cache_dir, *settings))
     restore()
     assert [m["iteration"] for m in read_metrics(cut)] == [1, 2, 3, 4]
     assert sorted(p.name for p in (cut / "checkpoints").glob("checkpoint-*")) == ["checkpoint-3"]
@@ -181,8 +183,8 @@ def test_interrupted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(tmp
         handle.write('{"iteration": 5, "torn')  # a kill mid-write
 
     logs = []
-    reporter = types.SimpleNamespace(log=logs.append, task=grpo.NULL_REPORTER.task)
-    resumed = grpo.train_grpo(demo_config(cut, cache_dir, *settings), resume=True, reporter=reporter)
+    reporter = types.SimpleNamespace(log=logs.append, task=grpo_train.NULL_REPORTER.task)
+    resumed = grpo_train.train_grpo(demo_config(cut, cache_dir, *settings), resume=True, reporter=reporter)
 
     assert any("resuming from" in line and "checkpoint-3" in line for line in logs)
     before = load_file(tmp_path / "straight" / "final" / "model.safetensors")
@@ -206,7 +208,7 @@ def test_interrupted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(tmp
 
 @pytest.mark.slow
 def test_checkpoints_hold_what_an_exact_resume_needs(tmp_path, cache_dir):
-    grpo.train_grpo(demo_config(tmp_path / "run", cache_dir, "grpo.steps=3", "grpo.save_every=1"))
+    grpo_train.train_grpo(demo_config(tmp_path / "run", cache_dir, "grpo.steps=3", "grpo.save_every=1"))
     checkpoints = tmp_path / "run" / "checkpoints"
     # save_total_limit = 2; the Trainer also checkpoints the last step, so a run can be extended.
     assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
@@ -218,11 +220,11 @@ def test_checkpoints_hold_what_an_exact_resume_needs(tmp_path, cache_dir):
 @pytest.mark.slow
 def test_save_every_zero_writes_no_checkpoint_and_resume_starts_over(tmp_path, cache_dir):
     run = tmp_path / "run"
-    grpo.train_grpo(demo_config(run, cache_dir, "grpo.steps=1", "grpo.save_every=0"))
+    grpo_train.train_grpo(demo_config(run, cache_dir, "grpo.steps=1", "grpo.save_every=0"))
     assert not list(run.glob("checkpoints/checkpoint-*"))
     logs = []
-    reporter = types.SimpleNamespace(log=logs.append, task=grpo.NULL_REPORTER.task)
-    result = grpo.train_grpo(demo_config(run, cache_dir, "grpo.steps=1", "grpo.save_every=0"), resume=True,
+    reporter = types.SimpleNamespace(log=logs.append, task=grpo_train.NULL_REPORTER.task)
+    result = grpo_train.train_grpo(demo_config(run, cache_dir, "grpo.steps=1", "grpo.save_every=0"), resume=True,
                              reporter=reporter)
     assert any("no checkpoint to resume from; starting from the base model" in line for line in logs)
     assert [m["iteration"] for m in read_metrics(run)] == [1]  # the old line was dropped, not duplicated
@@ -255,14 +257,14 @@ def test_existing_checkpoints_alone_are_refused_without_resume(tmp_path):
     config = load_config(DEMO, [f"run.dir={tmp_path}"])
     (tmp_path / "checkpoints").mkdir()
     with pytest.raises(InputError, match=re.escape(str(tmp_path / "checkpoints"))) as error:
-        grpo.train_grpo(config)
+        grpo_train.train_grpo(config)
     assert "--resume" in error.value.hint and "run.dir" in error.value.hint
 
 
 def test_resume_refuses_a_run_dir_of_another_trainer(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "method": "es"}) + "\n{\"torn")
     with pytest.raises(InputError, match="holds metrics of method es, not of GRPO"):
-        grpo.start_or_resume(load_config(DEMO, [f"run.dir={tmp_path}"]), resume=True)
+        grpo_resume.start_or_resume(load_config(DEMO, [f"run.dir={tmp_path}"]), resume=True)
     assert "iteration" in (tmp_path / "metrics.jsonl").read_text()  # ES metrics untouched
 
 
@@ -275,25 +277,25 @@ def fake_checkpoint(run_dir, step, *, whole=True):
 
 
 def test_latest_checkpoint_skips_one_torn_by_a_kill(tmp_path):
-    assert grpo.latest_checkpoint(tmp_path / "checkpoints") is None
+    assert grpo_resume.latest_checkpoint(tmp_path / "checkpoints") is None
     fake_checkpoint(tmp_path, 9)
     fake_checkpoint(tmp_path, 10)
     fake_checkpoint(tmp_path, 20, whole=False)  # killed before trainer_state.json was written
     (tmp_path / "checkpoints" / "checkpoint-30").mkdir()
     (tmp_path / "checkpoints" / "checkpoint-30" / "trainer_state.json").write_text('{"global_st')
     (tmp_path / "checkpoints" / "checkpoint-x").mkdir()
-    assert grpo.latest_checkpoint(tmp_path / "checkpoints") == tmp_path / "checkpoints" / "checkpoint-10"
+    assert grpo_resume.latest_checkpoint(tmp_path / "checkpoints") == tmp_path / "checkpoints" / "checkpoint-10"
 
 
 def test_resume_refuses_a_config_that_changes_the_trajectory(tmp_path):
-    from prover_cli.metrics import write_resolved_config
+    from prover_cli.training.metrics import write_resolved_config
 
     write_resolved_config(load_config(DEMO, [f"run.dir={tmp_path}"]))
     fake_checkpoint(tmp_path, 1)
     changed = load_config(DEMO, [f"run.dir={tmp_path}", "grpo.learning_rate=0.5", "run.seed=3",
                                  "model.dtype=bfloat16"])
     with pytest.raises(ConfigError, match="cannot resume") as error:
-        grpo.start_or_resume(changed, resume=True)
+        grpo_resume.start_or_resume(changed, resume=True)
     message = str(error.value)
     for key in ("grpo.learning_rate: run 0.0001 != config 0.5", "run.seed: run 0 != config 3", "model.dtype"):
         assert key in message
@@ -301,14 +303,14 @@ def test_resume_refuses_a_config_that_changes_the_trajectory(tmp_path):
 
     # How far to train, how often to save and the model cache may change on resume.
     allowed = load_config(DEMO, [f"run.dir={tmp_path}", "grpo.steps=9", "grpo.save_every=4", "model.cache_dir=elsewhere"])
-    assert grpo.start_or_resume(allowed, resume=True) == tmp_path / "checkpoints" / "checkpoint-1"
+    assert grpo_resume.start_or_resume(allowed, resume=True) == tmp_path / "checkpoints" / "checkpoint-1"
 
 
 def test_resume_refuses_a_checkpoint_past_the_configured_steps(tmp_path):
     config = load_config(DEMO, [f"run.dir={tmp_path}", "grpo.steps=2"])
     fake_checkpoint(tmp_path, 3)
     with pytest.raises(ConfigError, match=r"checkpoint-3: the checkpoint is at step 3, past grpo.steps = 2"):
-        grpo.start_or_resume(config, resume=True)
+        grpo_resume.start_or_resume(config, resume=True)
 
 
 def test_cli_passes_resume_to_the_library_and_to_modal(monkeypatch):
@@ -334,7 +336,7 @@ def test_toy_task_learns_signal_without_patching(tmp_path, cache_dir):
 
     config = demo_config(tmp_path / "run", cache_dir, "data.task=toy", "grpo.per_device_train_batch_size=8",
                          "grpo.num_generations=4", "grpo.steps=1")
-    grpo.train_grpo(config)
+    grpo_train.train_grpo(config)
     (metrics,) = read_metrics(tmp_path / "run")
     assert metrics["task"] == "toy" and 0 < metrics["reward/mean"] < 1 and metrics["grpo/grad_norm"] > 0
     before = load_file(_tiny_dir(cache_dir) / "model.safetensors")
@@ -350,7 +352,7 @@ def test_same_seed_same_weights(tmp_path, cache_dir):
     finals = []
     for name in ("a", "b"):
         config = demo_config(tmp_path / name, cache_dir, "data.task=toy", "grpo.steps=2")
-        grpo.train_grpo(config)
+        grpo_train.train_grpo(config)
         finals.append(load_file(tmp_path / name / "final" / "model.safetensors"))
     assert all(finals[0][key].equal(finals[1][key]) for key in finals[0])
     assert read_metrics(tmp_path / "a")[1]["reward/mean"] == read_metrics(tmp_path / "b")[1]["reward/mean"]
@@ -359,7 +361,7 @@ def test_same_seed_same_weights(tmp_path, cache_dir):
 @pytest.mark.slow
 def test_beta_loads_the_reference_model_by_path(tmp_path, cache_dir):
     config = demo_config(tmp_path / "run", cache_dir, "grpo.steps=1", "grpo.beta=0.04")
-    grpo.train_grpo(config)
+    grpo_train.train_grpo(config)
     (metrics,) = read_metrics(tmp_path / "run")
     assert "grpo/kl" in metrics  # TRL computed a KL term against the reloaded reference
     assert not (tmp_path / "run" / "base").exists()  # `tiny` is already a local directory
@@ -394,9 +396,9 @@ def test_reward_is_one_only_for_verified_and_verifies_one_batch(recording_verify
     calls, verdicts = recording_verify
     verdicts += ["verified", "rejected", "timeout", "error", "verified", "sorry"]
     config = load_config(None)
-    stats = grpo.StepRewards()
+    stats = grpo_train.StepRewards()
     columns = ["id", "formal_statement", "header", "split"]
-    reward = grpo.make_reward_function(get_task("lean"), config, stats, columns)
+    reward = grpo_train.make_reward_function(get_task("lean"), config, stats, columns)
 
     # TRL's call: prompts and completions plus each dataset column, repeated per generation.
     problems = [("p1", "theorem p1 : 1 = 1 := by\n", None), ("p2", "theorem p2 : 2 = 2 := by\n", "import Mathlib\n"),
@@ -433,7 +435,7 @@ def test_every_grpo_key_lands_on_trl_config(tmp_path):
         "grpo.max_completion_length=123", "grpo.temperature=0.7", "grpo.use_vllm=true",
         "grpo.vllm_gpu_memory_utilization=0.45", "grpo.save_every=5", "generate.top_p=0.9", "run.seed=17",
     ])
-    args = grpo.grpo_args(config, output_dir=tmp_path, cuda=False)
+    args = trl_glue.grpo_args(config, output_dir=tmp_path, cuda=False)
     for field in dataclasses.fields(GRPOSection):
         if field.name in NOT_TRL_KEYS:
             continue
@@ -456,14 +458,14 @@ def test_every_grpo_key_lands_on_trl_config(tmp_path):
 
 def test_defaults_we_depend_on_differ_from_trl(tmp_path):
     """Our defaults are explicit even where TRL 1.16 would choose otherwise (loss_type: dapo)."""
-    args = grpo.grpo_args(load_config(None), output_dir=tmp_path, cuda=False)
+    args = trl_glue.grpo_args(load_config(None), output_dir=tmp_path, cuda=False)
     assert args.loss_type == "grpo" and args.scale_rewards == "group" and args.beta == 0.0
     assert args.max_completion_length == 4096 and args.temperature == 1.0
     assert args.save_strategy == "steps" and args.save_steps == 50  # TRL: 500
 
 
 def test_save_every_zero_saves_nothing(tmp_path):
-    args = grpo.grpo_args(load_config(None, ["grpo.save_every=0"]), output_dir=tmp_path, cuda=False)
+    args = trl_glue.grpo_args(load_config(None, ["grpo.save_every=0"]), output_dir=tmp_path, cuda=False)
     assert args.save_strategy == "no"
 
 
@@ -471,7 +473,7 @@ def test_batch_must_hold_whole_groups():
     config = load_config(None, ["grpo.num_generations=3", "grpo.per_device_train_batch_size=4"])
     with pytest.raises(ConfigError, match=r"grpo.per_device_train_batch_size .* = 4: must be a multiple of "
                                           r"grpo.num_generations = 3"):
-        grpo.check_batch_shape(config)
+        trl_glue.check_batch_shape(config)
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +483,7 @@ def test_batch_must_hold_whole_groups():
 def test_missing_lean_problems_is_an_input_error_naming_the_path(tmp_path):
     config = load_config(None, [f"run.dir={tmp_path / 'run'}", "data.task=lean"])
     with pytest.raises(InputError, match=re.escape(str(tmp_path / "run" / "problems.jsonl"))):
-        grpo.train_grpo(config)
+        grpo_train.train_grpo(config)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
@@ -510,14 +512,14 @@ def test_dataset_has_templated_prompts_and_problem_columns(tmp_path, cache_dir):
     tokenizer = AutoTokenizer.from_pretrained(_tiny_built(cache_dir))
     problems = [{"id": "c1", "numbers": [1, 2], "target": 3, "split": "train"},
                 {"id": "c2", "numbers": [4, 5], "target": 9, "split": "train", "source": "x"}]
-    dataset = grpo.build_dataset(problems, get_task("countdown"), tokenizer, "auto")
+    dataset = trl_glue.build_dataset(problems, get_task("countdown"), tokenizer, "auto")
     assert set(dataset.column_names) == {"id", "numbers", "target", "split", "source", "prompt"}
     assert dataset[0]["prompt"].startswith("<|im_start|>user\n") and "[1, 2]" in dataset[0]["prompt"]
     assert dataset[0]["source"] is None and dataset[1]["numbers"] == [4, 5]
 
 
 def _tiny_built(cache_dir):
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
 
     return resolve_model_path("tiny", cache_dir, 0)
 
@@ -529,11 +531,11 @@ def test_reference_model_dir_is_a_local_path(tmp_path, cache_dir):
     path = _tiny_built(cache_dir)
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    assert grpo.ensure_local_base(model, tokenizer, tmp_path / "base") == path  # already local
+    assert trl_glue.ensure_local_base(model, tokenizer, tmp_path / "base") == path  # already local
     assert not (tmp_path / "base").exists()
 
     model.name_or_path = model.config._name_or_path = "some-org/remote-model"  # as if loaded from the hub
-    saved = grpo.ensure_local_base(model, tokenizer, tmp_path / "base")
+    saved = trl_glue.ensure_local_base(model, tokenizer, tmp_path / "base")
     assert saved == str(tmp_path / "base") == model.config._name_or_path == model.name_or_path
     reloaded = AutoModelForCausalLM.from_pretrained(saved)
     assert reloaded.lm_head.weight.equal(model.lm_head.weight)
@@ -565,7 +567,7 @@ def test_bf16_model_trains_fp32_master_weights_where_bf16_weights_round_small_st
     moved = {}
     for master in ("true", "false"):
         run = tmp_path / f"master-{master}"
-        grpo.train_grpo(demo_config(run, cache_dir, *settings, f"grpo.fp32_master={master}"))
+        grpo_train.train_grpo(demo_config(run, cache_dir, *settings, f"grpo.fp32_master={master}"))
         base = load_file(_tiny_dir(cache_dir) / "model.safetensors")  # built by the first run
         after = load_file(run / "final" / "model.safetensors")
         dtype = json.loads((run / "final" / "config.json").read_text())["dtype"]
@@ -593,18 +595,18 @@ def test_load_policy_upcasts_a_bf16_model_and_keeps_bf16_compute(tmp_path, cache
     import torch
 
     config = demo_config(tmp_path / "run", cache_dir, "model.dtype=bfloat16")
-    model, _, device, compute = grpo.load_policy(config)
+    model, _, device, compute = trl_glue.load_policy(config)
     assert {p.dtype for p in model.parameters()} == {torch.float32} and compute == torch.bfloat16
-    args = grpo.grpo_args(config, output_dir=tmp_path, cuda=False, compute_dtype=compute)
+    args = trl_glue.grpo_args(config, output_dir=tmp_path, cuda=False, compute_dtype=compute)
     assert args.bf16 is True and args.fp16 is False  # the Trainer's autocast computes in bf16
 
     off = demo_config(tmp_path / "run", cache_dir, "model.dtype=bfloat16", "grpo.fp32_master=false")
-    model, _, _, compute = grpo.load_policy(off)
+    model, _, _, compute = trl_glue.load_policy(off)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16} == {compute}
     fp32 = demo_config(tmp_path / "run", cache_dir)  # demo: float32, nothing to upcast, no autocast
-    model, _, _, compute = grpo.load_policy(fp32)
+    model, _, _, compute = trl_glue.load_policy(fp32)
     assert compute == torch.float32
-    assert grpo.grpo_args(fp32, output_dir=tmp_path, cuda=False, compute_dtype=compute).bf16 is False
+    assert trl_glue.grpo_args(fp32, output_dir=tmp_path, cuda=False, compute_dtype=compute).bf16 is False
 
 
 # --------------------------------------------------------------------------------------------
@@ -619,17 +621,17 @@ def run_files(run_dir):
 def test_resume_of_a_finished_run_trains_nothing_and_changes_nothing(tmp_path, cache_dir):
     run = tmp_path / "run"
     settings = ("grpo.steps=2", "grpo.save_every=1")
-    grpo.train_grpo(demo_config(run, cache_dir, *settings))
+    grpo_train.train_grpo(demo_config(run, cache_dir, *settings))
     before = run_files(run)
 
     logs = []
-    reporter = types.SimpleNamespace(log=logs.append, task=grpo.NULL_REPORTER.task)
-    result = grpo.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
+    reporter = types.SimpleNamespace(log=logs.append, task=grpo_train.NULL_REPORTER.task)
+    result = grpo_train.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
     assert any("the run is complete" in line and "checkpoint-2" in line for line in logs)
     assert result["complete"] is True and result["steps"] == 2 and result["resumed_from"] == 2
     assert run_files(run) == before  # metrics, checkpoints, final/, config.toml: byte for byte
 
-    again = grpo.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
+    again = grpo_train.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
     assert again["complete"] is True  # and it stays resumable: no step 3 was trained
     assert sorted(p.name for p in (run / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
@@ -638,7 +640,7 @@ def test_resume_of_a_finished_run_trains_nothing_and_changes_nothing(tmp_path, c
     import shutil
 
     shutil.rmtree(run / "final")
-    grpo.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
+    grpo_train.train_grpo(demo_config(run, cache_dir, *settings), resume=True, reporter=reporter)
     from safetensors.torch import load_file
 
     assert load_file(run / "final" / "model.safetensors").keys() == load_file(
@@ -660,16 +662,16 @@ def test_heldout_eval_and_tensorboard_leave_the_trajectory_unchanged(tmp_path, c
     from safetensors.torch import load_file
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from prover_cli.heldout import EVAL_KEYS
+    from prover_cli.training.heldout import EVAL_KEYS
     from prover_cli.tasks.problems import heldout_problems
 
     settings = ("data.task=toy", "grpo.steps=3", "grpo.save_every=0")
     plain = tmp_path / "plain"
-    grpo.train_grpo(demo_config(plain, cache_dir, *settings))
+    grpo_train.train_grpo(demo_config(plain, cache_dir, *settings))
     tracked = tmp_path / "tracked"
     config = demo_config(tracked, cache_dir, *settings, "run.eval_every=2", "run.eval_problems=3",
                          "run.report_to=tensorboard")
-    grpo.train_grpo(config)
+    grpo_train.train_grpo(config)
 
     before, after = load_file(plain / "final" / "model.safetensors"), load_file(tracked / "final" / "model.safetensors")
     assert all(before[name].equal(after[name]) for name in before), "evaluation changed the training trajectory"
@@ -699,7 +701,7 @@ def test_heldout_eval_and_tensorboard_leave_the_trajectory_unchanged(tmp_path, c
 
 
 def test_report_to_reaches_trl_and_unknown_trackers_are_refused(tmp_path):
-    args = grpo.grpo_args(load_config(None, ["run.report_to=tensorboard, wandb", f"run.dir={tmp_path / 'r1'}"]),
+    args = trl_glue.grpo_args(load_config(None, ["run.report_to=tensorboard, wandb", f"run.dir={tmp_path / 'r1'}"]),
                           output_dir=tmp_path, cuda=False)
     assert args.report_to == ["tensorboard", "wandb"] and args.run_name == "r1"
     with pytest.raises(ConfigError, match=r"run.report_to = .*unknown tracker 'comet'"):
@@ -743,15 +745,15 @@ def test_shuffle_in_groups_permutes_within_each_group_only_and_is_seeded_by_cont
     prompts = ["a"] * 4 + ["b"] * 4
     completions = [f"c{i}" for i in range(8)]
     rewards = [1.0, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0, 1.0]
-    shuffled = grpo.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=0)
+    shuffled = grpo_train.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=0)
     assert sorted(shuffled[:4]) == sorted(rewards[:4]) and sorted(shuffled[4:]) == sorted(rewards[4:])
-    assert shuffled == grpo.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=0)  # a resume: the same
-    seeds = {tuple(grpo.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=s)) for s in range(20)}
+    assert shuffled == grpo_train.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=0)  # a resume: the same
+    seeds = {tuple(grpo_train.shuffle_in_groups(rewards, prompts, completions, 4, run_seed=s)) for s in range(20)}
     assert len(seeds) > 5  # the seed matters, and the permutation is not the identity every time
     with pytest.raises(ValueError, match="not one prompt's group"):
-        grpo.shuffle_in_groups(rewards, ["a", "b"] * 4, completions, 4, run_seed=0)
+        grpo_train.shuffle_in_groups(rewards, ["a", "b"] * 4, completions, 4, run_seed=0)
     with pytest.raises(ValueError, match="not whole groups"):
-        grpo.shuffle_in_groups(rewards[:6], prompts[:6], completions[:6], 4, run_seed=0)
+        grpo_train.shuffle_in_groups(rewards[:6], prompts[:6], completions[:6], 4, run_seed=0)
 
 
 def test_null_control_reward_gives_trl_permuted_rewards_and_logs_the_true_ones():
@@ -762,14 +764,14 @@ def test_null_control_reward_gives_trl_permuted_rewards_and_logs_the_true_ones()
                                 "grpo.shuffle_rewards=true"])
     problems = {"numbers": [[1, 2], [1, 2], [3, 4], [3, 4]], "target": [3, 3, 7, 7]}
     completions = ["<answer> 1 + 2 </answer>", "<answer> 2 - 1 </answer>", "<answer> 3 + 4 </answer>", "no"]
-    stats = grpo.StepRewards()
-    reward = grpo.make_reward_function(task, config, stats, columns=["numbers", "target"])
+    stats = grpo_train.StepRewards()
+    reward = grpo_train.make_reward_function(task, config, stats, columns=["numbers", "target"])
     given = reward(["p1", "p1", "p2", "p2"], completions, **problems)
     true = [1.0, 0.0, 1.0, 0.0]
     assert stats.take() == true
-    assert given == grpo.shuffle_in_groups(true, ["p1", "p1", "p2", "p2"], completions, 2, run_seed=0)
+    assert given == grpo_train.shuffle_in_groups(true, ["p1", "p1", "p2", "p2"], completions, 2, run_seed=0)
     assert sorted(given[:2]) == [0.0, 1.0] and sorted(given[2:]) == [0.0, 1.0]
-    plain = grpo.make_reward_function(task, load_config(None, ["data.task=countdown"]), stats, ["numbers", "target"])
+    plain = grpo_train.make_reward_function(task, load_config(None, ["data.task=countdown"]), stats, ["numbers", "target"])
     assert plain(["p1", "p1", "p2", "p2"], completions, **problems) == true
 
 
@@ -787,7 +789,7 @@ def bos_model_dir(path: Path) -> Path:
     from tokenizers import processors
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from prover_cli.tiny_model import build_tiny_tokenizer
+    from prover_cli.policy.tiny_model import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     tokenizer.add_special_tokens({"bos_token": DEEPSEEK_BOS})
@@ -807,8 +809,8 @@ def bos_model_dir(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_grpo_trains_on_the_prompt_ids_the_sampler_uses_with_a_bos_adding_tokenizer(tmp_path):
-    from prover_cli.samplers import SamplingParams
-    from prover_cli.samplers.transformers_sampler import TransformersSampler, load_model_and_tokenizer
+    from prover_cli.policy.samplers import SamplingParams
+    from prover_cli.policy.samplers.transformers_sampler import TransformersSampler, load_model_and_tokenizer
     from prover_cli.tasks import get_task
 
     config = load_config(DEMO, [f"run.dir={tmp_path / 'run'}", f"model.name={bos_model_dir(tmp_path / 'model')}",
@@ -838,12 +840,12 @@ def test_grpo_trains_on_the_prompt_ids_the_sampler_uses_with_a_bos_adding_tokeni
     assert all(ids[0] == bos != ids[1] for ids in seen)
     assert tokenizer(prompts[0])["input_ids"][:2] == [bos, bos]  # the prompt as-is through TRL: two BOS
 
-    # What GRPO trains on: the prompt ids TRL builds for the step, from grpo.build_dataset's prompts.
-    dataset = grpo.build_dataset(problems, task, tokenizer, config.model.family)
+    # What GRPO trains on: the prompt ids TRL builds for the step, from trl_glue.build_dataset's prompts.
+    dataset = trl_glue.build_dataset(problems, task, tokenizer, config.model.family)
     trained = []
-    trainer = grpo.resumable_trainer_class()(
+    trainer = trl_glue.resumable_trainer_class()(
         model=model, reward_funcs=lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions],
-        args=grpo.grpo_args(config, output_dir=tmp_path / "ckpt", cuda=False), train_dataset=dataset,
+        args=trl_glue.grpo_args(config, output_dir=tmp_path / "ckpt", cuda=False), train_dataset=dataset,
         processing_class=tokenizer)
     score = trainer._generate_and_score_completions
 

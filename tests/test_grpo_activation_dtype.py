@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from prover_cli.config import config_from_dict
-from prover_cli.grpo import load_policy
+from prover_cli.grpo.trl_glue import load_policy
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
 

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from prover_cli.errors import BackendError
-from prover_cli.grpo import HeldOutEvaluation, colocated_vllm_sampler, grpo_args
-from prover_cli.samplers import SamplingParams
+from prover_cli.grpo.trl_glue import HeldOutEvaluation, colocated_vllm_sampler, grpo_args
+from prover_cli.policy.samplers import SamplingParams
 
 
 EOS = 0
@@ -98,7 +98,7 @@ def test_the_evaluation_uses_the_engine_only_with_use_vllm(fake_vllm, monkeypatc
     from prover_cli.config import load_config
 
     chosen = []
-    monkeypatch.setattr("prover_cli.grpo.colocated_vllm_sampler", lambda t, c: chosen.append("vllm") or (_ for _ in ()).throw(RuntimeError("stop")))
+    monkeypatch.setattr("prover_cli.grpo.trl_glue.colocated_vllm_sampler", lambda t, c: chosen.append("vllm") or (_ for _ in ()).throw(RuntimeError("stop")))
     config = load_config(None)
     evaluation = HeldOutEvaluation(config, None, [], None, None)
     evaluation.trainer = trainer(Generation())

@@ -7,9 +7,9 @@ import torch
 
 from prover_cli.config import load_config
 from prover_cli.errors import InputError
-from prover_cli.heldout import EVAL_KEYS, eval_due, evaluate_heldout, heldout_params
+from prover_cli.training.heldout import EVAL_KEYS, eval_due, evaluate_heldout, heldout_params
 from prover_cli.tasks.problems import heldout_problems
-from prover_cli.samplers import Sample
+from prover_cli.policy.samplers import Sample
 
 
 def write_problems(path, splits):
@@ -133,7 +133,7 @@ def test_at_temperature_zero_the_two_metrics_are_one_evaluation(tmp_path):
 
 
 def test_base_is_evaluated_once_per_weights_problems_and_settings(tmp_path):
-    from prover_cli.heldout import base_record, evaluate_base
+    from prover_cli.training.heldout import base_record, evaluate_base
 
     config = config_for(tmp_path, "run.eval_n=2", "run.eval_temperature=0.7", f"model.cache_dir={tmp_path / 'cache'}")
     problems = heldout_problems(config)
@@ -153,7 +153,7 @@ def test_base_is_evaluated_once_per_weights_problems_and_settings(tmp_path):
     line = base_record("grpo", "toy", first)
     assert line["iteration"] == 0 and line["samples/total"] == 0 and line["method"] == "grpo"
     assert "reward/mean" not in line and line["eval/verified_rate"] == first["eval/verified_rate"]
-    from prover_cli.metrics import append_metrics
+    from prover_cli.training.metrics import append_metrics
 
     append_metrics(tmp_path / "run", line)  # a valid metrics line: iteration 0 needs no training keys
     with pytest.raises(ValueError, match="reward/mean"):
@@ -162,7 +162,7 @@ def test_base_is_evaluated_once_per_weights_problems_and_settings(tmp_path):
 
 def test_weights_fingerprint_of_a_module_is_the_es_master_fingerprint():
     from prover_cli.es.weights import NamedWeights
-    from prover_cli.heldout import weights_sha256
+    from prover_cli.training.heldout import weights_sha256
 
     module = torch.nn.Linear(3, 2).to(torch.bfloat16)
     bf16 = weights_sha256(module)

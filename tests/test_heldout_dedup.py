@@ -9,7 +9,7 @@ import pytest
 from prover_cli.tasks import problems as P
 from prover_cli.config import load_config
 from prover_cli.errors import InputError
-from prover_cli.heldout import EVAL_KEYS, evaluate_heldout
+from prover_cli.training.heldout import EVAL_KEYS, evaluate_heldout
 from test_heldout import FakeSampler, FakeTask
 
 

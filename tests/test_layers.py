@@ -1,9 +1,9 @@
 """The package's layers: no module imports a trainer except the command layer (issue #24), and
 code outside prover_cli/es/ reaches ES only through its entry points (issue #34).
 
-A trainer (`grpo.py`, `es/train.py`) is the algorithm and its glue; what others need from it lives
-a layer down (problems.py, rollout.py, es/population.py, metrics.py, ...). Generic helpers (a
-model directory, its fingerprint, its config.json's dtype) live in model_dir.py, not in es/, so
+A trainer (`grpo/train.py`, `es/train.py`) is the algorithm and its glue; what others need from it lives
+a layer down (tasks/problems.py, policy/rollout.py, es/population.py, metrics.py, ...). Generic helpers (a
+model directory, its fingerprint, its config.json's dtype) live in policy/model_dir.py, not in es/, so
 held-out evaluation, GRPO and the samplers never climb into ES for them. Imports are read with
 `ast`, lazy ones inside functions included.
 """
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "prover_cli"
-TRAINERS = {"prover_cli.grpo", "prover_cli.es.train"}
+TRAINERS = {"prover_cli.grpo", "prover_cli.grpo.train", "prover_cli.es.train"}
 COMMAND_LAYER = ("prover_cli.cli", "prover_cli.backends", "prover_cli.on_modal.")
 
 
@@ -95,5 +95,40 @@ def test_the_es_scan_sees_a_generic_helper_taken_from_es(tmp_path):
 
 def test_the_scan_sees_lazy_and_package_relative_imports(tmp_path):
     sample = tmp_path / "m.py"
-    sample.write_text("def f():\n    from prover_cli import grpo\n    import prover_cli.es.train\n")
+    sample.write_text("def f():\n    from prover_cli.grpo import train\n    import prover_cli.es.train\n")
     assert TRAINERS <= imported(sample)
+
+
+# verify/'s layers, lowest first (issue #43): a module imports only from its own layer or one before
+# it, lazy imports included; the entry points (engine.py, placement.py, the package) sit above all.
+VERIFY_LAYERS = ("prover_cli.verify.text", "prover_cli.verify.lean", "prover_cli.verify.kernel")
+
+
+def verify_layer(name: str) -> int:
+    """The layer of a module of prover_cli.verify: its index in VERIFY_LAYERS, or len() for the top."""
+    return next((k for k, layer in enumerate(VERIFY_LAYERS) if name == layer or name.startswith(layer + ".")),
+                len(VERIFY_LAYERS))
+
+
+def verify_climbs(path: Path, name: str | None = None) -> set[tuple[str, str]]:
+    """(module, what it imports) for each import of `path` (module `name`, else its own) from a
+    verify layer above its own."""
+    name = name or module_name(path)
+    return {(name, target) for target in imported(path)
+            if target.startswith("prover_cli.verify") and verify_layer(target) > verify_layer(name)}
+
+
+def test_verify_layers_import_only_downward():
+    paths = [p for p in (PACKAGE / "verify").rglob("*.py") if "__pycache__" not in p.parts]
+    assert {verify_layer(module_name(p)) for p in paths} == set(range(len(VERIFY_LAYERS) + 1))
+    assert set().union(*(verify_climbs(p) for p in paths)) == set()
+
+
+def test_the_verify_scan_sees_a_lazy_climb_and_allows_a_descent(tmp_path):
+    sample = tmp_path / "m.py"
+    sample.write_text("from prover_cli.verify.text.rules import Verdict\n\n\n"
+                      "def f():\n    from prover_cli.verify.kernel.stage import KernelStage\n")
+    assert verify_climbs(sample, "prover_cli.verify.lean.m") == {
+        ("prover_cli.verify.lean.m", "prover_cli.verify.kernel.stage"),
+        ("prover_cli.verify.lean.m", "prover_cli.verify.kernel.stage.KernelStage")}
+    assert verify_climbs(sample, "prover_cli.verify.engine") == set()

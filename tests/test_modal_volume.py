@@ -195,7 +195,7 @@ def test_a_generator_engine_child_process_does_not_block_the_next_reload(tmp_pat
     def generate_file(config, *, sampler=None, **kwargs):
         return {"ok": True, "sampler": type(sampler).__name__, "out": str(kwargs["out_path"])}
 
-    import prover_cli.samplers as samplers
+    import prover_cli.policy.samplers as samplers
 
     monkeypatch.setattr(samplers, "load_sampler", lambda model_config, generate_config, model_path=None: EngineLikeSampler())
     monkeypatch.setattr(functions, "resolve", lambda name: generate_file)
@@ -223,7 +223,7 @@ def test_tensorboard_curves_of_an_es_run_on_the_volume_do_not_block_its_commits(
     close() (`tf.io.gfile.GFile(path, "wb")` in its EventFileWriter); without it (here) it
     reopens the file per write, so the writer below keeps a handle open as TensorFlow's would."""
     pytest.importorskip("tensorboard")
-    from prover_cli import tracking
+    from prover_cli.training import tracking
 
     real_writer = tracking.summary_writer
 

@@ -565,7 +565,7 @@ def test_real_es_runs_of_two_training_set_sizes_share_one_test_set_and_pair(tmp_
     and on 4 of them, record one test-set fingerprint and the report pairs them as a size contrast."""
     from prover_cli.tasks.datasets import prepare_data
     from prover_cli.es.train import train_es
-    from prover_cli.metrics import read_metrics
+    from prover_cli.training.metrics import read_metrics
 
     tiny = Path(__file__).parent / "configs" / "tiny.toml"
     dirs = []

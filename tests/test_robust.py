@@ -68,9 +68,9 @@ def files_with_identity(directory: Path) -> dict[str, tuple[int, int, bytes]]:
 def test_an_extended_grpo_run_killed_before_its_final_save_resumes_to_the_newest_checkpoint(tmp_path, cache_dir):
     import shutil
 
-    from prover_cli import grpo
+    from prover_cli.grpo import train as grpo
     from prover_cli.config import load_config
-    from prover_cli.model_dir import same_weights
+    from prover_cli.policy.model_dir import same_weights
 
     run = tmp_path / "run"
 
@@ -102,7 +102,7 @@ def test_a_resumed_finished_es_run_rewrites_nothing_in_final_and_mends_a_stale_o
 
     from prover_cli.config import config_from_dict
     from prover_cli.es.train import train_es
-    from prover_cli.model_dir import same_weights
+    from prover_cli.policy.model_dir import same_weights
 
     run = tmp_path / "run"
 
@@ -177,7 +177,7 @@ def test_the_repl_under_lake_dies_when_its_wrapper_is_killed(tmp_path):
     import time
 
     from conftest import fake_repl_command
-    from prover_cli.verify.transport import LocalTransport
+    from prover_cli.verify.lean.transport import LocalTransport
     from test_verify_pool import pid_alive
     from test_verify_robust import log_entries
 
@@ -297,7 +297,7 @@ def test_a_malformed_ledger_names_its_file_and_field(tmp_path, mutate, named):
 
 @pytest.fixture(scope="module")
 def tiny_dir(cache_dir):
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
 
     return Path(resolve_model_path("tiny", cache_dir, 0))
 
@@ -476,7 +476,7 @@ def test_small_files_are_replaced_whole_so_a_failed_write_leaves_the_old_one(tmp
     previous file whole (it used to leave it cut, and the resume then refused a broken TOML)."""
     from prover_cli.config import load_config
     from prover_cli.errors import MachineError
-    from prover_cli.metrics import write_resolved_config
+    from prover_cli.training.metrics import write_resolved_config
 
     path = write_resolved_config(load_config(None, [f"run.dir={tmp_path}"]))
     before = path.read_text()

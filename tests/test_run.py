@@ -1,4 +1,4 @@
-"""The run directory's contract (prover_cli/run.py), for both trainers, without a model: refuse,
+"""The run directory's contract (prover_cli/training/run.py), for both trainers, without a model: refuse,
 the resume check, completion, the base line, the one metrics reader, and atomic files and final/."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from prover_cli.config import load_config
 from prover_cli.errors import ConfigError, InputError, MachineError
-from prover_cli.jsonl import write_dir_atomic, write_text_atomic
-from prover_cli.metrics import append_metrics, read_metrics
-from prover_cli.run import ResumePoint, Run
+from prover_cli.fsio.jsonl import write_dir_atomic, write_text_atomic
+from prover_cli.training.metrics import append_metrics, read_metrics
+from prover_cli.training.run import ResumePoint, Run
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.toml"
@@ -253,7 +253,7 @@ def test_a_shared_cache_keeps_the_copy_already_in_place(tmp_path):
 
 
 def test_save_final_refuses_non_finite_weights_naming_final_and_keeps_the_old_one(tmp_path):
-    from prover_cli.model_dir import NonFiniteWeightsError
+    from prover_cli.policy.model_dir import NonFiniteWeightsError
 
     run = open_es(tmp_path, resume=False)
     run.save_final(fill_with({"model.safetensors": "old"}))

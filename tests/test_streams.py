@@ -63,7 +63,7 @@ def test_es_member_streams_keep_their_values():
 
 
 def test_heldout_streams_keep_their_values():
-    from prover_cli.heldout import greedy_params, heldout_params
+    from prover_cli.training.heldout import greedy_params, heldout_params
     from prover_cli.tasks.problems import select_heldout
 
     for run_seed, seed in ((0, 1880656466), (1, 700463950), (17, 532373188)):
@@ -82,7 +82,7 @@ def test_heldout_streams_keep_their_values():
 
 def test_legacy_streams_keep_their_values():
     from prover_cli.tasks.datasets import seeded_split
-    from prover_cli.grpo import shuffle_in_groups
+    from prover_cli.grpo.train import shuffle_in_groups
 
     assert [streams.generate_problem_seed(b, pid) for b, pid in ((0, "p0"), (0, "countdown_0_00001"), (1234, "p0"))] \
         == [1106200990, 485777507, 1183525217]
@@ -99,7 +99,7 @@ def test_legacy_streams_keep_their_values():
 
 def test_streams_derived_outside_this_module_keep_their_values():
     """The allowlisted derivations (below) are pinned too: listing them is no licence to change them."""
-    from prover_cli.samplers.transformers_sampler import _batch_seed
+    from prover_cli.policy.samplers.transformers_sampler import _batch_seed
     from prover_cli.tasks import countdown, toy
 
     assert [(p["id"], p["numbers"], p["target"]) for p in countdown.generate_problems(3, 4, 50, 0)] == [
@@ -152,24 +152,24 @@ WARMSTART = "the warm-started base model, built from model.tiny_seed like the ti
 # (path pattern, function, what it does) -> why it may. Everything else that seeds, hashes a seed,
 # does arithmetic on one or draws from a global RNG outside streams.py fails the scan below.
 ALLOWED = {
-    ("prover_cli/es/noise_definition.py", "stream_key", "hashes a seed"):
+    ("prover_cli/es/noise/definition.py", "stream_key", "hashes a seed"):
         "the noise kernels' definition consumes an es-noise seed: sha256(prover-noise-v1|seed|tensor)",
     ("prover_cli/es/*.py", "_self_check", "calls Generator"):
         "the fused noise kernels' self-check draws fixed test weights (seed 0), not a run's stream",
     ("prover_cli/es/*.py", "_self_check", "calls manual_seed"): "as above: the self-check's fixed test weights",
-    ("prover_cli/grpo.py", "resumable_trainer_class.EpochSeededSampler.__iter__", "calls manual_seed"):
+    ("prover_cli/grpo/trl_glue.py", "resumable_trainer_class.EpochSeededSampler.__iter__", "calls manual_seed"):
         "reseeds TRL's prompt sampler with the seed TRL was given (grpo-trainer) each epoch, for resume",
-    ("prover_cli/samplers/transformers_sampler.py", "TransformersSampler._generate_batches", "calls manual_seed"):
+    ("prover_cli/policy/samplers/transformers_sampler.py", "TransformersSampler._generate_batches", "calls manual_seed"):
         "the sampler consumes the sampling seed it is handed, one torch seed per batch",
-    ("prover_cli/samplers/transformers_sampler.py", "_batch_seed", "seed arithmetic"):
+    ("prover_cli/policy/samplers/transformers_sampler.py", "_batch_seed", "seed arithmetic"):
         "the sampler's per-batch torch seed from the one sampling seed it is handed (pinned above)",
     ("prover_cli/tasks/*.py", "generate_problems", "calls Random"):
         "a task is one file: its generator turns the seed it is given into problems (pinned above)",
-    ("prover_cli/tiny_model.py", "build_tiny_model", "calls manual_seed"):
+    ("prover_cli/policy/tiny_model.py", "build_tiny_model", "calls manual_seed"):
         "the base model built from model.tiny_seed (a cache key of the model), not a stream of a run",
-    ("prover_cli/warmstart.py", "training_pairs", "seed arithmetic"): WARMSTART,
-    ("prover_cli/warmstart.py", "warm_start", "calls Random"): WARMSTART,
-    ("prover_cli/warmstart.py", "build_warmstart", "calls manual_seed"): WARMSTART,
+    ("prover_cli/policy/warmstart.py", "training_pairs", "seed arithmetic"): WARMSTART,
+    ("prover_cli/policy/warmstart.py", "warm_start", "calls Random"): WARMSTART,
+    ("prover_cli/policy/warmstart.py", "build_warmstart", "calls manual_seed"): WARMSTART,
 }
 
 SEED_NAME = re.compile(r"(^|_)seed$")  # seed, run_seed, tiny_seed, data_seed; not `seeds` (a count)

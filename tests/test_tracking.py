@@ -8,7 +8,7 @@ import pytest
 from conftest import PATIENCE_S
 from prover_cli.config import load_config
 from prover_cli.errors import BackendError, ConfigError
-from prover_cli.tracking import open_tracker, parse_report_to, scalars
+from prover_cli.training.tracking import open_tracker, parse_report_to, scalars
 
 
 @pytest.mark.parametrize("value, names", [
@@ -85,7 +85,7 @@ def test_a_missing_tracker_package_is_a_clear_error(tmp_path, monkeypatch):
 def test_the_tracker_reads_the_run_section_and_hands_wandb_the_hyperparameters_it_is_given(tmp_path, monkeypatch):
     """open_tracker takes config.run and the hyperparameters, not the whole config. What reaches
     `wandb.init` is recorded by a recorder, not by W&B (the offline test below runs the real one)."""
-    import prover_cli.tracking as tracking
+    import prover_cli.training.tracking as tracking
 
     calls = []
 
@@ -127,7 +127,7 @@ def test_wandb_offline_run_logs_locally_and_resume_reuses_the_run_id(tmp_path, m
 TRACKIO_SCRIPT = """
 import json, sys
 from prover_cli.config import load_config
-from prover_cli.tracking import open_tracker
+from prover_cli.training.tracking import open_tracker
 config = load_config(None, ["run.report_to=trackio", "run.dir=" + sys.argv[1]])
 with open_tracker(config.run, hyperparameters=config.to_dict()) as tracker:
     for i in (1, 2):

@@ -28,7 +28,7 @@ two tokens' logits tie to within that rounding, greedy decoding can pick the oth
 Replay never regenerates anything: it reads the rewards from the ledger, so a batched run's ledger
 replays bit-exactly like any other.
 
-Low-rank members (`es.noise = "lowrank"`, es/lowrank.py): a linear layer's weight is never built
+Low-rank members (`es.noise = "lowrank"`, es/noise/lowrank.py): a linear layer's weight is never built
 per member. Every row goes through the shared live weight in one product, x Wᵀ, and each member adds
 its own rank-r term c_m (x B_m) A_mᵀ (c_m = sign * sigma / √r) and its bias, the EGGROLL form, so the
 cost over one member's forward is two thin batched products. The other tensors (embedding, norms,
@@ -43,9 +43,10 @@ import contextlib
 import copy
 from typing import Any, Iterator, Sequence
 
-from prover_cli import rollout, streams
+from prover_cli.policy import rollout
+from prover_cli import streams
 from prover_cli.errors import ConfigError
-from prover_cli.es.noise import fp32, perturb_many, stream_key
+from prover_cli.es.noise.full import fp32, perturb_many, stream_key
 from prover_cli.es.update import member_noise
 
 
@@ -116,7 +117,7 @@ class BatchedMembers:
             if rank is None:
                 perturb_many([(master, stream_key(seed, name), out[name][m]) for name, master in base.items()], scale32)
                 continue
-            from prover_cli.es import lowrank
+            from prover_cli.es.noise import lowrank
 
             for name, master in base.items():
                 out[name][m].copy_(master.to(torch.float32) + lowrank.member_noise(seed, name, master, rank).mul_(scale32))
@@ -124,10 +125,10 @@ class BatchedMembers:
 
     def factors(self, seeds_and_scales: Sequence[tuple[int, float]], rank: int) -> dict[str, tuple[Any, Any, Any]]:
         """{linear weight name: (B [k, in, r], Aᵀ [k, r, out], c [k, 1, 1])}: member m's weight is
-        W + c_m A_m B_mᵀ with c_m = scale_m / √r (es/lowrank.py), in the weight's dtype."""
+        W + c_m A_m B_mᵀ with c_m = scale_m / √r (es/noise/lowrank.py), in the weight's dtype."""
         import torch
 
-        from prover_cli.es import lowrank
+        from prover_cli.es.noise import lowrank
 
         out = {}
         for name in sorted(self.linear_weights):
@@ -188,7 +189,7 @@ class BatchedMembers:
         """Each of `members`' completions of `batch`, problem-major, as `member_completions` returns
         them one member at a time (up to ties, module docstring): one `generate` call for all.
         `es`, `generate`: the config's sections; `family`: model.family."""
-        from prover_cli.samplers import SamplingParams
+        from prover_cli.policy.samplers import SamplingParams
 
         params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=generate.top_p,
                                 max_tokens=generate.max_tokens, seed=streams.es_sampling_seed(run_seed, iteration))

@@ -1,6 +1,6 @@
-"""The fused CPU path of es/noise.py: noise, perturb and update in one C pass, with the same bits.
+"""The fused CPU path of es/noise/full.py: noise, perturb and update in one C pass, with the same bits.
 
-The eager torch path (es/noise.py) runs each integer step of the hash as its own torch op over
+The eager torch path (es/noise/full.py) runs each integer step of the hash as its own torch op over
 int64 temporaries: about ten passes over memory per element. Here one small C function per job
 computes the hash, the Irwin-Hall sum, the fp32 multiply and the add per element, reading the
 fp32 master once and writing the live weight once. It keeps exactly the bits of
@@ -438,7 +438,7 @@ def _compile(compiler: str) -> Path:
     target = cache / f"es_fused_cpu_{tag}.so"
     if target.exists():
         return target
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
 
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -538,7 +538,7 @@ def _check_cpu_fp32(tensor: Any, what: str) -> None:
         raise ValueError(f"{what}: the ES fused CPU path takes contiguous fp32 CPU tensors, got {tensor.dtype} on {tensor.device}")
 
 
-# -- the operations (each as es/noise.py defines it) ------------------------------------------
+# -- the operations (each as es/noise/full.py defines it) ------------------------------------------
 
 class _Segment(ctypes.Structure):
     """prover_segment in SOURCE: n elements of one tensor from flat index `start`."""
@@ -600,7 +600,7 @@ def noise(key: int, start: int, stop: int):
     """fp32 eps of flat elements start..stop-1 of stream `key` (as noise.noise)."""
     import torch
 
-    from prover_cli.es.noise_definition import SCALE
+    from prover_cli.es.noise.definition import SCALE
 
     out = torch.empty(stop - start, dtype=torch.float32)
     base = out.data_ptr()
@@ -615,7 +615,7 @@ def perturb_many(items: Sequence[tuple[Any, int, Any]], scale32: float, *, strea
     master: contiguous fp32 CPU; out: contiguous fp32/bf16/fp16 CPU of the same numel.
     `stream`: non-temporal stores (None: by size, see `_streams`); the values are the same.
     """
-    from prover_cli.es.noise_definition import SCALE
+    from prover_cli.es.noise.definition import SCALE
 
     codes = [_out_code(out, master, "perturb") for master, _, out in items]
     widths = [out.element_size() for _, _, out in items]
@@ -655,7 +655,7 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-    from prover_cli.es.noise_definition import SCALE
+    from prover_cli.es.noise.definition import SCALE
 
     for master, keys in items:
         _check_cpu_fp32(master, "update master")  # no terms still adds +0 (turning -0 into +0), as defined
@@ -723,7 +723,7 @@ def _self_check() -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
 
-    from prover_cli.es import noise_definition as definition
+    from prover_cli.es.noise import definition
 
     key = definition.stream_key(20260101, "self-check")
     for start in (0, (1 << 40) - 7):  # low and very high flat indices

@@ -1,6 +1,6 @@
-"""The fused GPU path (Triton) of es/noise.py: noise, perturb and update in one pass, same bits.
+"""The fused GPU path (Triton) of es/noise/full.py: noise, perturb and update in one pass, same bits.
 
-On CUDA the eager torch path (es/noise.py) runs each integer step of the hash as its own kernel
+On CUDA the eager torch path (es/noise/full.py) runs each integer step of the hash as its own kernel
 over int64 temporaries: about ten passes over memory per element. Here one Triton program per
 BLOCK elements computes the hash, the Irwin-Hall sum, the fp32 multiply and the add in
 registers, reading the fp32 master once and writing the live weight once (fused_cpu.py is the same
@@ -243,14 +243,14 @@ def _on(device: Any):
 
 
 # ---------------------------------------------------------------------------------------------
-# The operations (each as es/noise.py defines it)
+# The operations (each as es/noise/full.py defines it)
 # ---------------------------------------------------------------------------------------------
 
 def noise(key: int, start: int, stop: int, device: Any = "cuda"):
     """fp32 eps of flat elements start..stop-1 of stream `key` on `device` (as noise.noise)."""
     import torch
 
-    from prover_cli.es.noise_definition import SCALE
+    from prover_cli.es.noise.definition import SCALE
 
     if not 0 <= start <= stop:
         raise ValueError(f"noise: need 0 <= start <= stop, got start={start} stop={stop}")
@@ -275,7 +275,7 @@ def perturb_into(master: Any, key: int, scale32: float, out: Any) -> None:
     if out.numel() != master.numel() or out.device != master.device:
         raise ValueError(f"perturb output: {out.numel()} elements on {out.device}, master: "
                          f"{master.numel()} elements on {master.device}")
-    from prover_cli.es.noise_definition import SCALE
+    from prover_cli.es.noise.definition import SCALE
 
     kind = _OUT_KINDS[str(out.dtype)]
     src = master.reshape(-1)
@@ -306,7 +306,7 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-    from prover_cli.es.noise_definition import SCALE
+    from prover_cli.es.noise.definition import SCALE
 
     for master, keys in items:
         _check(master, "update master", (torch.float32,))  # no terms still adds +0 (-0 becomes +0), as defined
@@ -348,7 +348,7 @@ def _self_check(device: Any) -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
 
-    from prover_cli.es import noise_definition as definition
+    from prover_cli.es.noise import definition
 
     key = definition.stream_key(20260101, "gpu-self-check")
     for start in (0, (1 << 32) - 40, (1 << 40) - 7):  # low, across 2^32, very high flat indices

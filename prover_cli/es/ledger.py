@@ -37,7 +37,7 @@ from typing import Any
 from prover_cli import __version__
 from prover_cli.config import check_key
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.es.noise import NOISE_NAME, NOISE_VERSION
+from prover_cli.es.noise.full import NOISE_NAME, NOISE_VERSION
 from prover_cli.tasks import reward_range
 
 FORMAT = "prover-es-ledger"
@@ -61,7 +61,7 @@ def make_header(es: Any, *, model: Any, generate: Any, run_seed: int, task: str,
     given: all the config it pins (a resume must match it, replay reads it)."""
     gen = generate
     base = {"name": model.name, "revision": model.revision, "sha256": base_sha256}
-    from prover_cli.built_models import BUILT_NAMES
+    from prover_cli.policy.built_models import BUILT_NAMES
 
     if model.name in BUILT_NAMES:  # `tiny`, `tiny-countdown`: rebuilt offline from its seed by replay
         base["tiny_seed"] = model.tiny_seed
@@ -82,7 +82,7 @@ def make_header(es: Any, *, model: Any, generate: Any, run_seed: int, task: str,
             "iterations": es.iterations, "problems_per_iteration": es.problems_per_iteration,
             "samples_per_problem": es.samples_per_problem, "snapshot_every": es.snapshot_every,
             "shuffle_rewards": es.shuffle_rewards,  # the null control: replay permutes as training did
-            # low-rank noise (es/lowrank.py): only then, so full-rank ledgers stay byte for byte as before
+            # low-rank noise (es/noise/lowrank.py): only then, so full-rank ledgers stay byte for byte as before
             **({"noise": es.noise, "rank": es.rank} if getattr(es, "noise", "full") != "full" else {}),
         },
         # How members are scored (temperature = es.member_temperature; 0 = greedy). These change
@@ -189,9 +189,9 @@ def ledger_text(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
 
 
 def write_ledger(path: str | Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """Replace the ledger whole (prover_cli/jsonl.py's one atomic writer: a kill or a full disk
+    """Replace the ledger whole (prover_cli/fsio/jsonl.py's one atomic writer: a kill or a full disk
     leaves the old ledger or the new one, never a cut one)."""
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
 
     write_text_atomic(path, ledger_text(header, records))
 

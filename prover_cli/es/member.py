@@ -72,7 +72,7 @@ def heldout_at(config: Any, iteration: int, record: dict[str, Any], *, reporter:
     """`evaluate_heldout` of theta_iteration, rebuilt here from the base (or the newest snapshot),
     the ledger and `record` (the loop's record of `iteration`): the same problems, sampling and
     numbers as the loop's own evaluation of its live weights (es/train.py)."""
-    from prover_cli.heldout import evaluate_heldout
+    from prover_cli.training.heldout import evaluate_heldout
     from prover_cli.tasks.problems import heldout_problems
     from prover_cli.progress import NULL_REPORTER
 

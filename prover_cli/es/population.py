@@ -8,7 +8,7 @@
 With `es.noise = "lora"` on vLLM, `LocalPopulation` generates every member of an iteration in one
 engine call, each member a LoRA adapter (es/vllm_lora.py). The training loop (es/train.py, through a population), the probe (es/probe.py) and Modal's member
 workers (es/member.py) all run `member_completions`, so a member's samples are the same wherever
-it is evaluated. Sampling and scoring go through prover_cli/rollout.py: a member's completions
+it is evaluated. Sampling and scoring go through prover_cli/policy/rollout.py: a member's completions
 are problem-major, and every member's samples of an iteration are scored in one task call
 (member-major), so a Lean verify pool works on all of them at once.
 """
@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from prover_cli import rollout, streams
-from prover_cli.es.noise import fp32
+from prover_cli.policy import rollout
+from prover_cli import streams
+from prover_cli.es.noise.full import fp32
 from prover_cli.es.update import member_noise, perturb_member
 from prover_cli.progress import Reporter
 
@@ -36,7 +37,7 @@ def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int,
 # ---------------------------------------------------------------------------------------------
 # Perturb and evaluate: each member samples with theta + sign * sigma * eps, then the weights
 # are restored exactly (from the base copy). All samples are scored in one batch per iteration
-# (prover_cli/rollout.py), so a Lean verifier pool works on every member's proofs at once.
+# (prover_cli/policy/rollout.py), so a Lean verifier pool works on every member's proofs at once.
 # ---------------------------------------------------------------------------------------------
 
 def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
@@ -45,7 +46,7 @@ def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[s
     """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers.
 
     `sigma` and `seed` replace es.sigma and the iteration's sampling seed (the probe, es/probe.py)."""
-    from prover_cli.samplers import SamplingParams
+    from prover_cli.policy.samplers import SamplingParams
 
     es, gen = config.es, config.generate
     if seed is None:
@@ -133,7 +134,7 @@ class LocalPopulation:
     def heldout(self, iteration: int, record: dict[str, Any], problems: list[dict[str, Any]],
                 reporter: Reporter) -> dict[str, Any]:
         """The held-out evaluation (heldout.py) of theta_iteration: here, the live weights."""
-        from prover_cli.heldout import evaluate_heldout
+        from prover_cli.training.heldout import evaluate_heldout
 
         return evaluate_heldout(self.sampler, self.config, problems, task=self.task, reporter=reporter)
 
@@ -184,7 +185,7 @@ def check_noise(es: Any, generate: Any) -> None:
     if es.noise == "lowrank" and generate.backend != "transformers":
         raise ConfigError(f"es.noise = \"lowrank\" runs on the transformers sampler only, and generate.backend = "
                           f"{generate.backend!r}: it also perturbs the embedding, the head, the norms and the biases "
-                          "(es/lowrank.py), which a vLLM LoRA adapter cannot carry",
+                          "(es/noise/lowrank.py), which a vLLM LoRA adapter cannot carry",
                           hint="set es.noise = \"lora\" (low-rank noise on the attention and MLP projections only, "
                                "one LoRA adapter per member), or generate.backend = \"transformers\"")
     if es.noise == "lora" and generate.backend == "vllm":
@@ -207,10 +208,10 @@ def lora_members(config: Any) -> bool:
 def load_es_sampler(config: Any) -> Any:
     """The sampler of `generate.backend` for ES: vLLM gets the worker extension that perturbs in place,
     and with `es.noise = "lora"` its LoRA slots (es/vllm_lora.py engine_kwargs)."""
-    from prover_cli.samplers import load_sampler
+    from prover_cli.policy.samplers import load_sampler
 
     if config.generate.backend == "vllm":
-        from prover_cli.samplers.vllm_sampler import ES_WORKER_EXTENSION
+        from prover_cli.policy.samplers.vllm_sampler import ES_WORKER_EXTENSION
 
         extra = {}
         if config.es.noise == "lora":

@@ -15,7 +15,7 @@ alpha (es.learning_rate) absorbs the 1/sigma of the gradient estimate.
 
 Where we depart from the paper, and why:
 - Noise is a counter-based integer hash mapped to an Irwin-Hall(4) variate, not torch.randn
-  (es/noise.py): bit-identical on every device and thread count, so a ledger replays anywhere.
+  (es/noise/full.py): bit-identical on every device and thread count, so a ledger replays anywhere.
   ES needs zero-mean, unit-variance, independent noise, not Gaussian noise. Every tensor has its
   own stream, keyed by (seed, tensor name).
 - Antithetic pairs (es.antithetic, default on): members 2k and 2k+1 use +eps_k and -eps_k, which
@@ -32,7 +32,7 @@ Where we depart from the paper, and why:
 - Member rewards are rounded to 3 decimals before normalising: the ledger stores them exactly
   (integer numerators over 1000), and training uses exactly what replay will read.
 - Options, off by default: `es.noise = "lowrank"` perturbs each matrix by A B^T / sqrt(es.rank)
-  from the member's seed (EGGROLL, es/lowrank.py; recorded in the ledger), and
+  from the member's seed (EGGROLL, es/noise/lowrank.py; recorded in the ledger), and
   `es.batched_members = k` generates k members in one batched call (es/batched.py; the population
   evaluates them, so the loop below is the same).
 
@@ -57,20 +57,20 @@ from prover_cli.es.population import LocalPopulation, pick_problems
 from prover_cli.es.replay import rebuild
 from prover_cli.es.signal import iteration_variances, noise_warning, pooled_share, progress_field
 from prover_cli.es.update import apply_rewards
-from prover_cli.heldout import base_record, eval_due, evaluate_base
-from prover_cli.jsonl import fsync_directory
-from prover_cli.metrics import completion_tokens
-from prover_cli.model_dir import holds_weights
+from prover_cli.training.heldout import base_record, eval_due, evaluate_base
+from prover_cli.fsio.jsonl import fsync_directory
+from prover_cli.training.metrics import completion_tokens
+from prover_cli.policy.model_dir import holds_weights
 from prover_cli.tasks.problems import heldout_problems, train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
-from prover_cli.run import ResumePoint, Run
-from prover_cli.tracking import open_tracker
+from prover_cli.training.run import ResumePoint, Run
+from prover_cli.training.tracking import open_tracker
 
 
 # ---------------------------------------------------------------------------------------------
 # Seeds, problems and members: es/population.py. Each iteration picks its problems from
 # (run seed, iteration); every member samples them with theta + sign * sigma * eps_n at the
-# iteration's one sampling seed, and all samples are scored in one batch (prover_cli/rollout.py).
+# iteration's one sampling seed, and all samples are scored in one batch (prover_cli/policy/rollout.py).
 # Where the members run is the population's business (LocalPopulation: here, one after another;
 # on_modal/functions.py ModalPopulation: GPU containers); the loop only reads what it returns.
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from prover_cli import streams
 from prover_cli.errors import InputError
-from prover_cli.es.noise import fp32
+from prover_cli.es.noise.full import fp32
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,12 +87,12 @@ def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iterati
     terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
     kind = es.get("noise", "full")  # absent from full-rank ledgers (es/ledger.py)
     if kind in ("lowrank", "lora"):
-        from prover_cli.es import lowrank
+        from prover_cli.es.noise import lowrank
 
         rank = es.get("rank")
         if type(rank) is not int or rank < 1:
             raise InputError(f"es.rank = {rank!r}: low-rank noise needs a whole number >= 1")
-        if hasattr(weights, "lowrank_update"):  # weights inside a vLLM engine (samplers/vllm_sampler.py)
+        if hasattr(weights, "lowrank_update"):  # weights inside a vLLM engine (policy/samplers/vllm_sampler.py)
             return weights.lowrank_update(terms, rank, kind), False
         return lowrank.update(weights, terms, rank, kind), False
     if kind != "full":  # fail closed: never another noise's update under this name
@@ -103,9 +103,9 @@ def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iterati
 def perturb_member(weights: Any, noise_seed: int, scale32: float, es: Any) -> None:
     """theta + scale32 * eps(noise_seed) into the live weights, by `es.noise` (the config's [es] section)."""
     if es.noise in ("lowrank", "lora"):
-        from prover_cli.es import lowrank
+        from prover_cli.es.noise import lowrank
 
-        if hasattr(weights, "lowrank_perturb"):  # weights inside a vLLM engine (samplers/vllm_sampler.py)
+        if hasattr(weights, "lowrank_perturb"):  # weights inside a vLLM engine (policy/samplers/vllm_sampler.py)
             weights.lowrank_perturb(noise_seed, scale32, es.rank, es.noise)
         else:
             lowrank.perturb(weights, noise_seed, scale32, es.rank, es.noise)

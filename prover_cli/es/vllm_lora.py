@@ -4,7 +4,7 @@
     members = LoRAMembers(sampler)                       # the loop's VLLMSampler (engine built with engine_kwargs)
     texts = members.completions(task, batch, iteration, range(es.population), es=..., generate=..., run_seed=..., family=...)
 
-With `es.noise = "lora"` (es/lowrank.py) member m's weights are W + c_m A_m B_mᵀ on each attention
+With `es.noise = "lora"` (es/noise/lowrank.py) member m's weights are W + c_m A_m B_mᵀ on each attention
 and MLP projection (c_m = sign * sigma / √r, A [out, r] and B [in, r] from the member's noise seed
 through the integer-hash noise) and the base weights everywhere else. That is a LoRA adapter:
 vLLM computes base(x) + scaling * (x lora_Aᵀ) lora_Bᵀ (vllm/lora/layers/base_linear.py at 0.31.0;
@@ -41,9 +41,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from prover_cli import rollout, streams
-from prover_cli.es import lowrank
-from prover_cli.es.noise import fp32
+from prover_cli.policy import rollout
+from prover_cli import streams
+from prover_cli.es.noise import lowrank
+from prover_cli.es.noise.full import fp32
 from prover_cli.es.update import member_noise
 
 # vLLM 0.31.0's allowed `max_lora_rank` values (vllm/config/lora.py, MaxLoRARanks)
@@ -139,7 +140,7 @@ class LoRAMembers:
         them one member at a time (up to near-ties, module docstring); one `generate` for all."""
         from vllm.lora.request import LoRARequest
 
-        from prover_cli.samplers import SamplingParams
+        from prover_cli.policy.samplers import SamplingParams
 
         params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=generate.top_p,
                                 max_tokens=generate.max_tokens, seed=streams.es_sampling_seed(run_seed, iteration))

@@ -8,7 +8,7 @@ vLLM mixes this class into its GPU worker, so `self.model_runner.model` is the e
 the engine is never rebuilt between members. The worker keeps the checkpoint's tensors, under
 their checkpoint (transformers) names, as the ES base on the GPU; every change goes through the
 model's own `load_weights`, which fuses q/k/v and gate/up exactly as when vLLM loaded them. So
-the noise is keyed by the same names, computed by the same code (es/noise.py), and the weights
+the noise is keyed by the same names, computed by the same code (es/noise/full.py), and the weights
 are bit-identical to the transformers path and to `prover replay-seeds`.
 
 The ES base holds only the tensors the engine's `load_weights` reports it loaded, and never a
@@ -100,15 +100,15 @@ class ESWorkerExtension:
         return self._prover_es.update([(int(seed), float(c)) for seed, c in terms])
 
     def es_lowrank_perturb(self, noise_seed: int, scale32: float, rank: int, kind: str) -> None:
-        """Low-rank noise (es/lowrank.py) written through `load_weights`, one member at a time."""
-        from prover_cli.es import lowrank
+        """Low-rank noise (es/noise/lowrank.py) written through `load_weights`, one member at a time."""
+        from prover_cli.es.noise import lowrank
 
         lowrank.perturb(self._prover_es, noise_seed, scale32, rank, kind)
 
     def es_lowrank_update(self, terms: list[list], rank: int, kind: str) -> float:
-        """es/lowrank.py's update of the fp32 master, then the engine's weights restored from it: the
+        """es/noise/lowrank.py's update of the fp32 master, then the engine's weights restored from it: the
         same code and bits as the transformers path and replay (es.noise = "lowrank" or "lora")."""
-        from prover_cli.es import lowrank
+        from prover_cli.es.noise import lowrank
 
         return lowrank.update(self._prover_es, [(int(seed), float(c)) for seed, c in terms], int(rank), str(kind))
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from prover_cli.errors import InputError
-from prover_cli.es.noise import perturb_into, perturb_many, restore_many, stream_key, update_many
-from prover_cli.model_dir import dtype_name, fingerprint, set_config_dtype
+from prover_cli.es.noise.full import perturb_into, perturb_many, restore_many, stream_key, update_many
+from prover_cli.policy.model_dir import dtype_name, fingerprint, set_config_dtype
 
 Write = Callable[[Iterable[tuple[str, Any]]], None]
 MASTER_DTYPE = "float32"  # what new runs keep; ledgers record it (docs/ledger.md)
@@ -133,9 +133,9 @@ class NamedWeights:
         """The master as one safetensors file; NonFiniteWeightsError (nothing written) if it holds NaN or inf."""
         from safetensors.torch import save_file
 
-        from prover_cli.model_dir import refuse_non_finite
+        from prover_cli.policy.model_dir import refuse_non_finite
 
-        from prover_cli.jsonl import write_text_atomic
+        from prover_cli.fsio.jsonl import write_text_atomic
 
         path = Path(path)
         refuse_non_finite(self.base.items(), path)
@@ -165,7 +165,7 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
     nothing the master accumulated below bf16 resolution is lost on disk. A tensor holding NaN or
     inf is refused before anything is written (NonFiniteWeightsError).
     """
-    from prover_cli.model_dir import refuse_non_finite, save_tokenizer
+    from prover_cli.policy.model_dir import refuse_non_finite, save_tokenizer
 
     out_dir = Path(out_dir)
     # Map each state-dict entry to the master through the parameter it is: tied weights (one

@@ -44,7 +44,7 @@ def _commit(volume: Any) -> None:
     """A real Volume commits only inside a container; `.local()` runs have none to commit to.
     Anything else (the tests' Volume stand-in) always applies Modal's rules. A commit reloads the
     Volume, which fails while a file in it is open: trackers close theirs first (tracking.py)."""
-    from prover_cli import tracking
+    from prover_cli.training import tracking
 
     tracking.release_files()
     if not (modal.is_local() and isinstance(volume, modal.Volume)):
@@ -70,7 +70,7 @@ def _config(config_dict: dict[str, Any]) -> Any:
     config = config_from_dict(config_dict, source="modal")
     if not modal.is_local():
         os.environ.setdefault("WANDB_DIR", WANDB_DIR)
-    from prover_cli import jsonl
+    from prover_cli.fsio import jsonl
 
     jsonl.configure(max_line_bytes=config.io.max_line_bytes)  # io.max_line_bytes holds remotely too
     config.run.dir = str(on_volume(config.run.dir))
@@ -186,7 +186,7 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
 def download_model(config: dict[str, Any]) -> dict[str, Any]:
     cfg = _config(config)
     _reload(runs_volume)
-    from prover_cli.built_models import BUILT_NAMES, resolve_model_path
+    from prover_cli.policy.built_models import BUILT_NAMES, resolve_model_path
 
     name = cfg.model.name
     if name in BUILT_NAMES:
@@ -254,7 +254,7 @@ class Generator:
         config = json.loads(self.config_json)
         self.config = _config(config)
         _ensure_model(config)
-        from prover_cli.samplers import load_sampler
+        from prover_cli.policy.samplers import load_sampler
 
         model = _paths_in({"model": self.model})["model"] if self.model else None
         self.sampler = load_sampler(self.config.model, self.config.generate, model_path=model)
@@ -421,7 +421,7 @@ def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
             print(f"retry of {call_id}: resuming from {cfg.run.dir}/{LEDGER_FILE}", file=sys.stderr)
             return {**arguments, "resume": True}
         return arguments
-    from prover_cli.jsonl import write_text_atomic  # the package's one atomic-file writer
+    from prover_cli.fsio.jsonl import write_text_atomic  # the package's one atomic-file writer
 
     write_text_atomic(marker, call_id)
     _commit(runs_volume)
@@ -497,7 +497,7 @@ def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
     cfg = _config(config)
     _reload(runs_volume)
     _ensure_model(config)
-    from prover_cli.samplers import SamplingParams, load_sampler
+    from prover_cli.policy.samplers import SamplingParams, load_sampler
 
     started = time.monotonic()
     sampler = load_sampler(cfg.model, cfg.generate)

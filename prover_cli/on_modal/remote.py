@@ -26,7 +26,7 @@ import modal
 
 from prover_cli.config import load_config
 from prover_cli.errors import BackendError, ConfigError, InputError
-from prover_cli.jsonl import write_text_atomic
+from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.on_modal.functions import LEDGER_FILE, REMOTE_FUNCTIONS, Generator, options
 from prover_cli.on_modal.images import APP_NAME, APPS, DEFAULTS, SETTINGS, deploy_settings, runs_volume
 
@@ -64,7 +64,7 @@ def to_wire(name: str, config: Any, kwargs: dict[str, Any]) -> tuple[dict[str, A
     if name not in REMOTE_NAMES:
         raise BackendError(f"`{name}` has no Modal function; --backend modal runs {', '.join(REMOTE_NAMES)}")
     from prover_cli.on_modal.plan import MODAL_TRACKERS
-    from prover_cli.tracking import parse_report_to
+    from prover_cli.training.tracking import parse_report_to
 
     missing = [t for t in parse_report_to(config.run.report_to) if t not in MODAL_TRACKERS]
     if missing and name in ("train_es", "train_grpo"):  # refused here, not after a GPU container started

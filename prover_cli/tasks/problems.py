@@ -1,6 +1,6 @@
 """The run's problems: which a run trains on, which are held out, which subset evaluation uses.
 
-    from prover_cli import problems
+    from prover_cli.tasks import problems
 
     problems.train_problems(config)      # data.train_split of the run's problems (a data.train_size subset)
     problems.heldout_problems(config)    # data.valid_split, deduplicated by content, a fixed run.eval_problems subset
@@ -9,7 +9,7 @@
 
 Where a run's problems come from (`run_problems`): the problems file (`data.problems`, by default
 `<run.dir>/problems.jsonl`) when it exists. Without one, a task that generates its problems
-(countdown, toy: the task's `problems_from_seed`) generates them from `run.seed`
+(the task's `problems_from_seed`: countdown, toy) generates them from `run.seed`
 (`generated_problems`, as `prepare-data` writes them), but only when `data.problems` is left
 empty: a path the user named that does not exist is an error for every task, never a silent
 switch to generated problems. Lean problems always come from a file.
@@ -18,13 +18,13 @@ A split no problem has is one error, whoever asks (`no_problems_in_split`): it n
 the generator), the split, the config key that chose it and the splits the problems do have.
 
 **The test set is one for every seed, arm and training-set size** (`select_heldout`): the
-`data.valid_split` rows, deduplicated by content (`content_key`: a Lean statement up to whitespace
-and the theorem's name, a countdown puzzle's number multiset and target, a toy prompt up to
-whitespace), so a problem stated twice is counted once; a row whose content is also in the
+`data.valid_split` rows, deduplicated by content (`content_key`, which each task declares for its
+own rows: a Lean statement up to whitespace and the theorem's name, a countdown puzzle's number
+multiset and target, a toy prompt up to whitespace), so a problem stated twice is counted once; a row whose content is also in the
 training split is dropped too (a held-out problem never equals a training one); then, with
 `run.eval_problems = K`, a fixed subset of K drawn from `run.eval_problems_seed`, never from
 `run.seed`. How many rows each rule dropped travels with the list (`HeldOutSet`) into every
-held-out record (`eval/duplicates_dropped`, `eval/train_overlap_dropped`, prover_cli/heldout.py).
+held-out record (`eval/duplicates_dropped`, `eval/train_overlap_dropped`, prover_cli/training/heldout.py).
 
 **The training-set size** (`data.train_size = N`, the limited-data axis): N problems of the
 training split drawn from `run.seed` (`select_train`), nested: a seed's 16 are among its 64. It
@@ -35,33 +35,34 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli import streams
 from prover_cli.errors import InputError
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.fsio.jsonl import BadLine, load_jsonl_strict, read_jsonl, write_jsonl_atomic
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import problem_defect as task_defect
+from prover_cli.tasks import problem_generator, row_content_key
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
 
 
 # --------------------------------------------------------------------------------------------
 # The run's problems: the file, or generated from run.seed
 # --------------------------------------------------------------------------------------------
 
-def generated_problems(config: Any, task: str | None = None, count: int = 0) -> list[dict[str, Any]] | None:
+def generated_problems(config: Config, task: str | None = None, count: int = 0) -> list[dict[str, Any]] | None:
     """Seeded problems of a task that needs no dataset (`task`, default `data.task`): `count` of them
-    (0: the task's default, e.g. `data.countdown_problems`), from `run.seed`; None for a task whose
+    (0: the task's default, e.g. `task.countdown.problems`), from `run.seed`; None for a task whose
     problems come from a file (Lean). The task says which (prover_cli/tasks, `problems_from_seed`)."""
-    from prover_cli.tasks import problem_generator
-
     make = problem_generator(task or config.data.task)
     return make(config, count) if make is not None else None
 
 
-def run_problems(config: Any) -> tuple[list[dict[str, Any]], str, bool]:
+def run_problems(config: Config) -> tuple[list[dict[str, Any]], str, bool]:
     """(every problem of the run, where they came from, whether they were generated)."""
-    from prover_cli.jsonl import load_jsonl_strict
-
     path = config.problems_path
     if path.exists():
         return load_jsonl_strict(path), str(path), False
@@ -91,17 +92,16 @@ def in_split(problems: list[dict[str, Any]], split: str, source: Any, key: str, 
     return chosen
 
 
-def train_problems(config: Any, reporter: Any = NULL_REPORTER, *, save_generated: bool = False) -> list[dict[str, Any]]:
+def train_problems(config: Config, reporter: Reporter = NULL_REPORTER, *,
+                   save_generated: bool = False) -> list[dict[str, Any]]:
     """The `data.train_split` problems of the run. `save_generated`: generated problems are also
     written to `data.problems`' path, so the run's problems stay inspectable and reusable (GRPO)."""
     problems, source, generated = run_problems(config)
     if generated and save_generated:
-        from prover_cli.jsonl import write_jsonl_atomic
-
         path = config.problems_path
         write_jsonl_atomic(path, problems)
         reporter.log(f"{path}: generated {len(problems)} {config.data.task} problems (seed {config.run.seed})")
-        source = path
+        source = str(path)
     train = in_split(problems, config.data.train_split, source, "data.train_split")
     return select_train(train, config.data.train_size, config.run.seed, source)
 
@@ -122,25 +122,16 @@ def select_train(train: list[dict[str, Any]], size: int, seed: int, source: Any 
 # The held-out set: deduplicated by content, disjoint from training, one subset for every seed
 # --------------------------------------------------------------------------------------------
 
-DECL_NAME = re.compile(r"\b(theorem|lemma)\s+([^\s(:{\[]+)")  # a Lean declaration's keyword and name
-
-
 def content_key(problem: dict[str, Any]) -> str:
-    """What makes two rows the same problem, whatever their ids: a Lean statement (with its header,
-    which may hold an answer) up to whitespace and the theorem's name; a countdown puzzle's numbers
-    as a multiset and its target (the order they are listed in changes nothing to solve); a toy
-    prompt up to whitespace. A row with none of these is only itself (its id)."""
-    if isinstance(problem.get("formal_statement"), str):
-        statement = DECL_NAME.sub(r"\1 _", problem["formal_statement"], count=1)
-        return "lean|" + " ".join((str(problem.get("header") or "") + "\n" + statement).split())
-    if isinstance(problem.get("numbers"), list) and "target" in problem:
-        return "countdown|" + json.dumps([sorted(map(str, problem["numbers"])), str(problem["target"])])
-    if isinstance(problem.get("prompt"), str):
-        return "toy|" + " ".join(problem["prompt"].split())
-    return "id|" + str(problem.get("id", problem.get("name")))
+    """What makes two rows the same problem, whatever their ids: the key of the first task (registry
+    order: lean, countdown, toy, then registered ones) that recognises the row (its `content_key`:
+    a Lean statement up to whitespace and the theorem's name; a countdown puzzle's numbers as a
+    multiset and its target; a toy prompt up to whitespace). A row no task recognises is only itself (its id)."""
+    key = row_content_key(problem)
+    return key if key is not None else "id|" + str(problem.get("id", problem.get("name")))
 
 
-class HeldOutSet(list):
+class HeldOutSet(list[dict[str, Any]]):
     """The held-out problems (a list), with what choosing them dropped: `duplicates_dropped` (rows of
     a problem already held out), `train_overlap_dropped` (rows whose problem is also in the training
     split) and `sha256`, the set's content fingerprint (ids and content keys, order-free), which
@@ -166,7 +157,9 @@ def select_heldout(problems: list[dict[str, Any]], *, train_split: str, valid_sp
     (0: all) drawn from `seed` (`run.eval_problems_seed`)."""
     rows = in_split(problems, valid_split, source, key, hint)
     trained = {content_key(p) for p in problems if p.get("split") == train_split}
-    kept, seen, duplicates, overlap = [], set(), 0, 0
+    kept: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    duplicates = overlap = 0
     for problem in rows:
         content = content_key(problem)
         if content in trained:
@@ -185,7 +178,7 @@ def select_heldout(problems: list[dict[str, Any]], *, train_split: str, valid_sp
     return HeldOutSet(kept, duplicates, overlap)
 
 
-def heldout_problems(config: Any) -> HeldOutSet:
+def heldout_problems(config: Config) -> HeldOutSet:
     """The run's test set (`select_heldout`): the same for ES and GRPO, every seed and every training-set size."""
     problems, source, _ = run_problems(config)
     return select_heldout(problems, train_split=config.data.train_split, valid_split=config.data.valid_split,
@@ -205,8 +198,6 @@ def read_problems(path: Path, split: str | None = None, malformed: list[dict[str
     A bad line, a duplicate id, or (with `task_name`) a problem without the fields that task
     reads is an error naming the line, or, when a `malformed` list is given, appended to it
     ({"line", "reason"}) and skipped."""
-    from prover_cli.jsonl import BadLine, read_jsonl
-
     if not path.exists():
         raise InputError(f"{path}: problems file not found",
                          hint="write it with `prover prepare-data` (e.g. `prover prepare-data examples --out problems.jsonl`)")
@@ -216,7 +207,9 @@ def read_problems(path: Path, split: str | None = None, malformed: list[dict[str
             raise InputError(f"{path}:{line_no}: {reason}")
         malformed.append({"line": line_no, "reason": reason})
 
-    problems, seen, splits = [], {}, set()
+    problems: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    splits: set[Any] = set()
     for line_no, problem in read_jsonl(path):
         if isinstance(problem, BadLine):
             bad(line_no, problem.reason)
@@ -241,12 +234,12 @@ def read_problems(path: Path, split: str | None = None, malformed: list[dict[str
     return problems
 
 
-def eval_problems_path(config: Any) -> Path:
+def eval_problems_path(config: Config) -> Path:
     """The file `prover eval` samples: `eval.problems`, else the run's problems file."""
     return Path(config.eval.problems) if config.eval.problems else config.problems_path
 
 
-def eval_problems(config: Any, malformed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def eval_problems(config: Config, malformed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The `eval.split` problems of `eval_problems_path` usable by `data.task` (bad lines go to `malformed`)."""
     path = eval_problems_path(config)
     problems = read_problems(path, split=config.eval.split, malformed=malformed, task_name=config.data.task,
@@ -259,8 +252,6 @@ def eval_problems(config: Any, malformed: list[dict[str, Any]]) -> list[dict[str
 def problem_defect(problem: dict[str, Any], task_name: str) -> str | None:
     """Why `problem` cannot be prompted or scored by task `task_name` (a missing or wrong-typed field,
     or the task's own check: prover_cli/tasks, `problem_fields`), or None."""
-    from prover_cli.tasks import problem_defect as task_defect
-
     return task_defect(problem, task_name)
 
 

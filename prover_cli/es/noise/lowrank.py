@@ -10,13 +10,13 @@ member's seed, so members can share the base product x Wᵀ and add σ (x B) A�
 update Σ_k c_k A_k B_kᵀ / √r is full-rank once the population exceeds r.
 
 Where the numbers come from, so a ledger still holds only (seed, reward) and replays bit-exactly on
-any device: A and B are the same integer-hash noise as full-rank ES (es/noise.py), from streams
+any device: A and B are the same integer-hash noise as full-rank ES (es/noise/full.py), from streams
 keyed by (noise seed, "<tensor name>|lowrank-A") and "|lowrank-B" (never the full-rank stream's
 key), unit variance each. E is summed from exact elementwise fp32 operations in a fixed order,
 E = fp32(1/√r) * (((A_0 ⊗ B_0) + A_1 ⊗ B_1) + ...), each outer product an elementwise
 multiply (no matrix product, whose blocking and FMA use differ between devices), so each element
 of E is the same fp32 value everywhere; its variance is 1, as full-rank noise's. Tensors that are not
-matrices (biases, norm weights) get the full-rank noise of es/noise.py, the same stream key as
+matrices (biases, norm weights) get the full-rank noise of es/noise/full.py, the same stream key as
 `es.noise = "full"`.
 
 `es.noise = "lora"` (a second definition, its own ledger value): the same A Bᵀ / √r, on the weights of
@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from prover_cli.es.noise import fp32, noise, stream_key
+from prover_cli.es.noise.full import fp32, noise, stream_key
 
 FACTOR_SUFFIX = ("|lowrank-A", "|lowrank-B")
 KINDS = ("lowrank", "lora")  # es.noise values this module defines

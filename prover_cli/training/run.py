@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from prover_cli.errors import InputError
-from prover_cli.metrics import METRICS_FILE, append_metrics, methods_logged, read_metrics, truncate_metrics
+from prover_cli.training.metrics import METRICS_FILE, append_metrics, methods_logged, read_metrics, truncate_metrics
 from prover_cli.progress import NULL_REPORTER
 
 FINAL_DIR = "final"
@@ -106,7 +106,7 @@ class Run:
     def begin(self) -> dict[str, Any]:
         """Record the resolved config (and code), unless the run is complete, and return the
         cumulative counters to continue from."""
-        from prover_cli.metrics import write_resolved_config
+        from prover_cli.training.metrics import write_resolved_config
 
         if not self.complete:
             write_resolved_config(self.config)
@@ -138,7 +138,7 @@ class Run:
 
     def save_final(self, write: Callable[[Path], None]) -> None:
         """final/ := what `write(directory)` saves, whole or not at all (model_dir.save_atomically)."""
-        from prover_cli.model_dir import save_atomically
+        from prover_cli.policy.model_dir import save_atomically
 
         save_atomically(self.final_dir, write)
 

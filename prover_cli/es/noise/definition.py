@@ -27,7 +27,7 @@ tensors are processed in chunks of flat indices, which changes nothing in the va
 
 This module is the definition: the constants, `reference_noise` (pure Python) and the eager torch
 ops (`noise_eager`, `perturbed`, `updated`, on any device). The fused paths (es/fused_cpu.py on
-CPU, es/fused_gpu.py on CUDA) check themselves against it before they are used, and es/noise.py
+CPU, es/fused_gpu.py on CUDA) check themselves against it before they are used, and es/noise/full.py
 picks a fused path or these ops; this module imports neither, so the three form no circle.
 """
 

@@ -20,7 +20,7 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `es/signal_var`, `es/noise_var` | ES only: this iteration's variance of the update's units' true rewards (pair differences with antithetic pairs; can read < 0) and the sampling-noise variance of one unit's reward, unbiased estimates from its sample rewards (prover_cli/es/signal.py, docs/ledger.md); absent with 1 sample per member |
 | `es/signal_share` | ES only: the share of signal in the update's rewards, pooled over the last 5 iterations: sum signal_var / sum (signal_var + noise_var); 1 = signal, 0 = noise, below 0.5 mostly noise (the run warns once 5 iterations are pooled); absent while no reward varied |
 | `grpo/loss`, `grpo/grad_norm`, `grpo/kl`, ... | GRPO only: TRL's own numbers for the step |
-| `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/heldout.py), sampled: `run.eval_n` samples per problem at `run.eval_temperature`, verified samples / samples |
+| `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/training/heldout.py), sampled: `run.eval_n` samples per problem at `run.eval_temperature`, verified samples / samples |
 | `eval/verified_rate_lo`, `eval/verified_rate_hi` | its 95% interval (Wilson with the design effect of samples sharing a problem; prover_cli/stats.py) |
 | `eval/greedy_verified_rate`, `_lo`, `_hi` | held-out, greedy: one sample per problem at temperature 0; verified problems / problems and its 95% interval (Wilson) |
 | `eval/solved_rate`, `eval/reward_mean` | held-out, sampled: problems with a verified sample / problems; mean reward |
@@ -33,13 +33,13 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 The `eval/*` keys appear only on the lines of the iterations that were evaluated (every
 `run.eval_every` and the last one) and on the first line, **iteration 0**: the base model's
 evaluation, before any training, written by ES and GRPO alike (the same numbers for runs from
-the same base on the same problems: prover_cli/heldout.py caches it). That line has
+the same base on the same problems: prover_cli/training/heldout.py caches it). That line has
 `iteration`, `method`, `task`, `samples` = `samples/total` = 0 (and `tokens`, `checks` and their
 totals 0), `time/wall_s` = `time/elapsed_s` = 0 and the `eval/*` keys, and no training keys
 (`reward/*`, `verify/verified`). Held-out evaluation samples are never counted in `samples`,
 `tokens` or `checks`: they are the same for both methods (same problems, same settings, same
 evaluation budgets), so the training budget is what tells two runs apart (`eval/samples` counts
-them per evaluation). Every line is also streamed to `run.report_to` (prover_cli/tracking.py),
+them per evaluation). Every line is also streamed to `run.report_to` (prover_cli/training/tracking.py),
 with `iteration` as the step.
 """
 
@@ -51,7 +51,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from prover_cli.jsonl import finite_or_null
+from prover_cli.fsio.jsonl import finite_or_null
 
 METRICS_FILE = "metrics.jsonl"
 REQUIRED_KEYS = ("iteration", "method", "task", "reward/mean", "reward/max", "verify/verified",
@@ -100,7 +100,7 @@ def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
 def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
     """On resume: drop lines after `last_iteration` (written after the last ledger commit or
     checkpoint) and a torn last line; the kept lines stay byte for byte."""
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
 
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -127,7 +127,7 @@ def read_metrics(run_dir: str | Path, malformed: list[dict[str, Any]] | None = N
     may raise. Iterations that do not increase mean two runs in one file: always an InputError
     naming the line. A missing file has no records."""
     from prover_cli.errors import InputError
-    from prover_cli.jsonl import BadLine, read_jsonl
+    from prover_cli.fsio.jsonl import BadLine, read_jsonl
 
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -162,15 +162,15 @@ def methods_logged(run_dir: str | Path) -> set[Any]:
 def write_resolved_config(config: Any) -> Path:
     """Write the resolved config into the run directory when a run starts: whole or not at all
     (temp file, then rename), since a resume compares the config with it."""
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
 
     path = Path(config.run.dir) / "config.toml"
     write_text_atomic(path, config.to_toml())
     # Which code made the run, beside its config: `prover study run` reuses a run only when both match.
     write_text_atomic(path.with_name(CODE_FILE), json.dumps(code_version(), sort_keys=True) + "\n")
-    from prover_cli.lock import claim_identity
+    from prover_cli.fsio.lock import claim_identity
 
-    claim_identity(path.parent)  # the run dir exists now: lock its identity too (prover_cli/lock.py)
+    claim_identity(path.parent)  # the run dir exists now: lock its identity too (prover_cli/fsio/lock.py)
     return path
 
 

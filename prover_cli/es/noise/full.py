@@ -1,10 +1,10 @@
 """Device-independent noise, as ES applies it: the same bits on CPU, on any GPU, at any thread count.
 
 The noise is a pure function of (noise seed, tensor name, flat index), computed with exact
-integer arithmetic and applied with elementwise fp32 operations: es/noise_definition.py has the
+integer arithmetic and applied with elementwise fp32 operations: es/noise/definition.py has the
 construction and the definition (its names are re-exported here), docs/ledger.md the statistics.
 
-Three implementations, one definition: the eager torch ops of es/noise_definition.py
+Three implementations, one definition: the eager torch ops of es/noise/definition.py
 (`noise_eager`, `perturbed`, `updated`: the definition, on any device), on CPU the fused C pass
 of es/fused_cpu.py, and on CUDA the fused Triton pass of es/fused_gpu.py (each one pass, each
 checked against `reference_noise` and the eager ops on its device before it is used). `noise`,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from prover_cli.es.noise_definition import (NOISE_NAME, NOISE_VERSION, SCALE, VARIANCE_S,  # noqa: F401
+from prover_cli.es.noise.definition import (NOISE_NAME, NOISE_VERSION, SCALE, VARIANCE_S,  # noqa: F401
                                             fp32, noise_eager, perturbed, reference_noise, stream_key,
                                             updated)
 

@@ -210,7 +210,7 @@ class _Wandb:
         if resumed_from and id_path.exists():
             run_id = id_path.read_text(encoding="utf-8").strip()
         else:
-            from prover_cli.jsonl import write_text_atomic
+            from prover_cli.fsio.jsonl import write_text_atomic
 
             run_id = secrets.token_hex(8)
             write_text_atomic(id_path, run_id + "\n")  # whole or not at all: a resume reads it back

@@ -1,6 +1,6 @@
 """Held-out evaluation of the current weights: the one function ES and GRPO both call.
 
-    from prover_cli.heldout import eval_due, evaluate_base, evaluate_heldout
+    from prover_cli.training.heldout import eval_due, evaluate_base, evaluate_heldout
     from prover_cli.tasks.problems import heldout_problems
 
     problems = heldout_problems(config)                       # chosen once per run (prover_cli/tasks/problems.py)
@@ -81,7 +81,7 @@ def eval_due(config: Any, iteration: int, last_iteration: int) -> bool:
 
 def heldout_params(config: Any):
     """Fixed sampling: the same n, temperature and seed at every evaluation of every run."""
-    from prover_cli.samplers import SamplingParams
+    from prover_cli.policy.samplers import SamplingParams
 
     return SamplingParams(n=config.run.eval_n, temperature=config.run.eval_temperature, top_p=config.generate.top_p,
                           max_tokens=config.generate.max_tokens, seed=streams.heldout_sampling_seed(config.run.seed))
@@ -113,7 +113,7 @@ def problem_keys(problems: Sequence[dict[str, Any]]) -> list[str]:
 def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], params: Any,
                      reporter: Any) -> tuple[list[int], list[float]]:
     """(verified samples per problem, every reward) for one decoding setting."""
-    from prover_cli import rollout
+    from prover_cli.policy import rollout
 
     with preserved_torch_rng():
         completions = rollout.texts(rollout.sample(sampler, task, problems, params, config.model.family))
@@ -175,7 +175,7 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
 
 def greedy_params(config: Any):
     """The greedy metric: one sample per problem at temperature 0, `generate.max_tokens` long."""
-    from prover_cli.samplers import SamplingParams
+    from prover_cli.policy.samplers import SamplingParams
 
     return SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=config.generate.max_tokens,
                           seed=streams.heldout_sampling_seed(config.run.seed))
@@ -229,7 +229,7 @@ def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]],
         except (OSError, ValueError):
             pass  # absent or torn: evaluate again
         record = evaluate_heldout(sampler, config, problems, task=task, reporter=reporter)
-        from prover_cli.jsonl import write_text_atomic
+        from prover_cli.fsio.jsonl import write_text_atomic
 
         write_text_atomic(path, json.dumps(record, sort_keys=True, allow_nan=False) + "\n")  # rates: finite
         return record
@@ -243,8 +243,8 @@ def base_record(method: str, task: str, evaluation: dict[str, Any]) -> dict[str,
 
 
 def weights_sha256(model: Any) -> str:
-    """The fingerprint ES records for the base (model_dir.py), from a torch module: fp32-promoted parameters."""
-    from prover_cli.model_dir import fingerprint
+    """The fingerprint ES records for the base (policy/model_dir.py), from a torch module: fp32-promoted parameters."""
+    from prover_cli.policy.model_dir import fingerprint
 
     class Promoted(dict):  # one fp32 copy at a time, not the whole model twice
         def __getitem__(self, name: str) -> Any:

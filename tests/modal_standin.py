@@ -27,7 +27,7 @@ SandboxStandIn (`sandbox.Sandbox` in tests): `create(**kwargs)` records its argu
 refuses unknown ones; `exec(*args, workdir=, text=)` runs the command as a local process
 (`python` is this interpreter, `lake env repl` the REPL stand-in, tests/fake_repl.py) with
 stdin/stdout/stderr streams shaped like modal's StreamWriter/StreamReader, and refuses any
-program the Sandbox's image does not declare (plan.py `executables`: no host `kill`);
+program the Sandbox's image does not declare (plan/pins.py `executables`: no host `kill`);
 `poll()` returns None, then 124 after the timeout or 137 after `terminate()`; either ends every
 process of the Sandbox; `exec` on a finished Sandbox raises. `create` builds its image (below).
 
@@ -396,7 +396,7 @@ _EXEC_PARAMETERS = set(inspect.signature(modal.Sandbox.exec).parameters) - {"arg
 
 class ProgramNotInImage(Exception):
     """The stand-in's refusal (not a Modal error): `exec` of a program the Sandbox's image does
-    not list in plan.py's `executables`. Recorded in SANDBOXES.refused as well, so a caller that
+    not list in plan/pins.py's `executables`. Recorded in SANDBOXES.refused as well, so a caller that
     swallows the exception still fails its test."""
 
 
@@ -421,7 +421,7 @@ SANDBOXES = SandboxControls()
 
 
 def image_executables(image: Any) -> dict[str, str]:
-    """What the Sandbox's image declares it has (plan.py); nothing for an image we did not declare."""
+    """What the Sandbox's image declares it has (plan/pins.py); nothing for an image we did not declare."""
     from prover_cli.on_modal import images
 
     for name, declared in images.IMAGES.items():

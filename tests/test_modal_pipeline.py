@@ -7,7 +7,7 @@ functions run in this process with `.local()`. Barrier, pipelined and in-process
 rewards, ledger, final weights and held-out numbers; a share's verification overlaps its next
 member's generation; a re-run share (a retry in another container) gives the same results. Not
 shown: several `vllm.LLM` engines generating at once on one GPU (pipeline.py says why only a GPU
-run can confirm it), and what the schedule costs (plan.py, schedule.py).
+run can confirm it), and what the schedule costs (plan/, schedule.py).
 """
 
 import json

@@ -1,6 +1,6 @@
 """`--backend modal`: the same library functions, run on Modal. Read it top to bottom:
 
-- plan.py       the plan: pins of every image, resources of every function, the cost (no `modal` import)
+- plan/         the plan: pins of every image, resources of every function, the cost (no `modal` import)
 - images.py     the app, its Volumes and one image per job, as declarations
 - functions.py  the function bodies: the library's own functions in containers sized for them
 - sandbox.py    verification: where the library's verify runs on Modal, one Lean Sandbox per REPL process,

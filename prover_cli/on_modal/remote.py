@@ -29,6 +29,8 @@ from prover_cli.errors import BackendError, ConfigError, InputError
 from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.on_modal.functions import LEDGER_FILE, REMOTE_FUNCTIONS, Generator, options
 from prover_cli.on_modal.images import APP_NAME, APPS, DEFAULTS, SETTINGS, deploy_settings, runs_volume
+from prover_cli.on_modal.plan import MODAL_TRACKERS, es_schedule_problem, gpu_memory_problem, kernel_memory_problem
+from prover_cli.training.tracking import parse_report_to
 
 REMOTE_NAMES = (*REMOTE_FUNCTIONS, "generate")
 # The role (images.APPS) whose app holds each command's function and every function it calls.
@@ -63,9 +65,6 @@ def to_wire(name: str, config: Any, kwargs: dict[str, Any]) -> tuple[dict[str, A
     """(config dict, keyword arguments, uploads) for a remote call: every path relative to the runs Volume."""
     if name not in REMOTE_NAMES:
         raise BackendError(f"`{name}` has no Modal function; --backend modal runs {', '.join(REMOTE_NAMES)}")
-    from prover_cli.on_modal.plan import MODAL_TRACKERS
-    from prover_cli.training.tracking import parse_report_to
-
     missing = [t for t in parse_report_to(config.run.report_to) if t not in MODAL_TRACKERS]
     if missing and name in ("train_es", "train_grpo"):  # refused here, not after a GPU container started
         raise BackendError(f"run.report_to = {config.run.report_to!r}: the Modal images have no {', '.join(missing)}",
@@ -127,13 +126,14 @@ def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]
         # Your config names other Volumes, app or Lean versions than this import declared.
         os.environ.update(deploy_settings(config))
         return reload_package().run_remote(name, config, kwargs)
-    from prover_cli.on_modal.plan import kernel_memory_problem
-
+    if name == "train_es":
+        schedule_problem = es_schedule_problem(config)
+        if schedule_problem:   # es.noise = "lora" split over member containers: what --dry-run refuses
+            raise ConfigError(schedule_problem, hint="set modal.es_member_gpus = 0, or es.noise = \"full\" "
+                                                     "for member containers")
     memory_problem = kernel_memory_problem(config)
     if memory_problem:   # every kernel step would end in `error`: refuse before anything is billed
         raise ConfigError(memory_problem)
-    from prover_cli.on_modal.plan import gpu_memory_problem
-
     memory_problem = gpu_memory_problem(config, name)
     if memory_problem:   # the engines would not start (or es_init would run out): what --dry-run refuses
         raise ConfigError(memory_problem)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prover_cli.config import MODAL_GPUS
+from prover_cli.errors import ConfigError
 from prover_cli.on_modal.plan.sizing import (
     decode_tokens_per_s,
     gpu_container_size,
@@ -52,18 +53,27 @@ def _kv_capacity(config: Any, command: str, *, heldout: bool = False) -> int:
     return gpus[0 if heldout else -1].kv_sequences
 
 
+def es_schedule_problem(config: Any) -> str | None:
+    """Why this config's ES schedule cannot run (None: it can). `es.noise = "lora"` generates the
+    whole population in one call on the loop's engine, so it cannot be split over member containers
+    (`modal.es_member_gpus` > 0, the pipelined schedule): the dry run and a real run
+    (remote.run_remote, before anything is launched) both refuse it, naming the keys and where each was set."""
+    if config.es.noise != "lora" or not config.modal.es_member_gpus:
+        return None
+    origins = config.origins
+    return (f"{config.source}: es.noise = \"lora\" generates the whole population in one call on the loop's engine, "
+            f"and modal.es_member_gpus = {config.modal.es_member_gpus} would split it over member containers "
+            f"(es.noise set by {origins.get('es.noise') or 'the default'}, modal.es_member_gpus by "
+            f"{origins.get('modal.es_member_gpus') or 'the default'})")
+
+
 def es_one_call(config: Any) -> bool:
     """`es.noise = "lora"`: every member a LoRA adapter, the population one call on the loop's engine
     (es/vllm_lora.py); refused beside the pipelined schedule, which splits members over engines."""
-    if config.es.noise != "lora":
-        return False
-    if config.modal.es_member_gpus:
-        from prover_cli.errors import ConfigError
-
-        raise ConfigError(f"{config.source}: es.noise = \"lora\" generates the whole population in one call on the "
-                          f"loop's engine, and modal.es_member_gpus = {config.modal.es_member_gpus} would split it "
-                          "over member containers", hint="set modal.es_member_gpus = 0")
-    return True
+    problem = es_schedule_problem(config)
+    if problem:
+        raise ConfigError(problem, hint="set modal.es_member_gpus = 0, or es.noise = \"full\" for member containers")
+    return config.es.noise == "lora"
 
 
 def _work_per_iteration(config: Any, command: str) -> _Work:

@@ -14,11 +14,18 @@ taken as a string), and is validated the same way; its errors name the `--set` a
 
 Every number must be finite: `nan` never, `inf` only where a key documents it as "no limit".
 Cross-key errors say where each value came from (`--set`, the file, or the default).
+
+A task's own options are not here: the task declares them (prover_cli/tasks, `Option`) and a
+config sets them in the task's table, `[task.<name>]` (`--set task.<name>.<option>=value`),
+checked by the same rules once `data.task` (and `data.task_module`) are known (`_task_tables`).
+A key an option replaced (`renamed`) is refused with its new name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
 import math
 import re
 import sys
@@ -33,9 +40,12 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import ConfigError
-from prover_cli.tasks import BUILTIN as BUILTIN_TASKS  # names only: no task module is imported
+from prover_cli.tasks import BUILTIN as BUILTIN_TASKS
+from prover_cli.tasks import check_task, generates_problems, renamed_key, task_names, task_options
 
 DEFAULT_MODEL = "AI-MO/Kimina-Prover-Preview-Distill-1.5B"
+# `data.preset`'s layouts: prover_cli/tasks/datasets.py's PRESETS and aliases (tests/test_config.py keeps them one).
+DATA_LAYOUTS = ("auto", "deepseek", "minif2f", "goedel-v2", "lean-workbook", "putnambench", "problems")
 # Bounds where a library would overflow (docs/config.md gives them per key).
 INT64_MAX = 2**63 - 1               # TOML integers are 64-bit; every integer key stays inside
 SEED_MAX = 2**32 - 1                # numpy's seed range (transformers' set_seed feeds it run.seed)
@@ -64,7 +74,7 @@ def _key(default: Any, doc: str, *, choices: tuple | None = None, min: float | N
     meta = {"doc": doc, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive,
             "allow_inf": allow_inf}
     if isinstance(default, list):
-        return field(default_factory=lambda d=default: list(d), metadata=meta)
+        return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -108,11 +118,11 @@ class DataConfig:
                             "(docs/tasks.md). Empty: only the built-in tasks.")
     source: str = _key("", "Dataset for `prepare-data`: a Hugging Face dataset id, a local JSON/JSONL/Parquet file, "
                        "or `examples` (the few Lean problems shipped with prover). Empty: use `problems` as is.")
+    # Checked with data.task (`_task_rule`): a layout, or a task that generates its problems.
     preset: str = _key("auto", "Layout of `source` (docs/formats.md): `auto` (detected), `deepseek` (miniF2F, ProofNet, "
                        "Goedel-V1 files; alias `minif2f`), `goedel-v2` (its miniF2F, MOBench), `lean-workbook`, "
-                       "`putnambench` (a directory of `.lean` files), `problems` (our own schema), `countdown`.",
-                       choices=("auto", "deepseek", "minif2f", "goedel-v2", "lean-workbook", "putnambench", "problems",
-                                "countdown"))
+                       "`putnambench` (a directory of `.lean` files), `problems` (our own schema); or the name of a task "
+                       "that generates its problems from `run.seed` (no source; docs/tasks.md).")
     problems: str = _key("", "Path of problems.jsonl. Empty: `<run.dir>/problems.jsonl`.")
     train_split: str = _key("train", "Split the trainers draw problems from (miniF2F has `valid` and `test`).")
     valid_split: str = _key("valid", "Split of the held-out problems both trainers evaluate on every `run.eval_every` "
@@ -129,12 +139,6 @@ class DataConfig:
     fill_answers: bool = _key(False, "PutnamBench: fill each `abbrev …_solution := sorry` with the answer recorded in "
                               "the comment under it (proof-only evaluation). Off: such problems are reported as "
                               "needing an answer and not kept (a `sorry` never enters a trusted header).")
-    countdown_problems: int = _key(512, "Countdown: problems to generate.", min=1)
-    countdown_numbers: int = _key(3, "Countdown: how many numbers each problem gives.", min=2, max=6)
-    countdown_max_number: int = _key(20, "Countdown: numbers are drawn from 1..this.", min=2)
-    countdown_prompt: str = _key("tinyzero", "Countdown: the prompt, `tinyzero` (the ES-at-scale paper's) or `short` (its first "
-                                 "sentence and the answer format; what the `tiny-countdown` base model was warm-started on).",
-                                 choices=("tinyzero", "short"))
 
 
 @dataclass
@@ -477,6 +481,8 @@ class Config:
     modal: ModalConfig = field(default_factory=ModalConfig)
     io: IOConfig = field(default_factory=IOConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # `[task.<name>]`: task -> its options (every option of data.task's, defaults included); prover_cli/tasks.
+    task: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"  # where the config came from, for error messages
     # "section.key" -> where its value came from: the file's path or the `--set` as typed;
     # keys not listed have their default.
@@ -492,7 +498,8 @@ class Config:
         return Path(self.data.problems) if self.data.problems else self.run_dir / "problems.jsonl"
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        return {**sections, "task": {name: dict(values) for name, values in self.task.items()}}
 
     def check_problems_per_iteration(self, split_size: int) -> None:
         """Validation once a run has read its training split (`split_size` problems of
@@ -503,7 +510,8 @@ class Config:
     def to_toml(self) -> str:
         """The resolved config as TOML (written into the run directory when a run starts)."""
         lines = [f"# resolved from {self.source}"]
-        for name, values in self.to_dict().items():
+        tables = [(name, values) for name, values in self.to_dict().items() if name != "task"]
+        for name, values in tables + [(f"task.{name}", values) for name, values in self.task.items()]:
             lines.append(f"\n[{name}]")
             for key, value in values.items():
                 lines.append(f"{key} = {_toml_value(value)}")
@@ -547,16 +555,16 @@ def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        row = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ConfigError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+        raise ConfigError(f"{path}:{row}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
                           "TOML files must be UTF-8") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
-        where = re.search(r"\(at line (\d+), column \d+\)$", message)
-        line = f":{where.group(1)}" if where else ""
+        found = re.search(r"\(at line (\d+), column \d+\)$", message)
+        line = f":{found.group(1)}" if found else ""
         raise ConfigError(f"{path}{line}: not valid TOML: {message}") from None
 
 
@@ -579,33 +587,69 @@ def config_from_dict(raw: dict[str, Any], source: str = "<dict>",
     origins = origins or {}
     config = Config(source=source)
     for section_name, values in raw.items():
-        if section_name not in SECTIONS:
+        if section_name not in SECTIONS and section_name != "task":
             set_text = next((o for k, o in origins.items() if k.startswith(section_name + ".")), None)
             raise ConfigError(
-                f"{set_text or source}: unknown section [{section_name}]; allowed: {', '.join(SECTIONS)}"
+                f"{set_text or source}: unknown section [{section_name}]; allowed: {', '.join([*SECTIONS, 'task'])}"
             )
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{section_name}] must be a table of keys")
-        cls = SECTIONS[section_name]
-        known = {f.name: f for f in fields(cls)}
-        hints = get_type_hints(cls)
-        section = getattr(config, section_name)
-        for key, value in values.items():
-            dotted = f"{section_name}.{key}"
-            origin = origins.get(dotted, source)
-            config.origins[dotted] = origin
-            # "x.toml: es.sigma = 0.5" for a file, the override as typed for `--set`
-            where = origin if origin.startswith("--set ") else f"{source}: {dotted} = {_toml_value(value)}"
-            if key not in known:
-                close = _closest(key, known)
-                suggestion = f"; did you mean `{close}`?" if close else ""
-                raise ConfigError(
-                    f"{where}: unknown key{suggestion} (allowed: {', '.join(known)})"
-                )
-            value = _check_value(where, value, hints[key], known[key].metadata)
-            setattr(section, key, value)
+        if section_name != "task":  # the task's own options are read once data.task is known (`_task_tables`)
+            cls = SECTIONS[section_name]
+            hints = get_type_hints(cls)
+            rules = {f.name: (hints[f.name], f.metadata) for f in fields(cls)}
+            for key, value in values.items():
+                setattr(getattr(config, section_name), key, _read_key(config, section_name, key, value, rules, origins))
+    _task_rule(config)
+    config.task = _task_tables(config, raw.get("task", {}), origins)
     _cross_checks(config)
     return config
+
+
+def _read_key(config: Config, section: str, key: str, value: Any, rules: dict[str, tuple[Any, Any]],
+              origins: dict[str, str]) -> Any:
+    """`section.key = value` checked by `rules` (key -> (type, checks)), its origin recorded. Errors
+    start with where the value came from: "x.toml: es.sigma = 0.5", or the `--set` as typed."""
+    dotted = f"{section}.{key}"
+    origin = config.origins[dotted] = origins.get(dotted, config.source)
+    where = origin if origin.startswith("--set ") else f"{config.source}: {dotted} = {_toml_value(value)}"
+    if key not in rules:
+        renamed = renamed_key(dotted)  # a key that a task's option replaced: refused, naming the new one
+        if renamed is not None:
+            task, option = renamed
+            raise ConfigError(f"{where}: {dotted} is now task.{task}.{option}, an option of the {task} task in its "
+                              f"own table: [task.{task}] {option} = {_toml_value(value)} (or --set "
+                              f"task.{task}.{option}={_toml_value(value)})", hint="docs/config.md, [task.<name>]")
+        close = _closest(key, rules)
+        suggestion = f"; did you mean `{close}`?" if close else ""
+        raise ConfigError(f"{where}: unknown key{suggestion} (allowed: {', '.join(rules) or 'none'})")
+    return _check_value(where, value, *rules[key])
+
+
+def _task_tables(config: Config, raw: dict[str, Any], origins: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The `[task.<name>]` tables (`--set task.<name>.<option>=v` arrives as the key `<name>.<option>`),
+    each key an option task <name> declares, checked by its rules, defaults filled in; data.task's
+    table is there whenever that task has options."""
+    given: dict[str, dict[str, Any]] = {}
+    for key, value in raw.items():
+        name, dot, option = key.partition(".")
+        if not dot and not isinstance(value, dict):
+            raise ConfigError(f"{origins.get(f'task.{key}', f'{config.source}: task.{key}')}: [task] holds one table "
+                              f"per task: [task.{config.data.task}], or --set task.{config.data.task}.<option>=value")
+        given.setdefault(name, {}).update({option: value} if dot else value)
+    tables: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys([config.data.task, *given]):
+        if name != config.data.task:
+            where = next((o for k, o in origins.items() if k.startswith(f"task.{name}.")), f"{config.source}: [task.{name}]")
+            check_task(name, "", where=where, module_where="")
+        options = task_options(name)
+        rules = {key: (type(option.default), option.rules) for key, option in options.items()}
+        values = {key: option.default for key, option in options.items()}
+        values.update({key: _read_key(config, f"task.{name}", key, value, rules, origins)
+                       for key, value in given.get(name, {}).items()})
+        if values or name in given:
+            tables[name] = values
+    return tables
 
 
 def _check_value(where: str, value: Any, annotation: Any, meta: Any) -> Any:
@@ -679,7 +723,6 @@ def _cross_checks(config: Config) -> None:
                 "samples per problem; raise eval.n or drop that k"
             )
     _greedy_checks(config)
-    _task_rule(config)
     if not config.verify.repl_command:
         raise ConfigError(f"{_where(config, 'verify.repl_command')}: must name a program, e.g. [\"lake\", \"env\", \"repl\"]")
     if not config.run.dir.strip():
@@ -696,11 +739,19 @@ def _cross_checks(config: Config) -> None:
 
 def _task_rule(config: Config) -> None:
     """data.task must name a task of the registry: a built-in one, or one data.task_module registers
-    (imported here, so every command that loads this config knows the task)."""
-    from prover_cli.tasks import check_task
-
+    (imported here, so every command that loads this config knows the task); data.preset a layout
+    or a task that generates its problems."""
     check_task(config.data.task, config.data.task_module, where=_where(config, "data.task"),
                module_where=_where(config, "data.task_module"))
+    check_preset(config.data.preset, _where(config, "data.preset"))
+
+
+def check_preset(preset: str, where: str) -> None:
+    """ConfigError, prefixed by `where`, unless `preset` is a layout or a task that generates its problems."""
+    if preset not in DATA_LAYOUTS and not (preset in task_names() and generates_problems(preset)):
+        tasks = ", ".join(repr(name) for name in task_names() if generates_problems(name))
+        raise ConfigError(f"{where}: must be one of {', '.join(map(repr, DATA_LAYOUTS))}, or a task that generates "
+                          f"its problems ({tasks})")
 
 
 def allowed_command_names() -> tuple[frozenset[str], tuple[str, ...]]:
@@ -818,8 +869,6 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        import json
-
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
@@ -827,61 +876,5 @@ def _toml_value(value: Any) -> str:
 
 
 def _closest(key: str, known: dict[str, Any]) -> str | None:
-    import difflib
-
     matches = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     return matches[0] if matches else None
-
-
-def config_reference() -> str:
-    """Markdown reference of every key (the body of docs/config.md)."""
-    out = [
-        "# Configuration reference",
-        "",
-        "<!-- generated by `python -m prover_cli.docgen` from prover_cli/config.py; do not edit -->",
-        "",
-        "One TOML file with the sections below; every key is optional and has the default shown.",
-        "Unknown keys, wrong types and out-of-range values are errors that name the file and the key.",
-        "Override any key on the command line with `--set section.key=value` (the value is read as",
-        "TOML, so `--set es.sigma=0.002`, `--set verify.repl_command='[\"repl\"]'`; anything that is not",
-        "valid TOML is taken as a string: `--set model.name=tiny`).",
-        "",
-        "Cross-key rules: `es.population` must be even when `es.antithetic = true`; every `eval.k`",
-        "must be <= `eval.n`; `verify.repl_command` must not be empty; greedy decoding (temperature 0)",
-        "takes one sample per problem: `generate.n` must be 1 when `generate.temperature = 0`,",
-        "`es.samples_per_problem` when `es.member_temperature = 0`, `run.eval_n` when",
-        "`run.eval_temperature = 0`, and `prover eval` needs `eval.n = 1` then. `run.dir` must not be",
-        "empty (`.` is the current directory); every `verify.allow_commands` entry must be a command",
-        "the allowlist knows; when `train es` starts, `es.problems_per_iteration` must not exceed the",
-        "problems of `data.train_split`; `data.task` must be a built-in task or one that the module",
-        "`data.task_module` names registers. A ledger's header is held to these same ranges.",
-        "",
-        "Every number must be finite: `nan` is never accepted, and `inf` only where a key says so",
-        "(\"inf = no limit\"); integers fit in 64 bits, and keys a library would overflow have an upper",
-        "bound (shown below). An error names the key and where its value came from (the `--set` as",
-        "typed, the file, or the default); config and usage errors exit with status 2.",
-    ]
-    for name, cls in SECTIONS.items():
-        out += ["", f"## [{name}]", "", (cls.__doc__ or "").strip(), "",
-                "| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-        hints = get_type_hints(cls)
-        defaults = cls()
-        for f in fields(cls):
-            meta = f.metadata
-            allowed = ""
-            if meta.get("choices"):
-                allowed = ", ".join(f"`{c}`" for c in meta["choices"])
-            else:
-                parts = []
-                if meta.get("min") is not None:
-                    parts.append(("> " if meta.get("min_exclusive") else ">= ") + str(meta["min"]))
-                if meta.get("max") is not None:
-                    parts.append(f"<= {meta['max']}")
-                if meta.get("allow_inf"):
-                    parts.append("`inf` = no limit")
-                allowed = ", ".join(parts)
-            default = _toml_value(getattr(defaults, f.name)).replace("\n", "\\n").replace("|", "\\|")
-            out.append(
-                f"| `{f.name}` | {_type_name(hints[f.name])} | `{default}` | {allowed} | {meta['doc']} |"
-            )
-    return "\n".join(out) + "\n"

@@ -279,7 +279,7 @@ def _generate_config(tmp_path: Path, cache_dir: Path, task: str):
         "run": {"dir": str(tmp_path / "run"), "seed": 2},
     }
     if task == "countdown":
-        raw["data"].update(countdown_problems=24)
+        raw["task"] = {"countdown": {"problems": 24}}
     return config_from_dict(raw)
 
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from prover_cli.config import Config, config_from_dict, config_reference, load_config, parse_override
+from prover_cli.config import Config, config_from_dict, load_config, parse_override
+from prover_cli.docgen import config_reference
 from prover_cli.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,8 +206,70 @@ def test_resolved_toml_roundtrips():
 
 
 def test_reference_documents_every_key():
+    from prover_cli.tasks import BUILTIN, task_options
+
     text = config_reference()
     for section, values in Config().to_dict().items():
+        if section == "task":
+            continue
         assert f"## [{section}]" in text
         for key in values:
             assert f"| `{key}` |" in text
+    for task in BUILTIN:  # each task's own options, in a table of its own
+        for key in task_options(task):
+            assert f"### [task.{task}]" in text and f"| `{key}` |" in text.split(f"### [task.{task}]")[1]
+
+
+def test_a_task_table_holds_the_options_its_task_declares():
+    config = load_config(REPO / "configs" / "demo.toml", ["task.countdown.numbers=4"])
+    assert config.task == {"countdown": {"problems": 1024, "numbers": 4, "max_number": 9, "prompt": "short"}}
+    assert config.origins["task.countdown.numbers"] == "--set task.countdown.numbers=4"
+    assert load_config(None).task == {}  # lean declares no options
+    # switching data.task keeps another task's table, checked all the same
+    toy = load_config(REPO / "tests" / "configs" / "tiny.toml", ["data.task=toy"])
+    assert toy.task == {"countdown": {"problems": 64, "numbers": 3, "max_number": 20, "prompt": "tinyzero"}}
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["task.countdown.numbers=9"], r"^--set task.countdown.numbers=9: must be <= 6$"),
+    (["task.countdown.prompt=long"], r"^--set task.countdown.prompt=long: must be one of 'tinyzero', 'short'$"),
+    (["task.countdown.problem=5"], r"^--set task.countdown.problem=5: unknown key; did you mean `problems`\? "
+                                   r"\(allowed: problems, numbers, max_number, prompt\)$"),
+    (["task.countdown.problems=many"], r"^--set task.countdown.problems=many: expected an integer, got str$"),
+    (["task.problems=5"], r"^--set task.problems=5: \[task\] holds one table per task: \[task.countdown\]"),
+    (["task.chess.depth=2"], r"^--set task.chess.depth=2: must be one of 'lean', 'countdown', 'toy'$"),
+    (["data.preset=lean"], r"^--set data.preset=lean: must be one of 'auto', .*'problems', or a task that generates "
+                           r"its problems \('countdown', 'toy'\)$"),
+])
+def test_a_bad_task_option_names_the_key_and_what_is_allowed(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(REPO / "configs" / "demo.toml", sets)
+
+
+def test_a_bad_task_option_in_a_file_names_the_file_and_key(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text('[data]\ntask = "countdown"\n\n[task.countdown]\nmax_number = 1\n')
+    with pytest.raises(ConfigError, match=rf"^{path}: task.countdown.max_number = 1: must be >= 2$"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("old, new, value", [("countdown_problems", "problems", "64"),
+                                             ("countdown_numbers", "numbers", "4"),
+                                             ("countdown_max_number", "max_number", "9"),
+                                             ("countdown_prompt", "prompt", '"short"')])
+def test_an_old_task_key_is_refused_naming_the_new_one(tmp_path, old, new, value):
+    path = tmp_path / "old.toml"
+    path.write_text(f'[data]\ntask = "countdown"\n{old} = {value}\n')
+    with pytest.raises(ConfigError, match=rf"^{path}: data.{old} = {value}: data.{old} is now task.countdown.{new}, "
+                                          rf"an option of the countdown task in its own table: "
+                                          rf"\[task.countdown\] {new} = {value}"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=rf"^--set data.{old}={value}: data.{old} is now task.countdown.{new}"):
+        load_config(None, [f"data.{old}={value}"])  # whatever data.task is: never silently ignored
+
+
+def test_the_config_and_prepare_data_agree_on_the_layouts():
+    from prover_cli.config import DATA_LAYOUTS
+    from prover_cli.tasks.datasets import PRESET_ALIASES, PRESETS
+
+    assert set(DATA_LAYOUTS) == set(PRESETS) | set(PRESET_ALIASES)

@@ -11,9 +11,9 @@ from prover_cli.cli import app
 from prover_cli.config import config_from_dict
 from prover_cli.tasks.datasets import detect_preset, normalise_lean, prepare_data, read_source, seeded_split
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.jsonl import load_jsonl_strict
-from prover_cli.prompts import DEEPSEEK_HEADER
-from prover_cli.verify.statement import candidate_from_record, check_statement
+from prover_cli.fsio.jsonl import load_jsonl_strict
+from prover_cli.policy.prompts import DEEPSEEK_HEADER
+from prover_cli.verify.text.statement import candidate_from_record, check_statement
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 runner = CliRunner()
@@ -420,13 +420,48 @@ def test_shipped_examples_work_offline(tmp_path):
 def test_countdown_preset_generates_from_run_seed(tmp_path):
     from prover_cli.tasks.countdown import generate_problems
 
-    config = config_from_dict({"data": {"task": "countdown", "countdown_problems": 30},
+    config = config_from_dict({"data": {"task": "countdown"}, "task": {"countdown": {"problems": 30}},
                                "run": {"dir": str(tmp_path), "seed": 5}})
     result = prepare_data(config)
     assert result["preset"] == "countdown" and result["kept"] == 30
     assert load_jsonl_strict(config.problems_path) == generate_problems(30, 3, 20, seed=5)
     limited = prepare_data(config, limit=7)
     assert limited["kept"] == 7 and load_jsonl_strict(config.problems_path) == generate_problems(30, 3, 20, seed=5)[:7]
+
+
+def test_a_preset_naming_a_task_generates_its_problems_with_that_tasks_table(tmp_path):
+    from prover_cli.tasks.countdown import generate_problems
+    from prover_cli.tasks.toy import generate_problems as toy_problems
+
+    # data.task is lean: the preset picks the generator, [task.countdown] still shapes its problems
+    config = config_from_dict({"task": {"countdown": {"problems": 12, "max_number": 9}},
+                               "run": {"dir": str(tmp_path), "seed": 3}})
+    assert prepare_data(config, preset="countdown")["kept"] == 12
+    assert load_jsonl_strict(config.problems_path) == generate_problems(12, 3, 9, seed=3)
+    result = prepare_data(config, preset="toy", limit=5)
+    assert (result["preset"], result["kept"]) == ("toy", 5)
+    assert load_jsonl_strict(config.problems_path) == toy_problems(5, seed=3)
+    with pytest.raises(ConfigError, match=r"--preset 'lean': must be one of .*a task that generates its problems"):
+        prepare_data(config, preset="lean")
+
+
+def test_our_own_rows_are_checked_by_the_task_they_are_shaped_for(tmp_path):
+    source = write_jsonl(tmp_path / "mine.jsonl", [
+        {"id": "c1", "numbers": [1, 2, 3], "target": 6, "split": "train"},
+        {"id": "c2", "numbers": "1 2 3", "target": 6},                    # countdown's shape, a wrong type
+        {"id": "c3", "numbers": [1, 2], "target": 3, "prompt_style": "long"},  # countdown's own check
+        {"id": "t1", "prompt": "Continue with digits only: 1 2 3"},
+        {"id": "t2", "prompt": 7},
+        {"id": "x1", "question": "no task has this shape"},
+    ])
+    result = prepare_data(make_config(tmp_path), source=str(source), out_path=tmp_path / "out.jsonl")
+    assert result["preset"] == "problems" and result["kept"] == 2
+    assert result["dropped_first_rows"] == {
+        "bad countdown row: `numbers` is str, expected a non-empty list of integers (data.task = 'countdown')": ["2"],
+        "bad countdown row: `prompt_style` 'long' is not one of tinyzero, short": ["3"],
+        "bad toy row: `prompt` is int, expected a string (data.task = 'toy')": ["5"],
+        "missing formal_statement": ["6"]}
+    assert [p["id"] for p in load_jsonl_strict(tmp_path / "out.jsonl")] == ["c1", "t1"]
 
 
 # -- through the CLI --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from prover_cli.config import config_from_dict
 from prover_cli.tasks.datasets import prepare_data
 from prover_cli.errors import ConfigError
 from prover_cli.evaluate import PLOT_FILE, run_eval
-from prover_cli.jsonl import load_jsonl_strict
+from prover_cli.fsio.jsonl import load_jsonl_strict
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -105,7 +105,7 @@ def test_eval_argument_conflicts(tmp_path):
 def test_eval_countdown_end_to_end_with_the_tiny_model(tmp_path, tmp_path_factory):
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(tmp_path_factory.mktemp("model-cache")), "device": "cpu"},
-        "data": {"task": "countdown", "countdown_problems": 40},
+        "data": {"task": "countdown"}, "task": {"countdown": {"problems": 40}},
         "generate": {"max_tokens": 6, "temperature": 1.0, "top_p": 1.0},
         "eval": {"split": "valid", "n": 2, "k": [1, 2]},
         "run": {"dir": str(tmp_path / "run")},
@@ -158,7 +158,7 @@ def fake_generate(monkeypatch):
 
 def countdown_config(tmp_path, **eval_keys):
     problems = tmp_path / "data" / "problems.jsonl"
-    config = config_from_dict({"data": {"task": "countdown", "countdown_problems": 30, "problems": str(problems)},
+    config = config_from_dict({"data": {"task": "countdown", "problems": str(problems)}, "task": {"countdown": {"problems": 30}},
                                "eval": {"split": "train", "n": 2, "k": [1, 2], **eval_keys},
                                "run": {"dir": str(tmp_path / "runs" / "default")}})
     prepare_data(config)

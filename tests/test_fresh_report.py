@@ -226,11 +226,11 @@ def test_problems_that_cannot_be_found_are_said_out_loud(tmp_path):
 
 def test_generated_problems_are_generated_again_and_checked(tmp_path):
     """Countdown with data.problems empty: ES writes no problems file; its seed says which it trained on."""
-    es = make_run(tmp_path / "es", "es", [(1, 4, 10.0, 0.5)], "data.countdown_problems=64")
-    grpo = make_run(tmp_path / "grpo", "grpo", [(1, 4, 10.0, 0.5)], "data.countdown_problems=32")
+    es = make_run(tmp_path / "es", "es", [(1, 4, 10.0, 0.5)], "task.countdown.problems=64")
+    grpo = make_run(tmp_path / "grpo", "grpo", [(1, 4, 10.0, 0.5)], "task.countdown.problems=32")
     with pytest.raises(InputError, match="different train problem sets"):
         report_runs(run_dirs=[es, grpo], out_dir=tmp_path / "out")
-    same = make_run(tmp_path / "grpo2", "grpo", [(1, 4, 10.0, 0.5)], "data.countdown_problems=64")
+    same = make_run(tmp_path / "grpo2", "grpo", [(1, 4, 10.0, 0.5)], "task.countdown.problems=64")
     assert report_runs(run_dirs=[es, same], out_dir=tmp_path / "out")["problem_sets_unchecked"] == 0
 
 
@@ -263,9 +263,9 @@ def test_wheel_ships_the_configs_and_examples_and_they_resolve_outside_a_checkou
     names = zipfile.ZipFile(wheel).namelist()
     assert [n for n in names if n.startswith("prover_cli/configs/")] == [f"prover_cli/configs/{n}" for n in SHIPPED]
     assert "prover_cli/examples/lean_examples.jsonl" in names
-    checker = REPO / "prover_cli" / "verify" / "checker"  # the kernel stage builds every file of it
-    assert sorted(n for n in names if n.startswith("prover_cli/verify/checker/")) == sorted(
-        f"prover_cli/verify/checker/{p.relative_to(checker).as_posix()}" for p in checker.rglob("*") if p.is_file())
+    checker = REPO / "prover_cli" / "verify" / "kernel" / "checker"  # the kernel stage builds every file of it
+    assert sorted(n for n in names if n.startswith("prover_cli/verify/kernel/checker/")) == sorted(
+        f"prover_cli/verify/kernel/checker/{p.relative_to(checker).as_posix()}" for p in checker.rglob("*") if p.is_file())
     for name in SHIPPED:  # the same bytes as the checkout's
         assert zipfile.ZipFile(wheel).read(f"prover_cli/configs/{name}") == (REPO / "configs" / name).read_bytes()
 

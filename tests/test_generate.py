@@ -10,8 +10,8 @@ from prover_cli.config import config_from_dict
 from prover_cli.tasks.datasets import prepare_data
 from prover_cli.errors import InputError
 from prover_cli.generate import generate_file
-from prover_cli.jsonl import load_jsonl_strict
-from prover_cli.prompts import extract_lean_block
+from prover_cli.fsio.jsonl import load_jsonl_strict
+from prover_cli.policy.prompts import extract_lean_block
 
 pytestmark = pytest.mark.slow
 runner = CliRunner()
@@ -86,7 +86,7 @@ def test_split_filter_and_seed_mismatch(tmp_path, cache_dir):
 
 
 def test_countdown_samples_carry_the_problem_fields(tmp_path, cache_dir):
-    config = make_config(tmp_path, cache_dir, data={"task": "countdown", "countdown_problems": 3})
+    config = make_config(tmp_path, cache_dir, data={"task": "countdown"}, task={"countdown": {"problems": 3}})
     prepare_data(config)
     result = generate_file(config)
     samples = load_jsonl_strict(config.run_dir / "samples.jsonl")

@@ -26,7 +26,7 @@ from prover_cli.on_modal import functions, images, remote, sandbox
 from prover_cli.on_modal import plan as modal_plan
 from prover_cli.cli import app
 from prover_cli.config import Config, config_from_dict, load_config
-from prover_cli.verify.kernel import PINS
+from prover_cli.verify.kernel.pins import PINS
 from prover_cli.errors import BackendError, InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,7 +222,7 @@ def tiny(tmp_path_factory):
     cache = tmp_path_factory.mktemp("model-cache")
     return config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(cache), "device": "cpu", "dtype": "float32"},
-        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 24,
+        "task": {"countdown": {"problems": 24}}, "data": {"task": "countdown", "preset": "countdown",
                  "problems": "data/problems.jsonl", "valid_fraction": 0.5},
         "generate": {"n": 1, "max_tokens": 6, "temperature": 1.0, "top_p": 1.0, "batch_size": 8},
         "es": {"population": 2, "iterations": 1, "problems_per_iteration": 2, "sigma": 0.01, "learning_rate": 0.01},

@@ -50,7 +50,7 @@ def es_run(tmp_path):
 
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(tmp_path / "cache"), "device": "cpu", "dtype": "float32"},
-        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 8,
+        "task": {"countdown": {"problems": 8}}, "data": {"task": "countdown", "preset": "countdown",
                  "problems": str(tmp_path / "problems.jsonl")},
         "generate": {"n": 1, "max_tokens": 4, "batch_size": 8},
         "es": {"population": 2, "iterations": 5, "problems_per_iteration": 2, "sigma": 0.01,

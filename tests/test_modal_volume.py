@@ -130,7 +130,7 @@ def test_es_members_in_their_own_containers_see_each_committed_ledger(tmp_path, 
     monkeypatch.setattr(functions, "fan_out", fan_out_in_containers)
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(tmp_path / "cache"), "device": "cpu", "dtype": "float32"},
-        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 8, "problems": "data/p.jsonl"},
+        "data": {"task": "countdown", "preset": "countdown", "problems": "data/p.jsonl"}, "task": {"countdown": {"problems": 8}},
         "generate": {"n": 1, "max_tokens": 4, "batch_size": 8},
         "es": {"population": 2, "iterations": 2, "problems_per_iteration": 2, "sigma": 0.01, "learning_rate": 0.01},
         "run": {"dir": "runs/es"},
@@ -167,7 +167,7 @@ def test_members_fail_when_the_loop_does_not_commit_before_the_fan_out(tmp_path,
     monkeypatch.setattr(functions.ModalPopulation, "members", members_without_commit)
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(tmp_path / "cache"), "device": "cpu", "dtype": "float32"},
-        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 8, "problems": "data/p.jsonl"},
+        "data": {"task": "countdown", "preset": "countdown", "problems": "data/p.jsonl"}, "task": {"countdown": {"problems": 8}},
         "generate": {"n": 1, "max_tokens": 4, "batch_size": 8},
         "es": {"population": 2, "iterations": 1, "problems_per_iteration": 2},
         "run": {"dir": "runs/es"},
@@ -241,7 +241,7 @@ def test_tensorboard_curves_of_an_es_run_on_the_volume_do_not_block_its_commits(
     monkeypatch.setattr(functions, "models_volume", VolumeStandIn(tmp_path / "models"))
     config = config_from_dict({
         "model": {"name": "tiny", "cache_dir": str(tmp_path / "cache"), "device": "cpu", "dtype": "float32"},
-        "data": {"task": "countdown", "preset": "countdown", "countdown_problems": 8, "problems": "data/p.jsonl"},
+        "data": {"task": "countdown", "preset": "countdown", "problems": "data/p.jsonl"}, "task": {"countdown": {"problems": 8}},
         "generate": {"n": 1, "max_tokens": 4, "batch_size": 8},
         "es": {"population": 2, "iterations": 3, "problems_per_iteration": 2, "sigma": 0.01, "learning_rate": 0.01},
         "run": {"dir": "runs/es", "report_to": "tensorboard"},

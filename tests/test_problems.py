@@ -8,7 +8,7 @@ from prover_cli.tasks import problems as P
 from prover_cli.config import load_config
 from prover_cli.tasks.datasets import prepare_data
 from prover_cli.errors import InputError
-from prover_cli.jsonl import load_jsonl_strict
+from prover_cli.fsio.jsonl import load_jsonl_strict
 
 
 def write(path, splits):
@@ -37,7 +37,7 @@ def test_a_missing_split_is_one_error_whoever_asks(tmp_path):
 
 
 def test_generated_problems_are_what_prepare_data_writes_and_splits_never_overlap(tmp_path):
-    config = load_config(None, ["data.task=countdown", "data.countdown_problems=40", "run.seed=4",
+    config = load_config(None, ["data.task=countdown", "task.countdown.problems=40", "run.seed=4",
                                 f"run.dir={tmp_path}"])
     generated, source, was_generated = P.run_problems(config)
     assert was_generated and "run.seed = 4" in source
@@ -60,3 +60,39 @@ def test_all_malformed_lines_of_the_split_say_so_rather_than_that_the_split_is_m
     malformed = []
     assert P.read_problems(path, split="test", malformed=malformed, task_name="toy") == []
     assert malformed == [{"line": 1, "reason": "problem 'a': lacks `prompt`, needed by data.task = 'toy'"}]
+
+
+def test_each_task_says_what_makes_two_of_its_rows_one_problem():
+    """The content keys each task declares, byte for byte as they were in one function before (the
+    held-out set's fingerprint, `eval/heldout_sha256`, is made of them); the first task (registry
+    order) that recognises a row decides."""
+    lean = {"id": "a", "formal_statement": "theorem a  (x : ℕ) :\n x = x := by", "header": "import Mathlib\n"}
+    assert P.content_key(lean) == "lean|import Mathlib theorem _ (x : ℕ) : x = x := by"
+    assert P.content_key({"id": "c", "numbers": [3, 1, 2], "target": 6}) == 'countdown|[["1", "2", "3"], "6"]'
+    assert P.content_key({"id": "t", "prompt": " Continue  with 1 "}) == "toy|Continue with 1"
+    assert P.content_key({"id": "z", "question": "?"}) == "id|z"
+    assert P.content_key({**lean, "numbers": [1], "target": 1, "prompt": "p"}) == P.content_key(lean)  # lean first
+    assert P.content_key({"numbers": [1], "target": 1, "prompt": "p"}).startswith("countdown|")
+
+
+def test_a_registered_task_brings_its_own_content_key(monkeypatch):
+    from prover_cli import tasks
+
+    class Riddles:
+        name = "riddles-content-key"
+        problem_fields = {"riddle": (str, True)}
+        reward_range = None
+
+        def content_key(self, problem):
+            return "riddles|" + problem["riddle"].lower() if isinstance(problem.get("riddle"), str) else None
+
+        def build_prompt(self, problem, tokenizer, family):
+            return problem["riddle"]
+
+        def rewards(self, problems, completions, config, reporter=None):
+            return [0.0 for _ in problems]
+
+    monkeypatch.setitem(tasks._REGISTRY, Riddles.name, Riddles)
+    assert P.content_key({"id": "r", "riddle": "What Walks"}) == "riddles|what walks"
+    assert tasks.row_task({"id": "r", "riddle": "x"}) == Riddles.name
+    assert tasks.row_task({"id": "r", "numbers": [1], "target": 1}) == "countdown"

@@ -571,7 +571,7 @@ def test_real_es_runs_of_two_training_set_sizes_share_one_test_set_and_pair(tmp_
     dirs = []
     for size in (0, 4):
         config = load_config(tiny, [f"run.dir={tmp_path / f'es-{size}'}", f"model.cache_dir={tmp_path / 'cache'}",
-                                    f"data.problems={tmp_path / 'problems.jsonl'}", "data.countdown_problems=200",
+                                    f"data.problems={tmp_path / 'problems.jsonl'}", "task.countdown.problems=200",
                                     "es.iterations=1", "es.population=2", "es.problems_per_iteration=3",
                                     "run.eval_every=1", "run.eval_problems=5", f"data.train_size={size}"])
         if size == 0:

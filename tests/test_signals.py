@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, fake_repl_command, kernel_stand_in_sets
-from prover_cli.lock import lock_path
+from prover_cli.fsio.lock import lock_path
 
 TOY_TINY = ("data.task=toy", "model.name=tiny", "generate.max_tokens=2", "generate.temperature=1.0")
 
@@ -73,7 +73,7 @@ def open_writer(path: Path):
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
 def test_prepare_data(tmp_path, number):
     out = tmp_path / "problems.jsonl"
-    args = ["prepare-data", "--preset", "countdown", "--out", str(out), *sets("data.countdown_problems=50000000")]
+    args = ["prepare-data", "--preset", "countdown", "--out", str(out), *sets("task.countdown.problems=50000000")]
     process = start(args, tmp_path)
     wait_until(holds(out), process)
     stopped(process, number, args, starts_over=True)

@@ -27,7 +27,7 @@ runner = CliRunner()
 # 5 ES iterations / GRPO steps of 4 samples each, evaluated after every one: 5 points per curve.
 SETS = ["generate.max_tokens=8", "grpo.max_completion_length=8", "run.eval_every=1", "es.iterations=5",
         "es.population=2", "es.problems_per_iteration=2", "grpo.steps=5", "grpo.num_generations=2",
-        "grpo.per_device_train_batch_size=4", "data.countdown_problems=96"]
+        "grpo.per_device_train_batch_size=4", "task.countdown.problems=96"]
 ARMS = """
 [arms.es]
 method = "es"
@@ -87,7 +87,7 @@ def done(tmp_path_factory):
 # -- tuning ---------------------------------------------------------------------------------------
 
 def test_tuning_runs_first_on_a_dev_split_carved_out_of_training(done):
-    from prover_cli.jsonl import load_jsonl_strict
+    from prover_cli.fsio.jsonl import load_jsonl_strict
     from prover_cli.tasks.problems import content_key
 
     path, study, run, report = done

@@ -21,11 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.toml"
 
 # A task written as a user would, in a directory outside the package: problems generated from
-# run.seed, a graded reward in [0, 1] (the fraction of lowercase letters), no config key of its own.
+# run.seed, a graded reward in [0, 1] (the fraction of lowercase letters), one option of its own.
 OUTSIDE_TASK = '''
 import random
 
-from prover_cli.tasks import register_task
+from prover_cli.tasks import Option, options_for, register_task
 
 
 @register_task("letters")
@@ -33,10 +33,11 @@ class LettersTask:
     name = "letters"
     problem_fields = {"word": (str, True)}
     reward_range = (0.0, 1.0)
+    options = {"length": Option(3, "Letters per word.", min=1, max=8)}
 
     def problems_from_seed(self, config, count):
-        rng = random.Random(f"letters:{config.run.seed}")
-        return [{"id": f"letters_{i:03d}", "word": "".join(rng.choice("abcdef") for _ in range(3)),
+        rng, length = random.Random(f"letters:{config.run.seed}"), options_for(config, self.name)["length"]
+        return [{"id": f"letters_{i:03d}", "word": "".join(rng.choice("abcdef") for _ in range(length)),
                  "split": "valid" if i % 5 == 0 else "train"} for i in range(count or 20)]
 
     def build_prompt(self, problem, tokenizer, family):
@@ -79,11 +80,33 @@ def outside_task(tmp_path, monkeypatch, registry):
 
 # -- the registry alone -------------------------------------------------------------------------
 
-def test_loading_a_config_imports_no_task_module():
+def test_loading_a_config_imports_only_the_task_it_names():
     code = ("import sys; from prover_cli.config import load_config; c = load_config(None, ['data.task=countdown']); "
             "print(sorted(m for m in sys.modules if m.startswith('prover_cli.tasks')), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["['prover_cli.tasks']", "False"]
+    assert out.split() == ["['prover_cli.tasks',", "'prover_cli.tasks.countdown']", "False"]  # to read its options
+
+
+def test_a_task_from_outside_the_package_declares_its_own_options(outside_task):
+    from prover_cli.tasks.problems import generated_problems
+
+    config = load_config(None, ["data.task=letters", "data.task_module=outside_letters", "task.letters.length=5"])
+    assert config.task == {"letters": {"length": 5}}
+    assert {len(p["word"]) for p in generated_problems(config, count=4) or []} == {5}
+    assert "[task.letters]\nlength = 5\n" in config.to_toml()
+    with pytest.raises(ConfigError, match=r"^--set task.letters.length=9: must be <= 8$"):
+        load_config(None, ["data.task=letters", "data.task_module=outside_letters", "task.letters.length=9"])
+
+
+@pytest.mark.parametrize("attributes, why", [
+    ({"options": {"n": 3}}, "options must map each name to an Option"),
+    ({"options": {"n": tasks.Option([1], "a list")}}, "options must map each name to an Option"),
+    ({"renamed": {"data.old": "missing"}}, "renamed must map old config keys to its own options"),
+])
+def test_a_task_with_malformed_options_is_refused_when_it_registers(registry, attributes, why):
+    factory = type("Odd", (), {"problem_fields": {"x": (str, True)}, "reward_range": None, **attributes})
+    with pytest.raises(TypeError, match=why):
+        tasks.register_task("odd-options")(factory)
 
 
 def test_an_unknown_task_names_the_key_and_the_known_tasks():
@@ -121,7 +144,7 @@ def test_a_module_cannot_take_the_name_of_a_builtin_or_another_modules_task(outs
 
 
 def test_builtin_tasks_answer_fields_generation_and_reward_range_through_the_registry():
-    config = load_config(None, ["data.task=countdown", "data.countdown_problems=8"])
+    config = load_config(None, ["data.task=countdown", "task.countdown.problems=8"])
     assert tasks.problem_defect({"numbers": [1, 2], "target": 3}, "countdown") is None
     assert tasks.problem_defect({"numbers": [1, True], "target": 3}, "countdown") == \
         "`numbers` is list, expected a non-empty list of integers (data.task = 'countdown')"

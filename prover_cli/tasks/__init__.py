@@ -7,15 +7,20 @@
         reward_range = (0.0, 1.0)                                           # every reward lies in it
         def build_prompt(self, problem, tokenizer, family): ...
         def rewards(self, problems, completions, config, reporter=None): ...
+        options = {"problems": Option(512, "Problems to generate.", min=1)}  # [task.countdown] in a config
         def problems_from_seed(self, config, count): ...                    # optional: needs no dataset
         def problem_defect(self, problem): ...                              # optional: checks past the types
+        def content_key(self, problem): ...                                 # optional: what makes two rows one problem
 
 Everything task-specific asks this registry: `data.task`'s allowed names (`task_names`, read
 without importing a task), the fields a problem must carry and their checks (`problem_defect`),
 the problems a task generates from `run.seed` (`problems_from_seed`), the reward range the ES
-ledger holds recorded rewards to (`reward_range`). `get_task(name)` returns an instance; a
-built-in task's module is imported only then (`BUILTIN` maps names to modules), so `prover
---help` and config validation import no task. docs/tasks.md has the recipe.
+ledger holds recorded rewards to (`reward_range`), the options a config sets for it
+(`options`, read from its own table `[task.<name>]`: `options_for`), which rows of a problems
+file are its own (`row_task`: a row holding every field the task requires) and what makes two of
+them one problem (`content_key`). `get_task(name)` returns an instance; a built-in task's module
+is imported only then (`BUILTIN` maps names to modules), so `prover --help` imports no task; loading
+a config imports the task it names. docs/tasks.md has the recipe.
 
 A task from outside the package: a module that calls `register_task`, named by the config key
 `data.task_module` (a dotted module path importable by this Python: installed, or on
@@ -39,9 +44,36 @@ What every task shares, beside the registry:
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from prover_cli.errors import ConfigError
+from prover_cli.progress import Reporter
+
+
+class TaskTables(Protocol):
+    """What the registry reads of a config: its `[task.<name>]` tables. prover_cli/config.py's
+    `Config` is one; it imports this registry, so the registry names it by shape, not by import."""
+
+    task: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a task declares: its default (whose type, bool, int, float or str, is the option's
+    type), a one-line doc (docs/config.md) and the choices or range it accepts. A config sets it in
+    the task's table, `[task.<name>]`, or with `--set task.<name>.<option>=value`."""
+
+    default: bool | int | float | str
+    doc: str
+    choices: tuple[Any, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @property
+    def rules(self) -> dict[str, Any]:
+        """The checks in the form the config's keys hold them (prover_cli/config.py, `_key`)."""
+        return {"doc": self.doc, "choices": self.choices, "min": self.min, "max": self.max}
 
 
 class Task(Protocol):
@@ -59,8 +91,9 @@ class Task(Protocol):
         """The text fed to the model for one problem."""
 
     def rewards(self, problems: Sequence[dict[str, Any]], completions: Sequence[str], config: Any,
-                reporter: Any = None) -> list[float]:
-        """One reward per (problem, completion) pair, computed in one batch."""
+                reporter: Reporter | None = None) -> list[float]:
+        """One reward per (problem, completion) pair, computed in one batch (`config`: the run's
+        `Config`, by shape: the config imports this registry)."""
 
 
 _REGISTRY: dict[str, Callable[[], Task]] = {}
@@ -73,10 +106,10 @@ BUILTIN = {
 FIELD_KINDS = {str: "a string", int: "an integer", "ints": "a non-empty list of integers"}
 
 
-def register_task(name: str):
+def register_task(name: str) -> Callable[[Any], Any]:
     """Register a task class (or a factory with the same attributes) under `name`; its declared
-    fields and reward range are checked here, so a malformed task fails when its module loads."""
-    def decorator(factory):
+    fields, reward range and options are checked here, so a malformed task fails when its module loads."""
+    def decorator(factory: Any) -> Any:
         fields = getattr(factory, "problem_fields", None)
         if not isinstance(fields, Mapping) or any(not isinstance(v, tuple) or len(v) != 2 or v[0] not in FIELD_KINDS
                                                   or not isinstance(v[1], bool) for v in fields.values()):
@@ -85,6 +118,14 @@ def register_task(name: str):
         bounds = getattr(factory, "reward_range", ...)
         if bounds is not None and not (isinstance(bounds, tuple) and len(bounds) == 2 and bounds[0] <= bounds[1]):
             raise TypeError(f"task {name!r}: reward_range must be (low, high) with low <= high, or None; got {bounds!r}")
+        options = getattr(factory, "options", {})
+        if not isinstance(options, Mapping) or any(
+                not isinstance(o, Option) or type(o.default) not in (bool, int, float, str) for o in options.values()):
+            raise TypeError(f"task {name!r}: options must map each name to an Option with a bool, int, float or str "
+                            f"default; got {options!r}")
+        renamed = getattr(factory, "renamed", {})
+        if not isinstance(renamed, Mapping) or any(new not in options for new in renamed.values()):
+            raise TypeError(f"task {name!r}: renamed must map old config keys to its own options; got {renamed!r}")
         # One name, one task: a module never replaces a built-in task or another module's (a run's
         # ledger and config name the task, and must mean the same code wherever they are read).
         where = (getattr(factory, "__module__", None), getattr(factory, "__qualname__", None))
@@ -173,3 +214,48 @@ def problem_defect(problem: dict[str, Any], name: str) -> str | None:
             return f"`{key}` is {type(value).__name__}, expected {expected} (data.task = {name!r})"
     own_check = getattr(task, "problem_defect", None)
     return own_check(problem) if own_check is not None else None
+
+
+def task_options(name: str) -> Mapping[str, Option]:
+    """The options task `name` declares (empty for a task without any)."""
+    options: Mapping[str, Option] = getattr(get_task(name), "options", {})
+    return options
+
+
+def options_for(config: TaskTables, name: str) -> dict[str, Any]:
+    """Task `name`'s option values for `config`: its `[task.<name>]` table over the declared defaults
+    (a task the config's tables do not name, e.g. one `prepare-data --preset` picks: the defaults)."""
+    values = {key: option.default for key, option in task_options(name).items()}
+    values.update(config.task.get(name, {}))
+    return values
+
+
+def renamed_key(dotted: str) -> tuple[str, str] | None:
+    """(task, option) for a config key a task's option replaced (`section.key` as it was), or None.
+    Every built-in task is imported to answer: only asked on the error path of an unknown key."""
+    for name in task_names():
+        new = getattr(get_task(name), "renamed", {}).get(dotted)
+        if new is not None:
+            return name, new
+    return None
+
+
+def row_task(row: Mapping[str, Any]) -> str | None:
+    """The task a problems-file row is shaped for: the first (registry order) whose required fields
+    it holds every one of, or None."""
+    for name in task_names():
+        required = [key for key, (_, needed) in get_task(name).problem_fields.items() if needed]
+        if required and all(key in row for key in required):
+            return name
+    return None
+
+
+def row_content_key(problem: Mapping[str, Any]) -> str | None:
+    """What makes two rows one problem, by the first task (registry order) whose `content_key`
+    recognises the row; None when no task does."""
+    for name in task_names():
+        key_of = getattr(get_task(name), "content_key", None)
+        key = key_of(problem) if key_of is not None else None
+        if key is not None:
+            return str(key)
+    return None

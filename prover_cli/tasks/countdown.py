@@ -5,10 +5,18 @@ to end without Lean. Problems are generated offline from a seed and are solvable
 construction (the target is the value of a random expression over the numbers). A problem's
 split is a function of its content (numbers as a multiset, and target), not of the seed or its
 position: the same problem is `valid` in every generated set, so a warm-start that trains only on
-`train` problems (prover_cli/warmstart.py) never sees a held-out one. Answers are
+`train` problems (prover_cli/policy/warmstart.py) never sees a held-out one. Answers are
 checked exactly: the expression is parsed with `ast` (numbers, + - * /, parentheses only),
 evaluated with `Fraction` (so 7/2*2 is exactly 7, and division by zero is a wrong answer), and
 the multiset of numbers used must equal the multiset given.
+
+A config shapes the generated problems in the task's own table (`OPTIONS`, docs/config.md):
+
+    [task.countdown]
+    problems = 1024      # how many
+    numbers = 3          # numbers per problem
+    max_number = 9       # drawn from 1..max_number
+    prompt = "short"     # `PROMPTS`
 """
 
 from __future__ import annotations
@@ -16,13 +24,20 @@ from __future__ import annotations
 import ast
 import hashlib
 import itertools
+import json
 import random
 import re
 from collections import Counter
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from prover_cli.tasks import register_task
+from prover_cli.progress import Reporter
+from prover_cli.tasks import Option, options_for, register_task
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
+NAME = "countdown"
 
 PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. You can use basic "
@@ -30,16 +45,27 @@ PROMPT = (
     "<think> </think> tags. And return the final answer in <answer> </answer> tags, for example "
     "<answer> (1 + 2) / 3 </answer>."
 )
-# `data.countdown_prompt`: `tinyzero` is the paper's prompt above (~185 tokens with the tiny
+# `task.countdown.prompt`: `tinyzero` is the paper's prompt above (~185 tokens with the tiny
 # model's tokenizer); `short` keeps its first sentence and the answer format (~50 tokens), which
-# the tiny CPU model can learn to read in a short warm-start (prover_cli/warmstart.py).
+# the tiny CPU model can learn to read in a short warm-start (prover_cli/policy/warmstart.py).
 PROMPTS = {
     "tinyzero": PROMPT,
     "short": "Using the numbers {numbers}, create an equation that equals {target}. Answer in <answer> </answer> tags.",
 }
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-        ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_OPS: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+# The options a config sets in `[task.countdown]` (`--set task.countdown.problems=...`).
+OPTIONS = {
+    "problems": Option(512, "Problems to generate.", min=1),
+    "numbers": Option(3, "How many numbers each problem gives.", min=2, max=6),
+    "max_number": Option(20, "Numbers are drawn from 1..this.", min=2),
+    "prompt": Option("tinyzero", "The prompt: `tinyzero` (the ES-at-scale paper's) or `short` (its first sentence and "
+                     "the answer format; what the `tiny-countdown` base model was warm-started on).",
+                     choices=tuple(PROMPTS)),
+}
+# The keys these options were before they moved into the task's table: a config naming one is refused.
+RENAMED = {f"data.countdown_{option}": option for option in OPTIONS}
 
 
 def generate_problems(count: int, numbers_per_problem: int, max_number: int, seed: int,
@@ -51,7 +77,7 @@ def generate_problems(count: int, numbers_per_problem: int, max_number: int, see
     if prompt not in PROMPTS:
         raise ValueError(f"countdown prompt {prompt!r}: not one of {', '.join(PROMPTS)}")
     rng = random.Random(f"countdown:{seed}")
-    problems = []
+    problems: list[dict[str, Any]] = []
     while len(problems) < count:
         numbers = [rng.randint(1, max_number) for _ in range(numbers_per_problem)]
         value = _random_value(numbers, rng)
@@ -105,7 +131,7 @@ def solve(numbers: Sequence[int], target: int) -> str | None:
     return None
 
 
-def _expressions(numbers: list[int]):
+def _expressions(numbers: list[int]) -> Iterator[tuple[str, Fraction]]:
     """(text, exact value) of every expression over `numbers` in this order, left-nested first."""
     if len(numbers) == 1:
         yield str(numbers[0]), Fraction(numbers[0])
@@ -165,17 +191,30 @@ def completion_reward(completion: str, problem: dict[str, Any]) -> float:
     return 1.0 if check_answer(answer, problem["numbers"], problem["target"]) else 0.0
 
 
-@register_task("countdown")
+def content_key(problem: dict[str, Any]) -> str | None:
+    """A puzzle's numbers as a multiset and its target (the order they are listed in changes
+    nothing to solve); None for a row that is no countdown puzzle."""
+    if isinstance(problem.get("numbers"), list) and "target" in problem:
+        return "countdown|" + json.dumps([sorted(map(str, problem["numbers"])), str(problem["target"])])
+    return None
+
+
+@register_task(NAME)
 class CountdownTask:
-    name = "countdown"
+    name = NAME
     problem_fields = {"numbers": ("ints", True), "target": (int, True), "prompt_style": (str, False)}
     reward_range = (0.0, 1.0)
+    options = OPTIONS
+    renamed = RENAMED
 
-    def problems_from_seed(self, config: Any, count: int) -> list[dict[str, Any]]:
-        """`count` problems (0: data.countdown_problems) shaped by data.countdown_*, from run.seed."""
-        d = config.data
-        return generate_problems(count or d.countdown_problems, d.countdown_numbers, d.countdown_max_number,
-                                 seed=config.run.seed, prompt=d.countdown_prompt)
+    def problems_from_seed(self, config: Config, count: int) -> list[dict[str, Any]]:
+        """`count` problems (0: task.countdown.problems) shaped by the task's options, from run.seed."""
+        option = options_for(config, self.name)
+        return generate_problems(count or option["problems"], option["numbers"], option["max_number"],
+                                 seed=config.run.seed, prompt=option["prompt"])
+
+    def content_key(self, problem: dict[str, Any]) -> str | None:
+        return content_key(problem)
 
     def problem_defect(self, problem: dict[str, Any]) -> str | None:
         style = problem.get("prompt_style")
@@ -195,5 +234,6 @@ class CountdownTask:
             )
         return text
 
-    def rewards(self, problems, completions, config=None, reporter=None) -> list[float]:
+    def rewards(self, problems: Sequence[dict[str, Any]], completions: Sequence[str], config: Config | None = None,
+                reporter: Reporter | None = None) -> list[float]:
         return [completion_reward(c, p) for p, c in zip(problems, completions, strict=True)]

@@ -5,6 +5,7 @@
     prover prepare-data PutnamBench/lean4/src --set data.fill_answers=true   # a directory of .lean files
     prover prepare-data examples            # the few Lean problems shipped with prover
     prover prepare-data --config configs/demo.toml   # countdown: generated from run.seed
+    prover prepare-data --preset toy --out toy.jsonl  # any task that generates its problems
 
 A source is a local .json / .jsonl / .parquet / .lean file, a local directory (every such file in
 it is read), a Hugging Face dataset id (its data files are downloaded and read the same way, every
@@ -21,12 +22,14 @@ names them. Layouts (docs/formats.md has the columns):
   tactic: `id`, `status`, `tactic`, …; an id repeats); Goedel-V1-style files with `header: ""`.
 - `putnambench`: one `.lean` file per problem (imports, a docstring, `theorem … :=\nsorry`; some
   declare `abbrev putnam_…_solution : T := sorry` with the intended answer in a comment under it).
-- `problems`: our own schema (e.g. a file written by this command), lean, countdown or toy rows.
-- `countdown`: generated from `run.seed` (no source); likewise, with no source and `auto`, the
-  problems of any task that generates its own (`toy`, a registered one: prover_cli/tasks).
+- `problems`: our own schema (e.g. a file written by this command): each row shaped for a task (it
+  holds the fields the task requires: `row_task`), checked by that task's field rules.
+- the name of a task that generates its problems (countdown, toy, a registered one: its
+  `problems_from_seed`): generated from `run.seed`, no source; with no source and `auto`, the
+  problems of `data.task` when it generates its own.
 
 The contract with verify: a Lean row is kept only if verify's own statement check
-(`prover_cli.verify.statement.check_statement`) accepts its statement and header, so every kept
+(`prover_cli.verify.text.statement.check_statement`) accepts its statement and header, so every kept
 row can be verified; every other row is counted under its reason. Before that check each row is
 normalised (`normalise_lean`):
 - a trailing `sorry` / `by sorry` is removed; term-mode statements (`… :=`) stay term-mode (the
@@ -40,7 +43,7 @@ normalised (`normalise_lean`):
   file with `data.fill_answers = true` (proof-only evaluation), else the problem is reported as
   needing an answer. No kept row has a `sorry` in its header or statement.
 - Rows without any header get the header of the model family's own evaluation
-  (`prover_cli.prompts.family_header`: DeepSeek's `maxHeartbeats 0` header and its blank line),
+  (`prover_cli.policy.prompts.family_header`: DeepSeek's `maxHeartbeats 0` header and its blank line),
   or `verify.header` for `plain`.
 
 Other rules: ids must be unique (sample ids are built from them). With `data.dedupe`, a problem
@@ -68,14 +71,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prover_cli import streams
+from prover_cli.config import Config, check_preset
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.jsonl import BadLine, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
+from prover_cli.fsio.jsonl import BadLine, fields_first, non_finite_in, read_jsonl, read_utf8, write_jsonl_atomic
+from prover_cli.policy.prompts import family_choice, family_header
 from prover_cli.progress import NULL_REPORTER, Reporter
-from prover_cli.tasks.problems import DECL_NAME, content_key
-from prover_cli.tasks import generates_problems
+from prover_cli.tasks import generates_problems, problem_defect, row_task, task_names
+from prover_cli.tasks.lean import DECL_NAME
+from prover_cli.tasks.problems import content_key, generated_problems
 
-PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems", "countdown")
-GENERATED_PRESETS = {"countdown": "countdown"}  # preset -> the task whose generator it runs (no source)
+# The layouts of a source's rows; a preset may also name a task that generates its problems (`generated_task`).
+PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems")
 PRESET_ALIASES = {"minif2f": "deepseek"}
 EXAMPLES = "examples"
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -93,30 +99,34 @@ _METADATA_FILES = frozenset({"dataset_info.json", "dataset_infos.json", "dataset
                              "lake-manifest.json"})
 
 
-def prepare_data(config: Any, *, source: str | None = None, out_path: str | Path | None = None,
+def generated_task(preset: str) -> str | None:
+    """`preset` when it names a task that generates its problems from `run.seed`, else None."""
+    return preset if preset not in PRESETS and preset in task_names() and generates_problems(preset) else None
+
+
+def prepare_data(config: Config, *, source: str | None = None, out_path: str | Path | None = None,
                  limit: int | None = None, preset: str | None = None,
                  reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """Read `source`, map it with `preset`, write problems.jsonl; return the counts and tables."""
     source = config.data.source if source is None else source
     preset = PRESET_ALIASES.get(preset or config.data.preset, preset or config.data.preset)
-    if preset not in PRESETS:
-        raise ConfigError(f"--preset {preset!r}: must be one of {', '.join(PRESETS + tuple(PRESET_ALIASES))}")
+    check_preset(preset, f"--preset {preset!r}")
     limit = config.data.limit if limit is None else limit
     if limit < 0:
         raise ConfigError(f"--limit {limit}: must be >= 0 (0 keeps all)")
     out = Path(out_path) if out_path else config.problems_path
 
-    # The `countdown` preset forces countdown's generator whatever data.task is; with no source, a
-    # task that generates its problems (prover_cli/tasks, `problems_from_seed`) generates them.
-    generated_task = GENERATED_PRESETS.get(preset)
+    # A preset naming a task forces that task's generator whatever data.task is; with no source,
+    # a task that generates its problems (prover_cli/tasks, `problems_from_seed`) generates them.
+    task = generated_task(preset)
     if not source and preset == "auto" and generates_problems(config.data.task):
-        generated_task = config.data.task
+        task = config.data.task
     files = 1
-    if generated_task:
+    if task:
         if source:
             raise ConfigError(f"--preset {preset} generates its problems from run.seed; it takes no source (got {source!r})")
-        label, preset = f"{generated_task}(seed={config.run.seed})", generated_task
-        report = _generated(config, generated_task, limit)
+        label, preset = f"{task}(seed={config.run.seed})", task
+        report = _generated(config, task, limit)
     else:
         if not source:
             raise ConfigError(
@@ -309,7 +319,7 @@ def detect_preset(rows: list[Row], label: str) -> str:
         return "lean-workbook"
     if {"name", "formal_statement"} <= keys and keys & {"header", "informal_prefix"}:
         return "deepseek"
-    if "id" in keys and ("formal_statement" in keys or {"numbers", "target"} <= keys or "prompt" in keys):
+    if "id" in keys and row_task(first) is not None:  # a row shaped for a task: our own schema
         return "problems"
     raise InputError(f"{label}: cannot tell the layout from its columns {sorted(keys)}; "
                      f"pass --preset (one of {', '.join(p for p in PRESETS if p != 'auto')})")
@@ -340,7 +350,7 @@ class Report:
 
 # `:= by sorry`, `:= by\n  sorry`, `:=\nsorry` (term mode) at the very end -> `:= by` / `:=`.
 _SORRY_TAIL = re.compile(r":=(\s*by)?\s+sorry\s*$")
-_DECL_NAME = DECL_NAME  # one definition of a declaration's name (prover_cli/tasks/problems.py)
+_DECL_NAME = DECL_NAME  # one definition of a declaration's name (prover_cli/tasks/lean.py)
 _FORBIDDEN_IN_TRUSTED = ("sorry", "admit")
 
 
@@ -351,7 +361,8 @@ def normalise_lean(statement: Any, header: Any, prefix: Any, default_header: str
     the final theorem move into `header`, a trailing `sorry` goes, a doc comment right before the
     theorem becomes the informal prefix when the row has none.
     """
-    from prover_cli.verify.lexer import LexError, lex
+    # Lazy: importing verify loads its engine and pools; the config imports this module (`check_preset`).
+    from prover_cli.verify.text.lexer import LexError, lex
 
     if not isinstance(statement, str) or not statement.strip():
         return Drop("missing formal_statement")
@@ -401,7 +412,7 @@ def normalise_lean(statement: Any, header: Any, prefix: Any, default_header: str
         if found:
             return Drop(f"`{found[0]}` in the trusted {what}")
 
-    from prover_cli.verify.statement import BadRecord, check_statement
+    from prover_cli.verify.text.statement import BadRecord, check_statement  # lazy, as in normalise_lean
 
     try:
         check_statement(theorem, header)
@@ -432,7 +443,7 @@ def _has_imports(text: str) -> bool:
 
 def _imports_after_code(header: str) -> bool:
     """Lean takes imports only at the top of a file: one after any other command cannot work."""
-    from prover_cli.verify.lexer import lex
+    from prover_cli.verify.text.lexer import lex  # lazy, as in normalise_lean
 
     seen_code = False
     for line in lex(header).code.splitlines():
@@ -481,7 +492,7 @@ def _informal_from_prefix(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class _Context:
-    config: Any
+    config: Config
     default_header: str
 
 
@@ -507,11 +518,11 @@ def _map_deepseek(row: dict[str, Any], split: str | None, ctx: _Context) -> dict
     informal = row.get("informal_statement")
     if isinstance(informal, str) and informal.strip() and informal != "null":
         problem["informal_statement"] = informal.strip()
-    problem = _lean_fields(problem, statement, row.get("header"), row.get("informal_prefix"), ctx)
-    if isinstance(problem, Drop):
-        return problem
-    problem["split"] = _known_split(row.get("split")) or split
-    return problem
+    mapped = _lean_fields(problem, statement, row.get("header"), row.get("informal_prefix"), ctx)
+    if isinstance(mapped, Drop):
+        return mapped
+    mapped["split"] = _known_split(row.get("split")) or split
+    return mapped
 
 
 def _map_lean_workbook(row: dict[str, Any], split: str | None, ctx: _Context) -> dict[str, Any] | Drop:
@@ -523,9 +534,10 @@ def _map_lean_workbook(row: dict[str, Any], split: str | None, ctx: _Context) ->
     informal = row.get("natural_language_statement")
     if isinstance(informal, str) and informal.strip():
         problem["informal_statement"] = informal.strip()
-    problem = _lean_fields(problem, raw_statement, row.get("header"), row.get("informal_prefix"), ctx)
-    if isinstance(problem, Drop):
-        return problem
+    mapped = _lean_fields(problem, raw_statement, row.get("header"), row.get("informal_prefix"), ctx)
+    if isinstance(mapped, Drop):
+        return mapped
+    problem = mapped
     if isinstance(row.get("status"), str) and row["status"]:
         problem["status"] = row["status"]
     elif isinstance(row.get("proof"), list):
@@ -574,17 +586,17 @@ def _map_problems(row: dict[str, Any], split: str | None, ctx: _Context) -> dict
         return pid
     problem = {key: value for key, value in row.items() if key not in SOLUTION_FIELDS}
     problem["id"] = pid
-    if "formal_statement" not in row and {"numbers", "target"} <= row.keys():
-        if not isinstance(row["numbers"], list) or not isinstance(row["target"], int):
-            return Drop("bad countdown numbers/target")
-    elif "formal_statement" not in row and "prompt" in row:
-        if not isinstance(row["prompt"], str):
-            return Drop("bad toy prompt")
+    task = row_task(row) if "formal_statement" not in row else None  # a statement: a Lean row, normalised below
+    if task is not None:
+        defect = problem_defect(problem, task)
+        if defect:
+            return Drop(f"bad {task} row: {defect}")
     else:
         problem.pop("informal_prefix", None)
-        problem = _lean_fields(problem, row.get("formal_statement"), row.get("header"), row.get("informal_prefix"), ctx)
-        if isinstance(problem, Drop):
-            return problem
+        mapped = _lean_fields(problem, row.get("formal_statement"), row.get("header"), row.get("informal_prefix"), ctx)
+        if isinstance(mapped, Drop):
+            return mapped
+        problem = mapped
     problem["split"] = _known_split(row.get("split"), any_name=True) or split
     problem.pop("source", None)
     return problem
@@ -624,10 +636,8 @@ def _rename_duplicate(problem: dict[str, Any], seen_ids: set[str], seen_keys: di
     return f"{problem['id']}-{suffix}"
 
 
-def default_header(config: Any) -> str:
+def default_header(config: Config) -> str:
     """The header for rows without one: the model family's own evaluation header, else verify.header."""
-    from prover_cli.prompts import family_header, family_choice
-
     family, _ = family_choice(config.model.name, config.model.family)
     return family_header(family) or config.verify.header
 
@@ -642,7 +652,7 @@ def _bad_line_reason(row: BadLine) -> str:
     return "not a JSON object"
 
 
-def _map_rows(rows: list[Row], preset: str, label: str, config: Any, limit: int, reporter: Reporter) -> Report:
+def _map_rows(rows: list[Row], preset: str, label: str, config: Config, limit: int, reporter: Reporter) -> Report:
     mapper = MAPPERS[preset]
     ctx = _Context(config, default_header(config))
     report = Report(rows=len(rows), kept=[], dropped=Counter(), first_rows=defaultdict(list))
@@ -717,16 +727,12 @@ _FIELD_ORDER = ("id", "formal_statement", "header", "informal_statement", "infor
 
 def _ordered(problem: dict[str, Any]) -> dict[str, Any]:
     """Schema fields first (so files read well), then anything a `problems` row carried along."""
-    from prover_cli.jsonl import fields_first
-
     return fields_first(problem, _FIELD_ORDER)
 
 
-def _generated(config: Any, task: str, limit: int) -> Report:
-    """The problems task `task` generates from run.seed (countdown's: data.countdown_*, solvable by construction)."""
-    from prover_cli.tasks.problems import generated_problems
-
-    problems = generated_problems(config, task, count=limit)
+def _generated(config: Config, task: str, limit: int) -> Report:
+    """The problems task `task` generates from run.seed (countdown's: shaped by its options, solvable by construction)."""
+    problems = generated_problems(config, task, count=limit) or []
     return Report(rows=len(problems), kept=problems, dropped=Counter(), first_rows=defaultdict(list))
 
 

@@ -42,6 +42,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 from prover_cli.errors import ConfigError
 from prover_cli.tasks import BUILTIN as BUILTIN_TASKS
 from prover_cli.tasks import check_task, generates_problems, renamed_key, task_names, task_options
+from prover_cli.training.tracking import parse_report_to  # stdlib only: no tracker is imported here
+from prover_cli.verify.kernel.pins import policy_problem  # no Lean, no heavy import
+from prover_cli.verify.text.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS, COMMAND_PREFIXES  # no Lean
 
 DEFAULT_MODEL = "AI-MO/Kimina-Prover-Preview-Distill-1.5B"
 # `data.preset`'s layouts: prover_cli/tasks/datasets.py's PRESETS and aliases (tests/test_config.py keeps them one).
@@ -730,8 +733,6 @@ def _cross_checks(config: Config) -> None:
                           "into the current directory); use \".\" for that, or e.g. \"runs/demo\"")
     _allow_commands_rule(config)
     _kernel_check_rules(config)
-    from prover_cli.training.tracking import parse_report_to  # stdlib only: no tracker is imported here
-
     origin = config.origins.get("run.report_to", "<defaults>")
     parse_report_to(config.run.report_to,
                     where="--set run.report_to" if origin.startswith("--set ") else f"{origin}: run.report_to")
@@ -758,8 +759,6 @@ def allowed_command_names() -> tuple[frozenset[str], tuple[str, ...]]:
     """What `verify.allow_commands` may name: (the keywords the allowlist knows, the prefixes of
     the command families it knows: `elab_…`, `macro_…`, …). `#` commands (`#eval`) and `@[`
     (attributes) are accepted too; see prover_cli/verify/text/allowlist.py."""
-    from prover_cli.verify.text.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS, COMMAND_PREFIXES  # no Lean
-
     return frozenset(COMMAND_KEYWORDS | ALLOWED_COMMANDS), COMMAND_PREFIXES
 
 
@@ -803,8 +802,6 @@ def _kernel_check_rules(config: Config) -> None:
     verify = config.verify
     if not verify.kernel_check:
         return
-    from prover_cli.verify.kernel.pins import policy_problem  # no Lean, no heavy import
-
     for key in ("lean_command", "kernel_checker_command"):
         if not getattr(verify, key):
             raise ConfigError(f"{_where(config, 'verify.' + key)}: must name a program while verify.kernel_check = "

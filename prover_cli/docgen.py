@@ -89,7 +89,7 @@ def _row(key: str, annotation: Any, default: Any, meta: Any) -> str:
 
 
 def cli_reference() -> str:
-    import typer.main
+    import typer.main  # lazy, with the CLI: the whole command layer, needed for docs/cli.md only
 
     from prover_cli.cli import app
 

@@ -66,6 +66,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from importlib.resources import files
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -79,6 +80,8 @@ from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import generates_problems, problem_defect, row_task, task_names
 from prover_cli.tasks.lean import DECL_NAME
 from prover_cli.tasks.problems import content_key, generated_problems
+from prover_cli.verify.text.lexer import LexError, lex
+from prover_cli.verify.text.statement import BadRecord, check_statement
 
 # The layouts of a source's rows; a preset may also name a task that generates its problems (`generated_task`).
 PRESETS = ("auto", "deepseek", "goedel-v2", "lean-workbook", "putnambench", "problems")
@@ -193,8 +196,6 @@ def read_source_files(source: str) -> tuple[list[SourceFile], str]:
 
 
 def examples_path() -> Path:
-    from importlib.resources import files
-
     return Path(str(files("prover_cli") / "examples" / "lean_examples.jsonl"))
 
 
@@ -361,9 +362,6 @@ def normalise_lean(statement: Any, header: Any, prefix: Any, default_header: str
     the final theorem move into `header`, a trailing `sorry` goes, a doc comment right before the
     theorem becomes the informal prefix when the row has none.
     """
-    # Lazy: importing verify loads its engine and pools; the config imports this module (`check_preset`).
-    from prover_cli.verify.text.lexer import LexError, lex
-
     if not isinstance(statement, str) or not statement.strip():
         return Drop("missing formal_statement")
     header = header if isinstance(header, str) else ""
@@ -412,8 +410,6 @@ def normalise_lean(statement: Any, header: Any, prefix: Any, default_header: str
         if found:
             return Drop(f"`{found[0]}` in the trusted {what}")
 
-    from prover_cli.verify.text.statement import BadRecord, check_statement  # lazy, as in normalise_lean
-
     try:
         check_statement(theorem, header)
     except BadRecord as exc:
@@ -443,8 +439,6 @@ def _has_imports(text: str) -> bool:
 
 def _imports_after_code(header: str) -> bool:
     """Lean takes imports only at the top of a file: one after any other command cannot work."""
-    from prover_cli.verify.text.lexer import lex  # lazy, as in normalise_lean
-
     seen_code = False
     for line in lex(header).code.splitlines():
         if not line.strip():

@@ -88,7 +88,7 @@ class FakeTask:
 
 
 def test_evaluate_heldout_gives_both_metrics_with_fixed_sampling(tmp_path):
-    from prover_cli.stats import rate_interval
+    from prover_cli.comparison.stats import rate_interval
 
     config = config_for(tmp_path, "run.eval_n=3", "run.eval_temperature=0.5", "run.eval_problems=4",
                         "generate.max_tokens=17")

@@ -51,6 +51,7 @@ ES_ENTRY_POINTS = {
     "prover_cli.es.population": {"member_completions", "load_es_sampler",  # a pipelined share's engines (Modal)
                                  "LocalPopulation",  # train_es's population seam, which Modal's extends
                                  "lora_members"},  # es.noise = "lora": the whole population on the loop's engine (Modal)
+    "prover_cli.es.ledger": {"LEDGER_FILE"},                 # the ledger's file name in run.dir (Modal retries, downloads)
     "prover_cli.es.vllm_lora": {"engine_rank"},              # the plan's LoRA slots: the max_lora_rank an engine gets
     "prover_cli.es.signal": {"NOISE_BELOW", "WINDOW"},       # `prover report`'s signal-share diagnostics
     "prover_cli.es.weights": {"NamedWeights", "save_model_dir"},  # a sampler's weights perturbed in place, saved

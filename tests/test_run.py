@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from prover_cli.config import load_config
 from prover_cli.errors import ConfigError, InputError, MachineError
 from prover_cli.fsio.jsonl import write_dir_atomic, write_text_atomic
-from prover_cli.training.metrics import append_metrics, read_metrics
+from prover_cli.training.metrics import BUDGET_KEYS, REQUIRED_KEYS, Totals, append_metrics, read_metrics
 from prover_cli.training.run import ResumePoint, Run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,8 +95,8 @@ def test_resume_cuts_the_metrics_to_the_point_keeping_the_kept_lines_byte_for_by
     point = run.resume(lambda: ResumePoint(2, tmp_path / "ledger.json"))
     assert point.done == run.done == 2 and not run.complete
     assert (tmp_path / "metrics.jsonl").read_text().splitlines() == kept
-    counters = run.begin()
-    assert counters == {"samples/total": 8, "tokens/total": 0, "checks/total": 0, "time/elapsed_s": 1.0}
+    totals = run.begin()
+    assert totals == run.totals == Totals(samples=8, tokens=0, checks=0, elapsed_s=1.0)
     assert (tmp_path / "config.toml").exists()
     assert not run.base_line_due([{"id": "p"}])  # trained iterations are kept: the weights are not the base
 
@@ -301,3 +302,71 @@ def test_metrics_written_through_the_run_reach_the_tracker_and_the_one_reader(tm
     assert run.records() == tracker.logged == [json.loads(x) for x in
                                                (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert run.last_record()["iteration"] == 1
+
+
+# -- one metrics line for both trainers ----------------------------------------------------------------
+
+OWN_PREFIXES = ("es/", "grpo/")  # each trainer's own keys; everything else is the line both write
+
+
+def common_difference(a: dict, b: dict) -> set:
+    """Keys one line has and the other lacks, leaving out each trainer's own prefix."""
+    shared = lambda line: {k for k in line if not k.startswith(OWN_PREFIXES)}  # noqa: E731
+    return shared(a) ^ shared(b)
+
+
+class Tokenizer:  # what completion_tokens needs: one id per character
+    def __call__(self, texts, add_special_tokens=True):
+        return {"input_ids": [list(text) for text in texts]}
+
+
+def test_an_es_line_and_a_grpo_line_share_every_common_key_by_construction(tmp_path):
+    from prover_cli.es.signal import SignalMonitor
+    from prover_cli.es.train import es_line
+    from prover_cli.grpo.trl_glue import StepRewards, make_metrics_callback
+    from prover_cli.progress import NULL_REPORTER
+    from prover_cli.training.heldout import HeldOutSchedule
+
+    rewards, completions = [1.0, 0.0, 0.5, 1.0], ["ab", "c", "", "def"]
+    es_run = open_es(tmp_path / "es", resume=False)
+    es_run.resume(lambda: None)
+    es_run.begin()
+    es = es_line(es_run, SignalMonitor(es_run.config.es, []), 1, rewards, completions, Tokenizer(), wall_s=0.5,
+                 norm=0.1, skipped=False)
+
+    grpo_dir = tmp_path / "grpo"
+    grpo_run = Run.open(config(grpo_dir), "grpo", total=3, total_key="grpo.steps", resume=False, markers=[],
+                        refusal="-")
+    grpo_run.resume(lambda: None)
+    grpo_run.begin()
+    stats = StepRewards(rewards=list(rewards), tokens=6)
+    with NULL_REPORTER.task("grpo", total=3) as progress:
+        callback = make_metrics_callback(stats, progress, run=grpo_run, heldout=HeldOutSchedule(grpo_run.config, 3),
+                                         evaluation=None)
+        step = types.SimpleNamespace(global_step=1)
+        callback.on_step_end(None, step, None, model=None)
+        callback.on_log(None, step, None, logs={"loss": 0.25, "grad_norm": 1.0})
+    grpo = read_metrics(grpo_dir)[-1]
+
+    assert common_difference(es, grpo) == set()
+    assert {k for k in es if not k.startswith("es/")} == set(REQUIRED_KEYS) | set(BUDGET_KEYS)
+    for key in ("samples", "samples/total", "tokens", "tokens/total", "checks", "checks/total", "verify/verified",
+                "reward/mean", "reward/max"):
+        assert es[key] == grpo[key], key  # the same samples give the same values, not only the same keys
+    assert grpo["grpo/loss"] == 0.25 and "es/update_norm" in es
+    # the comparison fails where one trainer's line lacks a shared key, or adds one of its own unprefixed
+    assert common_difference({k: v for k, v in es.items() if k != "checks/total"}, grpo) == {"checks/total"}
+    assert common_difference({**es, "member/mean": 0.0}, grpo) == {"member/mean"}
+
+
+def test_the_running_totals_continue_from_the_last_kept_line(tmp_path):
+    (tmp_path / "ledger.json").write_text("{}")
+    for i in (1, 2):
+        append_metrics(tmp_path, line(i))
+    run = open_es(tmp_path, resume=True, total=5)
+    run.resume(lambda: ResumePoint(2, tmp_path / "ledger.json"))
+    run.begin()
+    third = run.line(3, [1.0, 0.0], tokens=7, wall_s=0.25)
+    assert (third["samples/total"], third["tokens/total"], third["checks/total"]) == (8 + 2, 0 + 7, 0 + 2)
+    assert third["time/elapsed_s"] == 1.0 + 0.25 and third["verify/verified"] == 1 and third["reward/mean"] == 0.5
+    assert run.line(4, [], tokens=0, wall_s=0.5)["samples/total"] == 10  # a step that scored nothing adds nothing

@@ -50,6 +50,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
+from prover_cli.errors import MachineError
+from prover_cli.es.noise import definition
+from prover_cli.es.noise.definition import SCALE
+from prover_cli.fsio.jsonl import write_text_atomic
+
 # elements per noise job and per update chunk (the unit the update's squared norm is summed in)
 CHUNK = 1 << 18
 _DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
@@ -438,7 +443,6 @@ def _compile(compiler: str) -> Path:
     target = cache / f"es_fused_cpu_{tag}.so"
     if target.exists():
         return target
-    from prover_cli.fsio.jsonl import write_text_atomic
 
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -464,7 +468,6 @@ def _load() -> None:
     if not compiler:
         _status = "off (no C compiler found)"
         return
-    from prover_cli.errors import MachineError
 
     try:
         lib = ctypes.CDLL(str(_compile(compiler)))
@@ -600,7 +603,6 @@ def noise(key: int, start: int, stop: int):
     """fp32 eps of flat elements start..stop-1 of stream `key` (as noise.noise)."""
     import torch
 
-    from prover_cli.es.noise.definition import SCALE
 
     out = torch.empty(stop - start, dtype=torch.float32)
     base = out.data_ptr()
@@ -615,7 +617,6 @@ def perturb_many(items: Sequence[tuple[Any, int, Any]], scale32: float, *, strea
     master: contiguous fp32 CPU; out: contiguous fp32/bf16/fp16 CPU of the same numel.
     `stream`: non-temporal stores (None: by size, see `_streams`); the values are the same.
     """
-    from prover_cli.es.noise.definition import SCALE
 
     codes = [_out_code(out, master, "perturb") for master, _, out in items]
     widths = [out.element_size() for _, _, out in items]
@@ -655,7 +656,6 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-    from prover_cli.es.noise.definition import SCALE
 
     for master, keys in items:
         _check_cpu_fp32(master, "update master")  # no terms still adds +0 (turning -0 into +0), as defined
@@ -723,7 +723,6 @@ def _self_check() -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
 
-    from prover_cli.es.noise import definition
 
     key = definition.stream_key(20260101, "self-check")
     for start in (0, (1 << 40) - 7):  # low and very high flat indices

@@ -49,6 +49,9 @@ import threading
 import warnings
 from typing import Any, Sequence
 
+from prover_cli.es.noise import definition
+from prover_cli.es.noise.definition import SCALE
+
 BLOCK = 1024  # elements per Triton program: 4 warps, 8 elements per thread
 LAUNCH = 1 << 26  # elements per launch (65536 programs); bounds the grid and the int32 offsets
 # Every launch: enable_fp_fusion=False keeps eps * c and + base two rounded operations (PTX
@@ -58,6 +61,12 @@ LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 _lock = threading.RLock()  # re-entrant: the self-check runs the operations while loading
 _status: dict[str, str] = {}  # device -> "ok" or why the fused path is off there
 _kernels: dict[str, Any] | None = None  # name -> triton kernel, once built
+
+
+def _kernel(name: str) -> Any:
+    """A built kernel: only called once `available` said the fused path is on."""
+    assert _kernels is not None, "the Triton kernels are not built"
+    return _kernels[name]
 _build_error: str | None = None
 _interpreted = False  # the kernels were built under TRITON_INTERPRET=1 (they then take CPU tensors)
 _checking: set[str] = set()  # devices whose self-check is running (it may use the operations there)
@@ -250,7 +259,6 @@ def noise(key: int, start: int, stop: int, device: Any = "cuda"):
     """fp32 eps of flat elements start..stop-1 of stream `key` on `device` (as noise.noise)."""
     import torch
 
-    from prover_cli.es.noise.definition import SCALE
 
     if not 0 <= start <= stop:
         raise ValueError(f"noise: need 0 <= start <= stop, got start={start} stop={stop}")
@@ -259,7 +267,7 @@ def noise(key: int, start: int, stop: int, device: Any = "cuda"):
     with _on(out.device):
         for s in range(0, out.numel(), LAUNCH):
             n = min(LAUNCH, out.numel() - s)
-            _launch(_kernels["noise"], n, out[s:s + n], n, start + s, _signed(key), SCALE)
+            _launch(_kernel("noise"), n, out[s:s + n], n, start + s, _signed(key), SCALE)
     return out
 
 
@@ -275,7 +283,6 @@ def perturb_into(master: Any, key: int, scale32: float, out: Any) -> None:
     if out.numel() != master.numel() or out.device != master.device:
         raise ValueError(f"perturb output: {out.numel()} elements on {out.device}, master: "
                          f"{master.numel()} elements on {master.device}")
-    from prover_cli.es.noise.definition import SCALE
 
     kind = _OUT_KINDS[str(out.dtype)]
     src = master.reshape(-1)
@@ -283,7 +290,7 @@ def perturb_into(master: Any, key: int, scale32: float, out: Any) -> None:
     with _on(master.device):
         for s in range(0, src.numel(), LAUNCH):
             n = min(LAUNCH, src.numel() - s)
-            _launch(_kernels["perturb"], n, src[s:s + n], dst[s:s + n], n, s, _signed(key), SCALE,
+            _launch(_kernel("perturb"), n, src[s:s + n], dst[s:s + n], n, s, _signed(key), SCALE,
                     float(scale32), OUT_KIND=kind)
 
 
@@ -306,7 +313,6 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-    from prover_cli.es.noise.definition import SCALE
 
     for master, keys in items:
         _check(master, "update master", (torch.float32,))  # no terms still adds +0 (-0 becomes +0), as defined
@@ -328,7 +334,7 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
             for s in range(0, flat.numel(), LAUNCH):
                 n = min(LAUNCH, flat.numel() - s)
                 squares = torch.empty(triton.cdiv(n, BLOCK), dtype=torch.float64, device=device)
-                _launch(_kernels["update"], n, flat[s:s + n], keys_dev, coefs_dev, len(coefs), squares, n, s, SCALE)
+                _launch(_kernel("update"), n, flat[s:s + n], keys_dev, coefs_dev, len(coefs), squares, n, s, SCALE)
                 total += squares.sum()  # launch order, fixed grid: the same total every run
             totals.append(total)
     return torch.stack(totals).tolist()
@@ -348,7 +354,6 @@ def _self_check(device: Any) -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
 
-    from prover_cli.es.noise import definition
 
     key = definition.stream_key(20260101, "gpu-self-check")
     for start in (0, (1 << 32) - 40, (1 << 40) - 7):  # low, across 2^32, very high flat indices

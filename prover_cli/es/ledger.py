@@ -32,13 +32,18 @@ import math
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli import __version__
 from prover_cli.config import check_key
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.noise.full import NOISE_NAME, NOISE_VERSION
+from prover_cli.fsio.jsonl import write_text_atomic
+from prover_cli.policy.built_models import BUILT_NAMES
 from prover_cli.tasks import reward_range
+
+if TYPE_CHECKING:
+    from prover_cli.config import ESConfig, GenerateConfig, ModelConfig
 
 FORMAT = "prover-es-ledger"
 VERSION = 2
@@ -55,13 +60,12 @@ RESUMABLE_CHANGES = ("es.iterations", "created_by")
 LATER_KEYS = {"es.shuffle_rewards": False}
 
 
-def make_header(es: Any, *, model: Any, generate: Any, run_seed: int, task: str, base_sha256: str, dtype: str,
+def make_header(es: ESConfig, *, model: ModelConfig, generate: GenerateConfig, run_seed: int, task: str, base_sha256: str, dtype: str,
                 problems_sha256: str, master_dtype: str = MASTER_DTYPE) -> dict[str, Any]:
     """The header of a run with the [es], [model] and [generate] sections, run.seed and data.task
     given: all the config it pins (a resume must match it, replay reads it)."""
     gen = generate
-    base = {"name": model.name, "revision": model.revision, "sha256": base_sha256}
-    from prover_cli.policy.built_models import BUILT_NAMES
+    base: dict[str, Any] = {"name": model.name, "revision": model.revision, "sha256": base_sha256}
 
     if model.name in BUILT_NAMES:  # `tiny`, `tiny-countdown`: rebuilt offline from its seed by replay
         base["tiny_seed"] = model.tiny_seed
@@ -191,7 +195,6 @@ def ledger_text(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
 def write_ledger(path: str | Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
     """Replace the ledger whole (prover_cli/fsio/jsonl.py's one atomic writer: a kill or a full disk
     leaves the old ledger or the new one, never a cut one)."""
-    from prover_cli.fsio.jsonl import write_text_atomic
 
     write_text_atomic(path, ledger_text(header, records))
 
@@ -237,7 +240,7 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     noise = data.get("noise", {})
     if noise != {"name": NOISE_NAME, "version": NOISE_VERSION}:
         raise InputError(f"{path}: noise {noise!r}; this prover implements {NOISE_NAME} v{NOISE_VERSION}")
-    required = ("base_model", "dtype", "run_seed", "es", "iterations")
+    required: tuple[str, ...] = ("base_model", "dtype", "run_seed", "es", "iterations")
     if data["version"] >= 2:
         required += ("master_dtype", "reward_denominator")
     for key in required:

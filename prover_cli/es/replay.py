@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli.errors import InputError, ReplayMismatchError
 from prover_cli.es.ledger import master_dtype_of, read_ledger, record_rewards, sha256_file
 from prover_cli.es.update import apply_rewards
 from prover_cli.progress import NULL_REPORTER, Reporter
 
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+    from prover_cli.es.weights import ESWeights
+
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, upto: int | None = None,
+def replay_seeds(config: Config, *, ledger_path: str | Path, out_dir: str | Path, upto: int | None = None,
                  device: str = "cpu", reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     from prover_cli.es.weights import NamedWeights, save_model_dir
-    from prover_cli.model_dir import save_atomically
-    from prover_cli.samplers.transformers_sampler import load_model_and_tokenizer, resolve_device
+    from prover_cli.policy.model_dir import save_atomically
+    from prover_cli.policy.samplers.transformers_sampler import load_model_and_tokenizer, resolve_device
 
     ledger_path, out_dir = Path(ledger_path), Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -76,7 +80,7 @@ def replay_seeds(config: Any, *, ledger_path: str | Path, out_dir: str | Path, u
     }
 
 
-def rebuild(weights: Any, header: dict[str, Any], records: list[dict[str, Any]], *, ledger_path: Path,
+def rebuild(weights: ESWeights, header: dict[str, Any], records: list[dict[str, Any]], *, ledger_path: Path,
             reporter: Reporter = NULL_REPORTER) -> int:
     """Bring base `weights` to the end of `records`, checking every fingerprint on the way.
 
@@ -97,7 +101,7 @@ def rebuild(weights: Any, header: dict[str, Any], records: list[dict[str, Any]],
     return start
 
 
-def _load_latest_snapshot(weights: Any, records: list[dict[str, Any]], ledger_path: Path) -> int:
+def _load_latest_snapshot(weights: ESWeights, records: list[dict[str, Any]], ledger_path: Path) -> int:
     """Load the latest snapshot whose file exists and hashes to its name; 0 (the base) if none."""
     for record in reversed(records):
         path = ledger_path.parent / "snapshots" / f"{record.get('snap')}.safetensors"

@@ -73,7 +73,11 @@ unit x scoring table, ICC(3,1), the share of one scoring of J samples.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from prover_cli.config import ESConfig
+    from prover_cli.progress import Reporter
 
 WINDOW = 5         # iterations pooled for es/signal_share, and needed before the warning
 NOISE_BELOW = 0.5  # below this the noise variance exceeds the signal variance: "mostly noise"
@@ -148,7 +152,7 @@ def samples_for_share(share: float, samples: int, target: float = NOISE_BELOW) -
     return math.ceil(samples * target * (1 - share) / (share * (1 - target)))
 
 
-def noise_warning(parts: Sequence[Parts | None], es: Any, minimum: int = WINDOW) -> str | None:
+def noise_warning(parts: Sequence[Parts | None], es: ESConfig, minimum: int = WINDOW) -> str | None:
     """The warning when the pooled share of the last WINDOW iterations (at least `minimum` of them)
     is below NOISE_BELOW, naming the knobs that raise signal (from `es`, the `[es]` section); None otherwise."""
     pooled = [p for p in parts if p is not None][-WINDOW:]
@@ -211,3 +215,48 @@ def progress_field(parts: Sequence[Parts | None], warning: str | None) -> str:
 
 def _with_error(share: float, error: float | None) -> str:
     return f"{share:.2f}" + ("" if error is None else f"±{error:.2f}")
+
+
+class SignalMonitor:
+    """The signal diagnostic of one ES run, kept beside the loop rather than in it.
+
+        monitor = SignalMonitor(config.es, run.records())   # the parts of the lines kept so far
+        line.update(monitor.observe(sample_rewards))         # es/signal_var, es/noise_var, es/signal_share
+        monitor.warn(iteration, reporter)                    # once each time the run turns mostly noise
+        bar.advance(..., signal=monitor.progress())
+        monitor.summary()                                    # signal_share (and a warning) for the result
+
+    A resumed run pools the parts of the lines it kept, so its figures are an uninterrupted run's."""
+
+    def __init__(self, es: ESConfig, records: Sequence[dict[str, Any]]):
+        self.es = es
+        # (es/signal_var, es/noise_var) of every line so far (None where undefined): pooled over the last few
+        self.parts: list[Parts | None] = [(r["es/signal_var"], r["es/noise_var"]) if "es/noise_var" in r else None
+                                          for r in records]
+        self.warning: str | None = None
+
+    def observe(self, sample_rewards: Sequence[float]) -> dict[str, float]:
+        """This iteration's `es/*` signal keys (each absent where undefined), its parts pooled from now on."""
+        parts = iteration_variances(sample_rewards, self.es.population, self.es.antithetic)
+        self.parts.append(parts)
+        keys = {} if parts is None else {"es/signal_var": parts[0], "es/noise_var": parts[1]}
+        share = pooled_share(self.parts)
+        return keys if share is None else {**keys, "es/signal_share": share}
+
+    def warn(self, iteration: int, reporter: Reporter) -> None:
+        """Log the noise warning when it starts to hold; the progress line flags it throughout."""
+        alert = noise_warning(self.parts, self.es)
+        if alert and not self.warning:
+            reporter.log(f"Warning (iteration {iteration}): {alert}")
+        self.warning = alert
+
+    def progress(self) -> str:
+        """The last 5 iterations' share ± its error, then the whole run's: the window's sign is noise
+        near 0 (`progress_field`); the run's is the figure to set beside the probe's."""
+        return progress_field(self.parts, self.warning)
+
+    def summary(self) -> dict[str, Any]:
+        """The run's result keys: `signal_share`, and `warning` when the pooled share is mostly noise
+        however short the run."""
+        warning = noise_warning(self.parts, self.es, minimum=1)
+        return {"signal_share": pooled_share(self.parts), **({"warning": warning} if warning else {})}

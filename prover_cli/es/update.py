@@ -11,11 +11,16 @@ the ledger alone. Everything here is a pure function of (run seed, iteration, me
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from prover_cli import streams
 from prover_cli.errors import InputError
+from prover_cli.es.noise import lowrank
 from prover_cli.es.noise.full import fp32
+
+if TYPE_CHECKING:
+    from prover_cli.config import ESConfig
+    from prover_cli.es.weights import ESWeights, NamedWeights
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +81,7 @@ def shuffled(rewards: Sequence[float], run_seed: int, iteration: int) -> list[fl
     return [rewards[i] for i in order]
 
 
-def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iteration: int,
+def apply_rewards(weights: ESWeights, rewards: Sequence[float], run_seed: int, iteration: int,
                   es: dict[str, Any]) -> tuple[float, bool]:
     """One iteration's update from its rewards: (update norm, skipped). Training and replay share it."""
     if es.get("shuffle_rewards"):  # absent from ledgers written before the key existed: false
@@ -87,27 +92,23 @@ def apply_rewards(weights: Any, rewards: Sequence[float], run_seed: int, iterati
     terms = update_terms(fitness, run_seed, iteration, es["antithetic"], es["learning_rate"])
     kind = es.get("noise", "full")  # absent from full-rank ledgers (es/ledger.py)
     if kind in ("lowrank", "lora"):
-        from prover_cli.es.noise import lowrank
-
         rank = es.get("rank")
         if type(rank) is not int or rank < 1:
             raise InputError(f"es.rank = {rank!r}: low-rank noise needs a whole number >= 1")
         if hasattr(weights, "lowrank_update"):  # weights inside a vLLM engine (policy/samplers/vllm_sampler.py)
             return weights.lowrank_update(terms, rank, kind), False
-        return lowrank.update(weights, terms, rank, kind), False
+        return lowrank.update(cast("NamedWeights", weights), terms, rank, kind), False  # ours: not vLLM's
     if kind != "full":  # fail closed: never another noise's update under this name
         raise InputError(f"es.noise = {kind!r}: unknown noise; known: \"full\", \"lowrank\", \"lora\"")
     return weights.update(terms), False
 
 
-def perturb_member(weights: Any, noise_seed: int, scale32: float, es: Any) -> None:
+def perturb_member(weights: ESWeights, noise_seed: int, scale32: float, es: ESConfig) -> None:
     """theta + scale32 * eps(noise_seed) into the live weights, by `es.noise` (the config's [es] section)."""
     if es.noise in ("lowrank", "lora"):
-        from prover_cli.es.noise import lowrank
-
         if hasattr(weights, "lowrank_perturb"):  # weights inside a vLLM engine (policy/samplers/vllm_sampler.py)
             weights.lowrank_perturb(noise_seed, scale32, es.rank, es.noise)
         else:
-            lowrank.perturb(weights, noise_seed, scale32, es.rank, es.noise)
+            lowrank.perturb(cast("NamedWeights", weights), noise_seed, scale32, es.rank, es.noise)  # ours: not vLLM's
     else:
         weights.perturb(noise_seed, scale32)

@@ -39,13 +39,18 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from prover_cli.policy import rollout
 from prover_cli import streams
 from prover_cli.es.noise import lowrank
 from prover_cli.es.noise.full import fp32
 from prover_cli.es.update import member_noise
+from prover_cli.policy.samplers import SamplingParams
+
+if TYPE_CHECKING:
+    from prover_cli.config import ESConfig, GenerateConfig
+    from prover_cli.tasks import Task
 
 # vLLM 0.31.0's allowed `max_lora_rank` values (vllm/config/lora.py, MaxLoRARanks)
 ENGINE_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -60,7 +65,7 @@ def engine_rank(rank: int) -> int:
     raise ValueError(f"es.rank = {rank}: vLLM's LoRA takes ranks up to {ENGINE_RANKS[-1]}")
 
 
-def engine_kwargs(es: Any) -> dict[str, Any]:
+def engine_kwargs(es: ESConfig) -> dict[str, Any]:
     """vllm.LLM arguments for `es.noise = "lora"`: every member of an iteration in the engine's LoRA
     slots at once (`max_loras` = population), all of them kept in its CPU cache."""
     return {"enable_lora": True, "max_loras": es.population, "max_lora_rank": engine_rank(es.rank),
@@ -91,7 +96,7 @@ def target_shapes(checkpoint_dir: str | Path) -> dict[str, list[int]]:
     return dict(sorted(shapes.items()))
 
 
-def adapter_tensors(noise_seed: int, scale32: float, rank: int, shapes: dict[str, Sequence[int]]) -> dict[str, Any]:
+def adapter_tensors(noise_seed: int, scale32: float, rank: int, shapes: Mapping[str, Sequence[int]]) -> dict[str, Any]:
     """One member's PEFT tensors: lora_A = Bᵀ, lora_B = fp32(scale32 / √r) * A for each target weight (fp32)."""
     coefficient = fp32(scale32 * lowrank.rank_scale(rank))
     out = {}
@@ -103,7 +108,7 @@ def adapter_tensors(noise_seed: int, scale32: float, rank: int, shapes: dict[str
     return out
 
 
-def write_adapter(directory: Path, noise_seed: int, scale32: float, rank: int, shapes: dict[str, Sequence[int]]) -> Path:
+def write_adapter(directory: Path, noise_seed: int, scale32: float, rank: int, shapes: Mapping[str, Sequence[int]]) -> Path:
     """A PEFT LoRA directory vLLM loads (vllm/lora/peft_helper.py: r, lora_alpha, target_modules)."""
     from safetensors.torch import save_file
 
@@ -134,13 +139,12 @@ class LoRAMembers:
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def completions(self, task: Any, batch: list[dict[str, Any]], iteration: int, members: Sequence[int], *,
-                    es: Any, generate: Any, run_seed: int, family: str) -> list[list[str]]:
+    def completions(self, task: Task, batch: list[dict[str, Any]], iteration: int, members: Sequence[int], *,
+                    es: ESConfig, generate: GenerateConfig, run_seed: int, family: str) -> list[list[str]]:
         """Each of `members`' completions of `batch`, problem-major, as `member_completions` returns
         them one member at a time (up to near-ties, module docstring); one `generate` for all."""
         from vllm.lora.request import LoRARequest
 
-        from prover_cli.policy.samplers import SamplingParams
 
         params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=generate.top_p,
                                 max_tokens=generate.max_tokens, seed=streams.es_sampling_seed(run_seed, iteration))

@@ -37,6 +37,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from prover_cli.es.noise import lowrank
+from prover_cli.es.weights import NamedWeights
+
 
 class ESWorkerExtension:
     model_runner: Any  # provided by the vLLM worker this class is mixed into
@@ -52,7 +55,6 @@ class ESWorkerExtension:
         beside the engine and the masters (the transient is one tensor); on CUDA the allocator's
         cached blocks are returned at the end, so what stays outside vLLM's budget is the masters
         alone. tests/real_vllm/test_es_worker.py checks the base against the transformers path."""
-        from prover_cli.es.weights import NamedWeights
 
         model = self.model_runner.model
         device = next(model.parameters()).device
@@ -101,14 +103,12 @@ class ESWorkerExtension:
 
     def es_lowrank_perturb(self, noise_seed: int, scale32: float, rank: int, kind: str) -> None:
         """Low-rank noise (es/noise/lowrank.py) written through `load_weights`, one member at a time."""
-        from prover_cli.es.noise import lowrank
 
         lowrank.perturb(self._prover_es, noise_seed, scale32, rank, kind)
 
     def es_lowrank_update(self, terms: list[list], rank: int, kind: str) -> float:
         """es/noise/lowrank.py's update of the fp32 master, then the engine's weights restored from it: the
         same code and bits as the transformers path and replay (es.noise = "lowrank" or "lora")."""
-        from prover_cli.es.noise import lowrank
 
         return lowrank.update(self._prover_es, [(int(seed), float(c)) for seed, c in terms], int(rank), str(kind))
 

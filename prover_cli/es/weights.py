@@ -24,13 +24,30 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from prover_cli.errors import InputError
 from prover_cli.es.noise.full import perturb_into, perturb_many, restore_many, stream_key, update_many
-from prover_cli.policy.model_dir import dtype_name, fingerprint, set_config_dtype
+from prover_cli.fsio.jsonl import write_text_atomic
+from prover_cli.policy.model_dir import dtype_name, fingerprint, refuse_non_finite, save_tokenizer, set_config_dtype
 
 Write = Callable[[Iterable[tuple[str, Any]]], None]
+
+
+class ESWeights(Protocol):
+    """What the loop, replay and the update need of a sampler's weights (`sampler.es_weights()`):
+    `NamedWeights` (below) with transformers, `VLLMWeights` inside vLLM's workers
+    (policy/samplers/vllm_sampler.py)."""
+
+    dtype: str
+    master_dtype: str
+
+    def perturb(self, noise_seed: int, scale32: float) -> None: ...
+    def restore(self) -> None: ...
+    def update(self, terms: list[tuple[int, float]]) -> float: ...
+    def fingerprint(self) -> str: ...
+    def save(self, path: str | Path) -> None: ...
+    def load(self, path: str | Path) -> None: ...
 MASTER_DTYPE = "float32"  # what new runs keep; ledgers record it (docs/ledger.md)
 
 
@@ -46,7 +63,7 @@ def _master_of(tensor: Any, master_dtype: str | None) -> Any:
 
 
 class NamedWeights:
-    def __init__(self, base: dict[str, Any], write: Write | None = None, *, master_dtype: str | None = MASTER_DTYPE,
+    def __init__(self, base: Mapping[str, Any], write: Write | None = None, *, master_dtype: str | None = MASTER_DTYPE,
                  live: dict[str, Any] | None = None):
         """`base`: the starting weights in the model's dtype; `live`: tensors perturb and restore
         write into directly (else `write` receives (name, tensor in the live dtype) pairs)."""
@@ -84,6 +101,7 @@ class NamedWeights:
                     if not self._live[name].is_contiguous():
                         self._live[name].copy_(self._perturbed(name, master, noise_seed, scale32))
             return
+        assert self._write is not None  # __init__: `live` or `write`
         self._write((name, self._perturbed(name, master, noise_seed, scale32)) for name, master in self.base.items())
 
     def _perturbed(self, name: str, master: Any, noise_seed: int, scale32: float) -> Any:
@@ -105,6 +123,7 @@ class NamedWeights:
                     if not self._live[name].is_contiguous():
                         self._live[name].copy_(master)
             return
+        assert self._write is not None  # __init__: `live` or `write`
         self._write((name, master.to(self.live_dtypes[name])) for name, master in self.base.items())
 
     def update(self, terms: Sequence[tuple[int, float]]) -> float:
@@ -133,9 +152,7 @@ class NamedWeights:
         """The master as one safetensors file; NonFiniteWeightsError (nothing written) if it holds NaN or inf."""
         from safetensors.torch import save_file
 
-        from prover_cli.policy.model_dir import refuse_non_finite
 
-        from prover_cli.fsio.jsonl import write_text_atomic
 
         path = Path(path)
         refuse_non_finite(self.base.items(), path)
@@ -165,7 +182,6 @@ def save_model_dir(model: Any, tokenizer: Any, weights: NamedWeights, out_dir: s
     nothing the master accumulated below bf16 resolution is lost on disk. A tensor holding NaN or
     inf is refused before anything is written (NonFiniteWeightsError).
     """
-    from prover_cli.policy.model_dir import refuse_non_finite, save_tokenizer
 
     out_dir = Path(out_dir)
     # Map each state-dict entry to the master through the parameter it is: tied weights (one

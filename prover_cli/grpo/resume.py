@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from prover_cli.config import tomllib  # tomli on Python 3.10
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.policy.model_dir import check_safetensors
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.training.run import ResumePoint, Run
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
 
 METHOD = "grpo"
 CHECKPOINTS_DIR = "checkpoints"  # TRL's output_dir: checkpoint-<step>/ folders
@@ -23,31 +29,29 @@ KEEP_CHECKPOINTS = 2  # the newest may be torn by a kill mid-save; the one befor
 
 # Config keys a resume may change: how far to train, how often to save, where `tiny` is cached.
 # Every other key of these sections shapes the trajectory, so a resume must not change it.
-RESUME_CHECKED_SECTIONS = ("grpo", "model", "data")
+RESUME_CHECKED_SECTIONS = ("grpo", "model", "data", "task")  # task: `[task.<name>]`, one value per table
 RESUME_CHECKED_KEYS = ("run.seed", "generate.top_p")
 RESUME_MAY_CHANGE = ("grpo.steps", "grpo.save_every", "model.cache_dir")
 
 
-def open_run(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Any:
+def open_run(config: Config, resume: bool, reporter: Reporter = NULL_REPORTER) -> Run:
     """The GRPO run directory (prover_cli/training/run.py): without --resume, metrics.jsonl or checkpoints/
     already there are refused rather than overwritten."""
-    from prover_cli.training.run import Run
 
     return Run.open(config, METHOD, total=config.grpo.steps, total_key="grpo.steps", resume=resume,
                     markers=[config.run_dir / "metrics.jsonl", config.run_dir / CHECKPOINTS_DIR],
                     refusal="run.dir already holds a GRPO run", reporter=reporter)
 
 
-def start_or_resume(config: Any, resume: bool, reporter: Any = NULL_REPORTER) -> Path | None:
+def start_or_resume(config: Config, resume: bool, reporter: Reporter = NULL_REPORTER) -> Path | None:
     """The checkpoint to resume from, or None for a fresh start; metrics.jsonl cut to match."""
     point = open_run(config, resume, reporter).resume(lambda: checkpoint_point(config, reporter))
     return point.source if point is not None else None
 
 
-def checkpoint_point(config: Any, reporter: Any = NULL_REPORTER) -> Any:
+def checkpoint_point(config: Config, reporter: Reporter = NULL_REPORTER) -> ResumePoint | None:
     """GRPO's resume point: the newest whole checkpoint, once the config and the checkpoint's
     files are checked; None (from the base model) when there is none."""
-    from prover_cli.training.run import ResumePoint
 
     checkpoints = config.run_dir / CHECKPOINTS_DIR
     checkpoint = latest_checkpoint(checkpoints)
@@ -92,7 +96,6 @@ def check_checkpoint(checkpoint: Path) -> None:
     (a hand-damaged or cut one; a kill mid-save leaves no trainer_state.json and is skipped)."""
     import zipfile
 
-    from prover_cli.policy.model_dir import check_safetensors
 
     for path in sorted(checkpoint.iterdir()):
         if path.suffix == ".safetensors":
@@ -106,9 +109,8 @@ def check_checkpoint(checkpoint: Path) -> None:
                                  hint=f"move {checkpoint.name} away to resume from the checkpoint before it") from None
 
 
-def check_resume_config(config: Any, stored_path: Path) -> None:
+def check_resume_config(config: Config, stored_path: Path) -> None:
     """ConfigError naming every key whose value differs from the run's `config.toml`."""
-    from prover_cli.config import tomllib  # tomli on Python 3.10
 
     if not stored_path.exists():
         return  # nothing recorded to compare with (written at every start, so only if deleted)
@@ -117,7 +119,7 @@ def check_resume_config(config: Any, stored_path: Path) -> None:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{stored_path}: not valid TOML: {exc}") from None
     current = tomllib.loads(config.to_toml())  # the same serialisation on both sides
-    keys = [f"{section}.{key}" for section in RESUME_CHECKED_SECTIONS for key in current[section]]
+    keys = [f"{section}.{key}" for section in RESUME_CHECKED_SECTIONS for key in current.get(section, {})]
     differences = []
     for dotted in [*keys, *RESUME_CHECKED_KEYS]:
         section, key = dotted.split(".", 1)

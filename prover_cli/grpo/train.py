@@ -13,9 +13,10 @@ What happens, top to bottom:
 3. reward: the task's batched reward through prover_cli/policy/rollout.py in TRL's reward signature,
    so ES, GRPO and `prover verify` share one reward path (Lean: 1.0 only for `verified`);
 4. `GRPOConfig`: every `[grpo]` key, and every TRL default we depend on, set explicitly;
-5. metrics: a callback appends one `metrics.jsonl` line per optimizer step, the ES schema, with
-   the held-out `eval/*` keys every `run.eval_every` steps (prover_cli/training/heldout.py, the function
-   ES calls) and streams it to `run.report_to` (prover_cli/training/tracking.py, the logger ES uses);
+5. metrics: a callback (grpo/trl_glue.py) appends one `metrics.jsonl` line per optimizer step,
+   built by the run's one builder of the line ES writes too (`Run.line`, prover_cli/training/run.py),
+   with the held-out `eval/*` keys on the steps `HeldOutSchedule` picks (prover_cli/training/heldout.py,
+   what ES uses) and streams it to `run.report_to` (prover_cli/training/tracking.py, the logger ES uses);
 6. train, checkpointing into `checkpoints/` every `grpo.save_every` steps, then save `final/`
    (safetensors model + tokenizer), whole or not at all.
 
@@ -53,21 +54,33 @@ Not covered: multi-process (DDP) training: metrics count the samples of this pro
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import shutil
 import sys
-import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from prover_cli import streams
-from prover_cli.progress import NULL_REPORTER
-from prover_cli.grpo.resume import CHECKPOINTS_DIR, METHOD, checkpoint_point, open_run
-from prover_cli.grpo.trl_glue import (HeldOutEvaluation, build_dataset, check_batch_shape, grpo_args, load_policy,
-                                      place_trl_tensorboard, problem_columns, resumable_trainer_class)
+from prover_cli.grpo.resume import CHECKPOINTS_DIR, checkpoint_point, open_run
+from prover_cli.grpo.trl_glue import (HeldOutEvaluation, StepRewards, build_dataset, check_batch_shape, grpo_args,
+                                      load_policy, make_metrics_callback, place_trl_tensorboard, problem_columns,
+                                      resumable_trainer_class)
+from prover_cli.policy import rollout
+from prover_cli.policy.model_dir import refuse_non_finite, same_weights, save_atomically, save_tokenizer
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import get_task
+from prover_cli.tasks.problems import train_problems
+from prover_cli.training.heldout import HeldOutSchedule
+from prover_cli.training.metrics import completion_tokens
+from prover_cli.training.run import Run
+from prover_cli.training.tracking import open_tracker
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+    from prover_cli.tasks import Task
 
 
-def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def train_grpo(config: Config, *, resume: bool = False, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """Train with GRPO; write `config.toml`, `metrics.jsonl`, `checkpoints/` and `final/` into `run.dir`.
 
     Whatever transformers, TRL or a tracker prints meanwhile (transformers announces W&B offline
@@ -76,23 +89,19 @@ def train_grpo(config: Any, *, resume: bool = False, reporter: Any = NULL_REPORT
         return _train_grpo(config, resume=resume, reporter=reporter)
 
 
-def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
-    from prover_cli.tasks.problems import heldout_problems, train_problems
-    from prover_cli.tasks import get_task
-    from prover_cli.training.tracking import open_tracker
-
+def _train_grpo(config: Config, *, resume: bool, reporter: Reporter) -> dict[str, Any]:
     check_batch_shape(config)
     run_dir = config.run_dir
     run = open_run(config, resume, reporter)
     point = run.resume(lambda: checkpoint_point(config, reporter))  # metrics cut to the checkpoint
     checkpoint = point.source if point is not None else None
-    if run.complete:
-        return finished_run(run, checkpoint)  # nothing to train: change nothing but a stale final/
+    if point is not None and run.complete:
+        return finished_run(run, point.source)  # nothing to train: change nothing but a stale final/
     task = get_task(config.data.task)
     problems = train_problems(config, reporter, save_generated=True)  # before the model: a missing file fails fast
-    heldout = heldout_problems(config) if config.run.eval_every else []  # fixed for the whole run
+    heldout = HeldOutSchedule(config, config.grpo.steps)  # its problems fixed for the whole run
 
-    counters = run.begin()
+    run.begin()  # the metrics line's running totals continue from the last kept line
     kept = run.records()  # lines up to the checkpoint (none when starting from scratch)
     resumed_from = run.done
 
@@ -118,12 +127,9 @@ def _train_grpo(config: Any, *, resume: bool, reporter: Any) -> dict[str, Any]:
         # TRL 1.16 still calls the old name inside the trainer; nothing for the user to change.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
         progress.advance(resumed_from)
-        evaluation = HeldOutEvaluation(config, task, heldout, tokenizer, compute_dtype, reporter)
-        callback = make_metrics_callback(config, stats, progress, samples_total=counters["samples/total"],
-                                         tokens_total=counters["tokens/total"],
-                                         checks_total=counters["checks/total"],
-                                         elapsed_s=counters["time/elapsed_s"], tracker=tracker,
-                                         evaluation=evaluation, base_line=run.base_line_due(heldout), run=run)
+        evaluation = HeldOutEvaluation(config, task, heldout.problems, tokenizer, compute_dtype, reporter)
+        callback = make_metrics_callback(stats, progress, run=run, heldout=heldout, evaluation=evaluation,
+                                         tracker=tracker)
         trainer = resumable_trainer_class()(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
                                             processing_class=tokenizer, callbacks=[callback])
         evaluation.trainer = trainer
@@ -145,7 +151,6 @@ def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
     `"dtype": "float32"`; cast on load (`from_pretrained(..., dtype=torch.bfloat16)`) to serve.
     Weights holding NaN or inf (a diverged run) are refused before anything is written; the old
     final/ is kept."""
-    from prover_cli.policy.model_dir import refuse_non_finite, save_atomically, save_tokenizer
 
     def write(out: Path) -> None:
         refuse_non_finite(model.state_dict().items(), out)
@@ -159,15 +164,12 @@ def save_final(model: Any, tokenizer: Any, final_dir: Path) -> None:
 _TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 
 
-def finished_run(run: Any, checkpoint: Path) -> dict[str, Any]:
+def finished_run(run: Run, checkpoint: Path) -> dict[str, Any]:
     """--resume on a run whose newest checkpoint is at `grpo.steps`: train nothing.
 
     `final/` must be that checkpoint's model; a kill after the checkpoint but before the final
     save leaves it missing or stale, and then it is rebuilt from the checkpoint's model files
     (Run.settle_final). metrics.jsonl and the checkpoints are left untouched."""
-    import shutil
-
-    from prover_cli.policy.model_dir import same_weights
 
     def model_files(out: Path) -> None:  # the checkpoint without its training state
         for path in sorted(checkpoint.iterdir()):
@@ -186,23 +188,7 @@ def finished_run(run: Any, checkpoint: Path) -> dict[str, Any]:
 # Reward: the task's batched reward in TRL's signature
 # --------------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class StepRewards:
-    """Rewards scored since the last optimizer step (the reward function fills it, the callback drains it)."""
-
-    rewards: list[float] = dataclasses.field(default_factory=list)
-    tokens: int = 0  # completion tokens of those rewards' completions (metrics.completion_tokens)
-
-    def take(self) -> list[float]:
-        taken, self.rewards = self.rewards, []
-        return taken
-
-    def take_tokens(self) -> int:
-        taken, self.tokens = self.tokens, 0
-        return taken
-
-
-def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: list[str],
+def make_reward_function(task: Task, config: Config, stats: StepRewards, columns: list[str],
                          tokenizer: Any = None) -> Callable[..., list[float]]:
     """TRL reward function: `(prompts, completions, **dataset_columns) -> one float each`.
 
@@ -214,8 +200,6 @@ def make_reward_function(task: Any, config: Any, stats: StepRewards, columns: li
     `tokenizer`, the completions' tokens counted as ES counts them (`metrics.completion_tokens`).
     """
 
-    from prover_cli.policy import rollout
-    from prover_cli.training.metrics import completion_tokens
 
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
         present = [c for c in columns if c in kwargs]
@@ -253,105 +237,6 @@ def shuffle_in_groups(rewards: list[float], prompts: list[str], completions: lis
         streams.grpo_shuffle_rng(run_seed, prompts[start], completions[start:start + group]).shuffle(order)
         out.extend(rewards[i] for i in order)
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics: one metrics.jsonl line per optimizer step, the ES schema
-# --------------------------------------------------------------------------------------------
-
-def step_record(config: Any, iteration: int, rewards: list[float], samples_total: int,
-                wall_s: float, elapsed_s: float, *, tokens: int = 0, tokens_total: int = 0,
-                checks_total: int | None = None) -> dict[str, Any]:
-    """The shared metrics.jsonl record (see prover_cli.training.metrics) for one optimizer step: every
-    completion TRL generated for the step is a sample (and one task check), as every ES member's is."""
-    return {
-        "iteration": iteration,
-        "method": METHOD,
-        "task": config.data.task,
-        "reward/mean": sum(rewards) / len(rewards) if rewards else 0.0,
-        "reward/max": max(rewards) if rewards else 0.0,
-        "verify/verified": sum(1 for r in rewards if r == 1.0),
-        "samples": len(rewards),
-        "samples/total": samples_total,
-        "tokens": tokens,
-        "tokens/total": tokens_total,
-        "checks": len(rewards),
-        "checks/total": samples_total if checks_total is None else checks_total,
-        "time/wall_s": wall_s,
-        "time/elapsed_s": elapsed_s,
-    }
-
-
-# TRL's own per-step numbers worth keeping beside ours (missing ones are skipped).
-_TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo/kl",
-                 "entropy": "grpo/entropy", "learning_rate": "grpo/learning_rate"}
-
-
-def make_metrics_callback(config: Any, stats: StepRewards, progress: Any, *, run: Any, samples_total: int = 0,
-                          tokens_total: int = 0, checks_total: int = 0, elapsed_s: float = 0.0, tracker: Any = None,
-                          evaluation: Any = None, base_line: bool = False):
-    """A TrainerCallback writing metrics.jsonl: our record at step end, TRL's loss/KL added from its log.
-
-    `samples_total`, `tokens_total`, `checks_total` and `elapsed_s` are where a resumed run's cumulative
-    counters start. On the
-    steps `run.eval_every` picks, `evaluation(model)` adds the held-out `eval/*` keys (its time is
-    not counted in `time/*`); with `base_line`, the base's evaluation is the iteration-0 line,
-    written when training begins. Every line goes through `run.write_metrics` (prover_cli/training/run.py),
-    to metrics.jsonl and to `tracker` (run.report_to)."""
-    from prover_cli.training.heldout import base_record
-    from transformers import TrainerCallback
-
-    class MetricsCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.records: list[dict[str, Any]] = []
-            self.pending: dict[str, Any] | None = None
-            self.samples_total = samples_total
-            self.tokens_total, self.checks_total = tokens_total, checks_total
-            self.start = self.last = time.perf_counter()
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if base_line and state.global_step == 0:  # the model holds the base weights still
-                self.pending = base_record(METHOD, config.data.task, evaluation(kwargs["model"], base=True))
-                self._flush()
-            self.start = self.last = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self._flush()  # a step whose log never came still gets its line
-            now = time.perf_counter()
-            rewards, tokens = stats.take(), stats.take_tokens()
-            self.samples_total += len(rewards)
-            self.tokens_total += tokens
-            self.checks_total += len(rewards)  # one task check per scored completion
-            self.pending = step_record(config, state.global_step, rewards, self.samples_total,
-                                       wall_s=now - self.last, elapsed_s=elapsed_s + now - self.start,
-                                       tokens=tokens, tokens_total=self.tokens_total,
-                                       checks_total=self.checks_total)
-            record = self.pending
-            if evaluation is not None and evaluation.due(state.global_step):
-                record.update(evaluation(kwargs["model"]))
-                self.start += time.perf_counter() - now  # evaluation time is not training time
-                now = time.perf_counter()
-            self.last = now
-            progress.advance(1, reward=f"{record['reward/mean']:.3f}", verified=record["verify/verified"])
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            # logging_steps = 1: the log of step N follows on_step_end of step N.
-            if self.pending is not None and logs and "loss" in logs:
-                for key, name in _TRL_LOG_KEYS.items():
-                    if isinstance(logs.get(key), (int, float)):
-                        self.pending[name] = float(logs[key])
-                self._flush()
-
-        def on_train_end(self, args, state, control, **kwargs):
-            self._flush()
-
-        def _flush(self) -> None:
-            if self.pending is not None:
-                run.write_metrics(self.pending, tracker)
-                self.records.append(self.pending)
-                self.pending = None
-
-    return MetricsCallback()
 
 
 def summarize(records: list[dict[str, Any]], final_dir: Path, metrics_path: Path,

@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli import streams
 from prover_cli.errors import BackendError, ConfigError
-from prover_cli.progress import NULL_REPORTER
 from prover_cli.grpo.resume import KEEP_CHECKPOINTS
+from prover_cli.policy.model_dir import refuse_non_finite
+from prover_cli.policy.rollout import prompts as task_prompts
+from prover_cli.policy.samplers.transformers_sampler import TransformersSampler, load_model_and_tokenizer
+from prover_cli.policy.samplers.vllm_sampler import VLLMSampler
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.training.heldout import HeldOutSchedule, evaluate_base, evaluate_heldout, weights_sha256
+from prover_cli.training.run import Run
+from prover_cli.training.tracking import parse_report_to, project_name, run_name
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+    from prover_cli.tasks import Task
 
 
 def resumable_trainer_class():
@@ -53,7 +65,6 @@ def resumable_trainer_class():
             """No checkpoint of weights holding NaN or inf: refused before the Trainer writes any file."""
             import os
 
-            from prover_cli.policy.model_dir import refuse_non_finite
 
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             refuse_non_finite(self.model.state_dict().items(), folder)
@@ -75,7 +86,7 @@ def problem_columns(problems: list[dict[str, Any]]) -> list[str]:
     return list(columns)
 
 
-def build_dataset(problems: list[dict[str, Any]], task: Any, tokenizer: Any, family: str):
+def build_dataset(problems: list[dict[str, Any]], task: Task, tokenizer: Any, family: str):
     """A `datasets.Dataset`: a chat-templated `prompt` string plus the problem columns.
 
     String prompts (not message lists) make TRL use them verbatim, so the policy is trained on
@@ -83,7 +94,6 @@ def build_dataset(problems: list[dict[str, Any]], task: Any, tokenizer: Any, fam
     """
     from datasets import Dataset
 
-    from prover_cli.policy.rollout import prompts as task_prompts
 
     columns = problem_columns(problems)
     prompts = trainer_prompts(task_prompts(task, problems, tokenizer, family), tokenizer)
@@ -124,7 +134,7 @@ def trainer_prompts(prompts: list[str], tokenizer: Any) -> list[str]:
 # Model: a local directory TRL (and vLLM) can reload by path
 # --------------------------------------------------------------------------------------------
 
-def load_policy(config: Any):
+def load_policy(config: Config):
     """(model, tokenizer, device, compute dtype), the model's parameters the fp32 master copy.
 
     fp32 master weights (`grpo.fp32_master`, default on) when `model.dtype` resolves to bfloat16
@@ -139,7 +149,6 @@ def load_policy(config: Any):
     `model.name_or_path`; both must see a local directory holding exactly these initial weights,
     never a hub id that needs network (and would lose `model.revision`). That directory keeps the
     model dtype, so vLLM serves in it; TRL builds the reference in the policy's dtype (fp32)."""
-    from prover_cli.policy.samplers.transformers_sampler import load_model_and_tokenizer
 
     model, tokenizer, device = load_model_and_tokenizer(config.model)
     if config.grpo.beta > 0 or config.grpo.use_vllm:
@@ -166,7 +175,7 @@ def ensure_local_base(model: Any, tokenizer: Any, base_dir: Path) -> str:
 # GRPOConfig: our [grpo] keys plus every default we depend on
 # --------------------------------------------------------------------------------------------
 
-def check_batch_shape(config: Any) -> None:
+def check_batch_shape(config: Config) -> None:
     """TRL needs whole groups in a generation batch; say so with our key names, before any import."""
     g = config.grpo
     batch = g.per_device_train_batch_size * g.gradient_accumulation_steps
@@ -179,7 +188,7 @@ def check_batch_shape(config: Any) -> None:
         )
 
 
-def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype: Any = None):
+def grpo_args(config: Config, *, output_dir: str | Path, cuda: bool, compute_dtype: Any = None):
     """TRL `GRPOConfig` from our config. Everything the run depends on is set here, explicitly.
 
     `compute_dtype` (the model dtype, from `load_policy`) picks the autocast: bfloat16 -> `bf16`,
@@ -187,7 +196,6 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype:
     import torch
     from trl import GRPOConfig
 
-    from prover_cli.training.tracking import parse_report_to, project_name, run_name
 
     check_batch_shape(config)
     trackers = parse_report_to(config.run.report_to)
@@ -195,6 +203,7 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype:
     checkpointing_key = ("activation_checkpointing"  # transformers >= 5.x name; the old one warns
                          if "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
                          else "gradient_checkpointing")
+    activation_checkpointing: dict[str, Any] = {checkpointing_key: cuda}
     return GRPOConfig(
         output_dir=str(output_dir),
         # -- the [grpo] section ----------------------------------------------------------------
@@ -245,7 +254,7 @@ def grpo_args(config: Any, *, output_dir: str | Path, cuda: bool, compute_dtype:
         use_cpu=not cuda,
         bf16=compute_dtype == torch.bfloat16,  # autocast: fp32 master weights, bf16 matmuls
         fp16=compute_dtype == torch.float16 and cuda,
-        **{checkpointing_key: cuda},  # trade compute for memory on GPU; the tiny CPU model needs none
+        **activation_checkpointing,  # trade compute for memory on GPU; the tiny CPU model needs none
     )
 
 
@@ -270,23 +279,16 @@ class HeldOutEvaluation:
     checkpointing, so generation keeps its KV cache), under the same autocast as training, so
     it scores the weights exactly as training computes with them; then back to train mode."""
 
-    def __init__(self, config: Any, task: Any, problems: list[dict[str, Any]], tokenizer: Any, compute_dtype: Any,
-                 reporter: Any = NULL_REPORTER):
+    def __init__(self, config: Config, task: Task, problems: list[dict[str, Any]], tokenizer: Any, compute_dtype: Any,
+                 reporter: Reporter = NULL_REPORTER):
         self.config, self.task, self.problems, self.tokenizer = config, task, problems, tokenizer
         self.compute_dtype, self.reporter = compute_dtype, reporter
         self.trainer: Any = None   # set once the trainer exists: with grpo.use_vllm its engine samples
-
-    def due(self, step: int) -> bool:
-        from prover_cli.training.heldout import eval_due
-
-        return eval_due(self.config, step, self.config.grpo.steps)
 
     def __call__(self, model: Any, base: bool = False) -> dict[str, Any]:
         """The `eval/*` keys of `model`; `base=True`: of the untrained base, through the shared cache."""
         import torch
 
-        from prover_cli.training.heldout import evaluate_base, evaluate_heldout, weights_sha256
-        from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
 
         if self.trainer is not None and self.config.grpo.use_vllm:
             sampler = colocated_vllm_sampler(self.trainer, self.config)
@@ -309,7 +311,7 @@ class HeldOutEvaluation:
             model.train(was_training)
 
 
-def colocated_vllm_sampler(trainer: Any, config: Any) -> Any:
+def colocated_vllm_sampler(trainer: Any, config: Config) -> Any:
     """The held-out sampler on the GPU path: the vLLM engine TRL colocates for training, holding the
     weights of the step just taken. transformers `generate` on a 1.5B prover's held-out set takes
     about an hour per evaluation where vLLM takes minutes, and ES's held-out evaluation samples with
@@ -320,7 +322,6 @@ def colocated_vllm_sampler(trainer: Any, config: Any) -> Any:
     holds exactly the evaluated step's weights and TRL does not push them twice. With
     `vllm_enable_sleep_mode` the engine drops its weights and KV cache between generations; we do
     not enable it (`grpo_args`), and refuse to sample from an engine in that mode."""
-    from prover_cli.policy.samplers.vllm_sampler import VLLMSampler
 
     generation = getattr(trainer, "vllm_generation", None)
     if generation is None or generation.mode != "colocate" or generation.enable_sleep_mode:
@@ -341,3 +342,81 @@ def place_trl_tensorboard(trainer: Any, run_dir: Path) -> None:
             callback.logging_dir = str(run_dir / "tensorboard" / "trl")
 
 
+# --------------------------------------------------------------------------------------------
+# Metrics: one metrics.jsonl line per optimizer step, built by the run (training/run.py) as ES's is
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class StepRewards:
+    """Rewards scored since the last optimizer step (the reward function fills it, the callback drains it)."""
+
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    tokens: int = 0  # completion tokens of those rewards' completions (metrics.completion_tokens)
+
+    def take(self) -> list[float]:
+        taken, self.rewards = self.rewards, []
+        return taken
+
+    def take_tokens(self) -> int:
+        taken, self.tokens = self.tokens, 0
+        return taken
+
+
+# TRL's own per-step numbers worth keeping beside ours (missing ones are skipped).
+_TRL_LOG_KEYS = {"loss": "grpo/loss", "grad_norm": "grpo/grad_norm", "kl": "grpo/kl",
+                 "entropy": "grpo/entropy", "learning_rate": "grpo/learning_rate"}
+
+
+def make_metrics_callback(stats: StepRewards, progress: Any, *, run: Run, heldout: HeldOutSchedule,
+                          evaluation: HeldOutEvaluation, tracker: Any = None) -> Any:
+    """A TrainerCallback writing metrics.jsonl: the run's line at step end (`run.line`, the builder
+    ES's lines come from, its totals continuing a resumed run's), TRL's loss/KL added from its log.
+
+    Every completion TRL generated for the step is a sample (and one task check), as every ES
+    member's is. On the steps `heldout` picks, `evaluation(model)` adds the held-out `eval/*` keys
+    (its time is not counted in `time/*`); the base's evaluation is the iteration-0 line, written
+    when training begins, when it is due. Every line goes through `run.write_metrics`, to
+    metrics.jsonl and to `tracker` (run.report_to)."""
+    from transformers import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.records: list[dict[str, Any]] = []
+            self.pending: dict[str, Any] | None = None
+            self.last = time.perf_counter()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == 0:  # the model holds the base weights still
+                heldout.write_base_line(run, lambda problems: evaluation(kwargs["model"], base=True), tracker)
+            self.last = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._flush()  # a step whose log never came still gets its line
+            now = time.perf_counter()
+            record = run.line(state.global_step, stats.take(), tokens=stats.take_tokens(), wall_s=now - self.last)
+            self.pending = record
+            if heldout.due(state.global_step):
+                record.update(evaluation(kwargs["model"]))
+                now = time.perf_counter()  # evaluation time is not training time
+            self.last = now
+            progress.advance(1, reward=f"{record['reward/mean']:.3f}", verified=record["verify/verified"])
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+                   **kwargs: Any) -> None:
+            # logging_steps = 1: the log of step N follows on_step_end of step N.
+            if self.pending is not None and logs and "loss" in logs:
+                for key, name in _TRL_LOG_KEYS.items():
+                    if isinstance(logs.get(key), (int, float)):
+                        self.pending[name] = float(logs[key])
+                self._flush()
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._flush()
+
+        def _flush(self) -> None:
+            if self.pending is not None:
+                run.write_metrics(self.pending, tracker)
+                self.records.append(self.pending)
+                self.pending = None
+
+    return MetricsCallback()

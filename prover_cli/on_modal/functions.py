@@ -16,6 +16,7 @@ import modal
 
 from prover_cli.backends import resolve
 from prover_cli.config import config_from_dict
+from prover_cli.es.ledger import LEDGER_FILE
 from prover_cli.es.population import LocalPopulation
 from prover_cli.on_modal import sandbox
 from prover_cli.on_modal.images import DEFAULTS, IMAGES, data_app, gpu_app, grpo_app, lean_app, mounts, models_volume, runs_volume
@@ -397,8 +398,6 @@ class ModalPopulation(LocalPopulation):
         except Exception as exc:  # the run is done; idle members cost at most one window each
             print(f"could not lower the ES members' scaledown_window: {type(exc).__name__}: {exc}", file=sys.stderr)
 
-
-LEDGER_FILE = "ledger.json"
 
 
 def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:

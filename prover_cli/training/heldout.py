@@ -26,7 +26,7 @@ What is evaluated, and why it is the same for both methods:
   * greedy: one sample per problem at temperature 0 (at `run.eval_temperature = 0` the sampled
     metric is this one, evaluated once).
   Each comes with a 95% interval: Wilson over the samples with the sample size deflated by the
-  design effect of samples sharing a problem (prover_cli/stats.py says why and when).
+  design effect of samples sharing a problem (prover_cli/comparison/stats.py says why and when).
 - the base: evaluated once, before training, and written as the iteration-0 line of the run
   (`base_record`). The result is cached under `model.cache_dir`, keyed by the base weights'
   fingerprint, the problems and the settings (`evaluate_base`), so ES and GRPO runs from the same
@@ -57,11 +57,22 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from prover_cli import streams
-from prover_cli.tasks.problems import heldout_problems
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.comparison.stats import rate_interval
+from prover_cli.fsio.jsonl import write_text_atomic
+from prover_cli.policy import rollout
+from prover_cli.policy.model_dir import fingerprint
+from prover_cli.policy.samplers import SamplingParams
+from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import get_task
+from prover_cli.tasks.problems import heldout_problems, heldout_sha256
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+    from prover_cli.tasks import Task
+    from prover_cli.training.run import Run
 
 EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_hi", "eval/greedy_verified_rate",
              "eval/greedy_verified_rate_lo", "eval/greedy_verified_rate_hi", "eval/solved_rate", "eval/reward_mean",
@@ -69,7 +80,7 @@ EVAL_KEYS = ("eval/verified_rate", "eval/verified_rate_lo", "eval/verified_rate_
              "eval/problems_sha256", "eval/duplicates_dropped", "eval/train_overlap_dropped")
 
 
-def eval_due(config: Any, iteration: int, last_iteration: int) -> bool:
+def eval_due(config: Config, iteration: int, last_iteration: int) -> bool:
     """True every `run.eval_every` iterations and at the last one; never when it is 0."""
     every = config.run.eval_every
     return every > 0 and (iteration % every == 0 or iteration == last_iteration)
@@ -79,9 +90,8 @@ def eval_due(config: Any, iteration: int, last_iteration: int) -> bool:
 # Sampling and scoring
 # --------------------------------------------------------------------------------------------
 
-def heldout_params(config: Any):
+def heldout_params(config: Config):
     """Fixed sampling: the same n, temperature and seed at every evaluation of every run."""
-    from prover_cli.policy.samplers import SamplingParams
 
     return SamplingParams(n=config.run.eval_n, temperature=config.run.eval_temperature, top_p=config.generate.top_p,
                           max_tokens=config.generate.max_tokens, seed=streams.heldout_sampling_seed(config.run.seed))
@@ -110,10 +120,9 @@ def problem_keys(problems: Sequence[dict[str, Any]]) -> list[str]:
     return keys
 
 
-def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[dict[str, Any]], params: Any,
-                     reporter: Any) -> tuple[list[int], list[float]]:
+def _verified_counts(sampler: Any, config: Config, task: Task, problems: Sequence[dict[str, Any]], params: Any,
+                     reporter: Reporter) -> tuple[list[int], list[float]]:
     """(verified samples per problem, every reward) for one decoding setting."""
-    from prover_cli.policy import rollout
 
     with preserved_torch_rng():
         completions = rollout.texts(rollout.sample(sampler, task, problems, params, config.model.family))
@@ -122,20 +131,17 @@ def _verified_counts(sampler: Any, config: Any, task: Any, problems: Sequence[di
     return counts, rewards
 
 
-def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any]] | None = None, *,
-                     task: Any = None, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def evaluate_heldout(sampler: Any, config: Config, problems: Sequence[dict[str, Any]] | None = None, *,
+                     task: Task | None = None, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """Sample the held-out problems with the sampler's current weights and score them: `eval/*` keys.
 
-    Both metrics, each with its 95% interval (prover_cli/stats.py): the sampled verified rate
+    Both metrics, each with its 95% interval (prover_cli/comparison/stats.py): the sampled verified rate
     (`run.eval_n` samples at `run.eval_temperature`) and the greedy one (one sample at temperature
     0). At `run.eval_temperature = 0` the two are one evaluation, made once.
 
     `sampler` is any prover sampler (`sampler.tokenizer`, `sampler.generate(prompts, params)`);
     `problems` defaults to `heldout_problems(config)`, `task` to `data.task`."""
-    from prover_cli.stats import rate_interval
-    from prover_cli.tasks import get_task
 
-    from prover_cli.tasks.problems import heldout_sha256
 
     task = task if task is not None else get_task(config.data.task)
     problems = problems if problems is not None else heldout_problems(config)
@@ -173,9 +179,8 @@ def evaluate_heldout(sampler: Any, config: Any, problems: Sequence[dict[str, Any
     }
 
 
-def greedy_params(config: Any):
+def greedy_params(config: Config):
     """The greedy metric: one sample per problem at temperature 0, `generate.max_tokens` long."""
-    from prover_cli.policy.samplers import SamplingParams
 
     return SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=config.generate.max_tokens,
                           seed=streams.heldout_sampling_seed(config.run.seed))
@@ -189,7 +194,7 @@ BASE_CACHE_DIR = "heldout-base"
 BASE_CACHE_VERSION = 2  # bump when evaluate_heldout changes what it computes (2: the test set's record)
 
 
-def base_cache_key(config: Any, problems: Sequence[dict[str, Any]], weights_sha256: str) -> str:
+def base_cache_key(config: Config, problems: Sequence[dict[str, Any]], weights_sha256: str) -> str:
     """sha256 over everything the base evaluation depends on: the weights, the problems, the settings.
 
     The sampler backend and device are left out on purpose: they change the numerics, not what is
@@ -206,8 +211,8 @@ def base_cache_key(config: Any, problems: Sequence[dict[str, Any]], weights_sha2
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]], weights_sha256: str, *,
-                  task: Any = None, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def evaluate_base(sampler: Any, config: Config, problems: Sequence[dict[str, Any]], weights_sha256: str, *,
+                  task: Task | None = None, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """`evaluate_heldout` of the base weights, computed once per cache key and reused after.
 
     The result is kept in `<model.cache_dir>/heldout-base/<key>.json` (written atomically, under
@@ -229,7 +234,6 @@ def evaluate_base(sampler: Any, config: Any, problems: Sequence[dict[str, Any]],
         except (OSError, ValueError):
             pass  # absent or torn: evaluate again
         record = evaluate_heldout(sampler, config, problems, task=task, reporter=reporter)
-        from prover_cli.fsio.jsonl import write_text_atomic
 
         write_text_atomic(path, json.dumps(record, sort_keys=True, allow_nan=False) + "\n")  # rates: finite
         return record
@@ -244,7 +248,6 @@ def base_record(method: str, task: str, evaluation: dict[str, Any]) -> dict[str,
 
 def weights_sha256(model: Any) -> str:
     """The fingerprint ES records for the base (policy/model_dir.py), from a torch module: fp32-promoted parameters."""
-    from prover_cli.policy.model_dir import fingerprint
 
     class Promoted(dict):  # one fp32 copy at a time, not the whole model twice
         def __getitem__(self, name: str) -> Any:
@@ -252,3 +255,29 @@ def weights_sha256(model: Any) -> str:
             return tensor.float() if tensor.is_floating_point() and tensor.element_size() < 4 else tensor
 
     return fingerprint(Promoted(model.named_parameters()))
+
+
+class HeldOutSchedule:
+    """A run's held-out evaluation, kept out of the trainer's loop body: the problems (chosen once
+    for the whole run; none when `run.eval_every` is 0), the base's iteration-0 line once, and the
+    `eval/*` keys of the iterations `eval_due` picks (every `run.eval_every` and the last).
+
+    `evaluate(problems)` is the trainer's own: it returns the `eval/*` keys of the weights it
+    evaluates (ES: the population's center; GRPO: the Trainer's model)."""
+
+    def __init__(self, config: Config, total: int):
+        self.config, self.total = config, total
+        self.problems = heldout_problems(config) if config.run.eval_every else []
+
+    def due(self, iteration: int) -> bool:
+        return eval_due(self.config, iteration, self.total)
+
+    def write_base_line(self, run: Run, evaluate: Callable[[list[dict[str, Any]]], dict[str, Any]],
+                        tracker: Any = None) -> None:
+        """The base's evaluation as the iteration-0 line, when it is still due (`Run.base_line_due`)."""
+        if run.base_line_due(self.problems):
+            run.write_metrics(base_record(run.method, self.config.data.task, evaluate(self.problems)), tracker)
+
+    def keys(self, iteration: int, evaluate: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
+        """The `eval/*` keys for `iteration`'s line: empty unless it is due."""
+        return evaluate(self.problems) if self.due(iteration) else {}

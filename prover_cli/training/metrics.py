@@ -1,5 +1,9 @@
 """metrics.jsonl: one line per iteration, the same schema for ES and GRPO (`prover report` reads it).
 
+The keys both trainers write are built in one place, `metrics_line` (called through `Run.line`,
+prover_cli/training/run.py, which carries the running totals across a resume); each trainer adds
+only its own prefix (`es/*`, `grpo/*`) and the held-out `eval/*` keys.
+
 Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 
 | key | meaning |
@@ -21,7 +25,7 @@ Keys are grouped by prefix on one step axis (`iteration`), as in CleanRL:
 | `es/signal_share` | ES only: the share of signal in the update's rewards, pooled over the last 5 iterations: sum signal_var / sum (signal_var + noise_var); 1 = signal, 0 = noise, below 0.5 mostly noise (the run warns once 5 iterations are pooled); absent while no reward varied |
 | `grpo/loss`, `grpo/grad_norm`, `grpo/kl`, ... | GRPO only: TRL's own numbers for the step |
 | `eval/verified_rate` | held-out evaluation of the current weights (`run.eval_every`; prover_cli/training/heldout.py), sampled: `run.eval_n` samples per problem at `run.eval_temperature`, verified samples / samples |
-| `eval/verified_rate_lo`, `eval/verified_rate_hi` | its 95% interval (Wilson with the design effect of samples sharing a problem; prover_cli/stats.py) |
+| `eval/verified_rate_lo`, `eval/verified_rate_hi` | its 95% interval (Wilson with the design effect of samples sharing a problem; prover_cli/comparison/stats.py) |
 | `eval/greedy_verified_rate`, `_lo`, `_hi` | held-out, greedy: one sample per problem at temperature 0; verified problems / problems and its 95% interval (Wilson) |
 | `eval/solved_rate`, `eval/reward_mean` | held-out, sampled: problems with a verified sample / problems; mean reward |
 | `eval/verified`, `eval/greedy_verified`, `eval/samples`, `eval/problems` | held-out counts |
@@ -45,13 +49,20 @@ with `iteration` as the step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from prover_cli.fsio.jsonl import finite_or_null
+from prover_cli import __version__
+from prover_cli.errors import InputError
+from prover_cli.fsio.jsonl import BadLine, finite_or_null, read_jsonl, write_text_atomic
+from prover_cli.fsio.lock import claim_identity
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
 
 METRICS_FILE = "metrics.jsonl"
 REQUIRED_KEYS = ("iteration", "method", "task", "reward/mean", "reward/max", "verify/verified",
@@ -62,6 +73,47 @@ BASE_REQUIRED_KEYS = ("iteration", "method", "task", "samples", "samples/total",
 
 BUDGET_KEYS = ("tokens", "tokens/total", "checks", "checks/total")  # every trainer writes them (append_metrics);
 # files written before they existed lack them, so readers (prover report) do not require them
+
+
+@dataclasses.dataclass
+class Totals:
+    """A run's running totals (`samples/total`, `tokens/total`, `checks/total`, `time/elapsed_s`),
+    carried across a resume: a resumed run continues them from its last kept line."""
+
+    samples: int = 0
+    tokens: int = 0
+    checks: int = 0
+    elapsed_s: float = 0.0
+
+    @classmethod
+    def after(cls, record: dict[str, Any]) -> Totals:
+        """The totals as `record` (a run's last kept line; {} for none) left them."""
+        return cls(samples=record.get("samples/total", 0), tokens=record.get("tokens/total", 0),
+                   checks=record.get("checks/total", 0), elapsed_s=record.get("time/elapsed_s", 0.0))
+
+
+def metrics_line(method: str, task: str, iteration: int, rewards: Sequence[float], *, tokens: int, wall_s: float,
+                 totals: Totals) -> dict[str, Any]:
+    """One trained iteration's line, the keys every trainer writes (rewards, verified, samples,
+    tokens, checks, time), with `totals` advanced by this iteration: the one builder of the line
+    ES and GRPO share (through `Run.line`, prover_cli/training/run.py). `rewards`: every sample
+    scored this iteration (one task check each); `tokens`: their completion tokens
+    (`completion_tokens`). The trainer adds the keys of its own prefix (`es/*`, `grpo/*`) and
+    the held-out `eval/*` keys."""
+    totals.samples += len(rewards)
+    totals.tokens += tokens
+    totals.checks += len(rewards)  # one task check per scored sample
+    totals.elapsed_s += wall_s
+    return {
+        "iteration": iteration, "method": method, "task": task,
+        "reward/mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "reward/max": max(rewards) if rewards else 0.0,
+        "verify/verified": sum(1 for r in rewards if r == 1.0),
+        "samples": len(rewards), "samples/total": totals.samples,
+        "tokens": tokens, "tokens/total": totals.tokens,
+        "checks": len(rewards), "checks/total": totals.checks,
+        "time/wall_s": wall_s, "time/elapsed_s": totals.elapsed_s,
+    }
 
 
 def completion_tokens(tokenizer: Any, completions: list[str]) -> int:
@@ -100,7 +152,6 @@ def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
 def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
     """On resume: drop lines after `last_iteration` (written after the last ledger commit or
     checkpoint) and a torn last line; the kept lines stay byte for byte."""
-    from prover_cli.fsio.jsonl import write_text_atomic
 
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -126,8 +177,6 @@ def read_metrics(run_dir: str | Path, malformed: list[dict[str, Any]] | None = N
     "reason"}), for the caller to report. `check(line_number, record)` sees every kept record and
     may raise. Iterations that do not increase mean two runs in one file: always an InputError
     naming the line. A missing file has no records."""
-    from prover_cli.errors import InputError
-    from prover_cli.fsio.jsonl import BadLine, read_jsonl
 
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -140,7 +189,7 @@ def read_metrics(run_dir: str | Path, malformed: list[dict[str, Any]] | None = N
             reason = "not a JSON object"
         else:
             reason = defect(record) if defect is not None else None
-        if reason is not None:
+        if reason is not None or not isinstance(record, dict):
             if malformed is not None:
                 malformed.append({"line": line_no, "reason": reason})
             continue
@@ -159,16 +208,14 @@ def methods_logged(run_dir: str | Path) -> set[Any]:
     return {record.get("method") for record in read_metrics(run_dir)}
 
 
-def write_resolved_config(config: Any) -> Path:
+def write_resolved_config(config: Config) -> Path:
     """Write the resolved config into the run directory when a run starts: whole or not at all
     (temp file, then rename), since a resume compares the config with it."""
-    from prover_cli.fsio.jsonl import write_text_atomic
 
     path = Path(config.run.dir) / "config.toml"
     write_text_atomic(path, config.to_toml())
     # Which code made the run, beside its config: `prover study run` reuses a run only when both match.
     write_text_atomic(path.with_name(CODE_FILE), json.dumps(code_version(), sort_keys=True) + "\n")
-    from prover_cli.fsio.lock import claim_identity
 
     claim_identity(path.parent)  # the run dir exists now: lock its identity too (prover_cli/fsio/lock.py)
     return path
@@ -186,7 +233,6 @@ def code_version() -> dict[str, Any]:
     import hashlib
     import subprocess
 
-    from prover_cli import __version__
 
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()

@@ -4,9 +4,11 @@
                    markers=[ledger_path], refusal="a ledger already exists")
     point = run.resume(find_point)          # the trainer's own: ES reads its ledger, GRPO its checkpoint;
                                             # metrics.jsonl cut to the point
-    counters = run.begin()                  # config.toml + code.json written; samples/total etc. so far
+    run.begin()                             # config.toml + code.json written; run.totals: samples/total etc. so far
     if run.base_line_due(heldout): run.write_metrics(base_record(...), tracker)
-    ... the trainer's loop: run.write_metrics(record, tracker) per iteration ...
+    ... the trainer's loop, per iteration:
+        line = run.line(iteration, sample_rewards, tokens=..., wall_s=...)   # the shared keys, totals advanced
+        run.write_metrics({**line, "es/...": ...}, tracker)
     run.save_final(write)                   # or, on a complete run, run.settle_final(holds, write, source)
 
 What it owns, and the rules:
@@ -18,7 +20,9 @@ What it owns, and the rules:
   after it are redone) and says whether the run is complete (the point is at the configured end:
   nothing trains, nothing in the directory changes).
 - the base line: the iteration-0 held-out evaluation of the base, written once per run.
-- metrics: `write_metrics` is the one writer (metrics.append_metrics, then the tracker) and
+- metrics: `line` builds the keys both trainers share (metrics.metrics_line) and carries the
+  running totals (`samples/total`, `tokens/total`, `checks/total`, `time/elapsed_s`) across a
+  resume; `write_metrics` is the one writer (metrics.append_metrics, then the tracker) and
   `records` the one reader (metrics.read_metrics).
 - final/: whole or not at all (model_dir.save_atomically); weights holding NaN or inf are refused
   before anything is written and the old final/ is kept.
@@ -28,14 +32,18 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from prover_cli.errors import InputError
-from prover_cli.training.metrics import METRICS_FILE, append_metrics, methods_logged, read_metrics, truncate_metrics
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.policy.model_dir import save_atomically
+from prover_cli.training.metrics import (METRICS_FILE, Totals, append_metrics, methods_logged, metrics_line,
+                                         read_metrics, truncate_metrics, write_resolved_config)
+from prover_cli.progress import NULL_REPORTER, Reporter
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
 
 FINAL_DIR = "final"
-COUNTER_KEYS = ("samples/total", "tokens/total", "checks/total", "time/elapsed_s")  # carried across a resume
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,20 +58,21 @@ class ResumePoint:
 class Run:
     """One run directory (`run.dir`) of one trainer; see the module docstring."""
 
-    def __init__(self, config: Any, method: str, *, total: int, total_key: str, resume: bool,
-                 reporter: Any = NULL_REPORTER):
+    def __init__(self, config: Config, method: str, *, total: int, total_key: str, resume: bool,
+                 reporter: Reporter = NULL_REPORTER):
         self.config, self.method, self.total, self.total_key = config, method, total, total_key
         self.resume_requested, self.reporter = resume, reporter
         self.dir = Path(config.run_dir)
         self.metrics_path = self.dir / METRICS_FILE
         self.final_dir = self.dir / FINAL_DIR
         self.point: ResumePoint | None = None
+        self.totals = Totals()  # the running totals of the metrics line: from the last kept line (begin)
 
     # -- create or refuse ---------------------------------------------------------------------
 
     @classmethod
-    def open(cls, config: Any, method: str, *, total: int, total_key: str, resume: bool,
-             markers: Iterable[Path], refusal: str, reporter: Any = NULL_REPORTER) -> "Run":
+    def open(cls, config: Config, method: str, *, total: int, total_key: str, resume: bool,
+             markers: Iterable[Path], refusal: str, reporter: Reporter = NULL_REPORTER) -> "Run":
         """The run, or InputError when it would overwrite one: `refusal` says what `markers` hold."""
         run = cls(config, method, total=total, total_key=total_key, resume=resume, reporter=reporter)
         existing = [path for path in markers if path.exists()]
@@ -86,7 +95,7 @@ class Run:
         check: it raises ConfigError naming what differs). metrics.jsonl is cut to the point,
         unless the run is complete: then nothing is changed."""
         self.point = find_point() if self.resume_requested else None
-        if self.complete:
+        if self.point is not None and self.complete:
             self.reporter.log(f"{self.dir}: the run is complete ({self.point.source.name} is at {self.total_key} = "
                               f"{self.total}); nothing to train. Raise {self.total_key} and pass --resume to train "
                               "further.")
@@ -103,15 +112,14 @@ class Run:
     def complete(self) -> bool:
         return self.point is not None and self.point.done == self.total
 
-    def begin(self) -> dict[str, Any]:
-        """Record the resolved config (and code), unless the run is complete, and return the
-        cumulative counters to continue from."""
-        from prover_cli.training.metrics import write_resolved_config
+    def begin(self) -> Totals:
+        """Record the resolved config (and code), unless the run is complete, and set the running
+        totals to continue from (the last kept line's)."""
 
         if not self.complete:
             write_resolved_config(self.config)
-        last = self.last_record()
-        return {key: last.get(key, 0.0 if key.startswith("time/") else 0) for key in COUNTER_KEYS}
+        self.totals = Totals.after(self.last_record())
+        return self.totals
 
     # -- metrics: the one writer and the one reader ----------------------------------------------
 
@@ -121,6 +129,12 @@ class Run:
     def last_record(self) -> dict[str, Any]:
         records = self.records()
         return records[-1] if records else {}
+
+    def line(self, iteration: int, rewards: Sequence[float], *, tokens: int, wall_s: float) -> dict[str, Any]:
+        """The metrics line of a trained iteration: the keys both trainers share, built by the one
+        builder (metrics.metrics_line), with the run's totals advanced by it."""
+        return metrics_line(self.method, self.config.data.task, iteration, rewards, tokens=tokens, wall_s=wall_s,
+                            totals=self.totals)
 
     def write_metrics(self, record: dict[str, Any], tracker: Any = None) -> None:
         """Append one line to metrics.jsonl (fsynced) and stream it to the run's trackers."""
@@ -138,7 +152,6 @@ class Run:
 
     def save_final(self, write: Callable[[Path], None]) -> None:
         """final/ := what `write(directory)` saves, whole or not at all (model_dir.save_atomically)."""
-        from prover_cli.policy.model_dir import save_atomically
 
         save_atomically(self.final_dir, write)
 

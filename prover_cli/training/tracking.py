@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from prover_cli.errors import BackendError, ConfigError
+from prover_cli.fsio.jsonl import write_text_atomic
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
 DEFAULT_PROJECT = "prover"
@@ -150,9 +151,9 @@ def _quiet(fd: bool = False) -> Iterator[None]:
 
 
 def open_tracker(run: Any, *, hyperparameters: dict[str, Any], resumed_from: int = 0) -> Tracker:
-    """The tracker of the run `run` (the `[run]` section: run.dir, run.report_to); `hyperparameters`
-    (the resolved config as a dict) go to W&B and Trackio; `resumed_from` is the last iteration
-    kept (events after it are redone)."""
+    """The tracker of the run `run` (the `[run]` section, config.RunConfig: run.dir, run.report_to;
+    typed Any because config.py imports this module); `hyperparameters` (the resolved config as a
+    dict) go to W&B and Trackio; `resumed_from` is the last iteration kept (events after it are redone)."""
     return Tracker(Path(run.dir), parse_report_to(run.report_to), hyperparameters=hyperparameters,
                    resumed_from=resumed_from)
 
@@ -210,8 +211,6 @@ class _Wandb:
         if resumed_from and id_path.exists():
             run_id = id_path.read_text(encoding="utf-8").strip()
         else:
-            from prover_cli.fsio.jsonl import write_text_atomic
-
             run_id = secrets.token_hex(8)
             write_text_atomic(id_path, run_id + "\n")  # whole or not at all: a resume reads it back
         if self.wandb.run is None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from prover_cli.es import fused_cpu, fused_gpu
+
 from prover_cli.es.noise.definition import (NOISE_NAME, NOISE_VERSION, SCALE, VARIANCE_S,  # noqa: F401
                                             fp32, noise_eager, perturbed, reference_noise, stream_key,
                                             updated)
@@ -24,25 +26,17 @@ from prover_cli.es.noise.definition import (NOISE_NAME, NOISE_VERSION, SCALE, VA
 def noise(key: int, start: int, stop: int, device="cpu"):
     """fp32 noise of flat elements start..stop-1 of the stream `key` (a fused path where one applies)."""
     if str(device) == "cpu" and _fused_cpu_ready():
-        from prover_cli.es import fused_cpu
-
         return fused_cpu.noise(key, start, stop)
     if str(device).startswith("cuda") and _fused_gpu_ready(device):
-        from prover_cli.es import fused_gpu
-
         return fused_gpu.noise(key, start, stop, device)
     return noise_eager(key, start, stop, device)
 
 
 def _fused_cpu_ready() -> bool:
-    from prover_cli.es import fused_cpu
-
     return fused_cpu.available()
 
 
 def _fused_gpu_ready(device) -> bool:
-    from prover_cli.es import fused_gpu
-
     return fused_gpu.available(device)
 
 
@@ -69,10 +63,7 @@ def _fused(master, out=None) -> str | None:
 
 def _fused_module(kind: str):
     if kind == "cpu":
-        from prover_cli.es import fused_cpu
-
         return fused_cpu
-    from prover_cli.es import fused_gpu
 
     return fused_gpu
 
@@ -89,8 +80,8 @@ def perturb_many(items: Sequence[tuple], scale32: float) -> None:
         batch = [(master, key, out.view(-1)) for (master, key, out), k in zip(items, kinds) if k == kind]
         if batch:
             _fused_module(kind).perturb_many(batch, scale32)
-    for (master, key, out), kind in zip(items, kinds):
-        if kind is None:
+    for (master, key, out), fused in zip(items, kinds):
+        if fused is None:
             out.copy_(perturbed(master, key, scale32).view(out.shape))  # copy_ casts: round to nearest even
 
 
@@ -101,8 +92,6 @@ def restore_many(items: Sequence[tuple]) -> None:
     """
     fused = [(master, out.view(-1)) for master, out in items if _fused(master, out) == "cpu"]
     if fused:
-        from prover_cli.es import fused_cpu
-
         fused_cpu.cast_many(fused)
     for master, out in items:
         if _fused(master, out) != "cpu":

@@ -34,9 +34,12 @@ from it. Nothing here uses a fused path, so CPU and GPU run the same elementwise
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from prover_cli.es.noise.full import fp32, noise, stream_key
+
+if TYPE_CHECKING:
+    from prover_cli.es.weights import NamedWeights
 
 FACTOR_SUFFIX = ("|lowrank-A", "|lowrank-B")
 KINDS = ("lowrank", "lora")  # es.noise values this module defines
@@ -83,7 +86,7 @@ def member_noise(noise_seed: int, name: str, master: Any, rank: int, kind: str =
     return total.mul_(rank_scale(rank))
 
 
-def perturb(weights: Any, noise_seed: int, scale32: float, rank: int, kind: str = "lowrank") -> None:
+def perturb(weights: NamedWeights, noise_seed: int, scale32: float, rank: int, kind: str = "lowrank") -> None:
     """The live weights := cast(master + scale32 * eps) with low-rank eps (cast(master) where `kind`
     leaves a tensor alone); the master stays untouched."""
     import torch
@@ -100,10 +103,11 @@ def perturb(weights: Any, noise_seed: int, scale32: float, rank: int, kind: str 
             for name, value in values:
                 weights._live[name].copy_(value)
         else:
+            assert weights._write is not None  # NamedWeights: `live` or `write`
             weights._write(values)
 
 
-def update(weights: Any, terms: Sequence[tuple[int, float]], rank: int, kind: str = "lowrank") -> float:
+def update(weights: NamedWeights, terms: Sequence[tuple[int, float]], rank: int, kind: str = "lowrank") -> float:
     """master += sum_k c_k * eps_k for terms [(noise seed, fp32 c_k)], in fp32 in term order; the L2 norm of the sum.
     Tensors `kind` leaves alone are not touched (not even by + 0)."""
     import torch

@@ -64,6 +64,7 @@ The package, in the order it is built (each file imports only the ones above it)
 - containers.py      `resources(config)`: what every remote function asks for, the members' warm window
 - costs.py           the billed lines, the held-out evaluation, the run's total, `es_iteration_cost`
 - dry_run.py         `plan()`: the `--dry-run` of `train es` / `train grpo`, locally or on Modal, its tables
+- explain.py         the dry run's explanations: per-function rows, roles, how the estimate is made
 - doctor_dry_run.py  `prover doctor --backend modal --dry-run`: its steps and their cost
 - docs.py            docs/modal.md's generated blocks; `__main__.py` rewrites them:
                      `python -m prover_cli.on_modal.plan docs/modal.md`

@@ -53,53 +53,69 @@ def resources(config: Any) -> dict[str, Resources]:
     gpu = gpu_spec(config)
     call_timeout_s = m.timeout_min * MINUTES
     both = (MODELS_MOUNT, RUNS_MOUNT)
-    host = gpu_container_size(config)  # cores, MiB of every gpu / trl image container
+    cores, mib = gpu_container_size(config)          # every gpu / trl image container
+    repl_cores, repl_mib = kernel_step_size(config)  # one REPL's share of a verification batch
     return {
         # Fetch base weights once into the models Volume, before any GPU container needs them.
-        "download_model": Resources("gpu", None, 2.0, 8 * 1024, 2 * HOURS, m.retries, 1, both),
-        "prepare_data": Resources("orchestrator", None, 2.0, 8 * 1024, 2 * HOURS, m.retries, 1, (RUNS_MOUNT,)),
+        "download_model": Resources(image="gpu", gpu=None, cpu=2.0, memory_mb=8 * 1024, timeout_s=2 * HOURS,
+                                    retries=m.retries, max_containers=1, volumes=both),
+        "prepare_data": Resources(image="orchestrator", gpu=None, cpu=2.0, memory_mb=8 * 1024, timeout_s=2 * HOURS,
+                                  retries=m.retries, max_containers=1, volumes=(RUNS_MOUNT,)),
         # Drives the Lean Sandboxes; each Sandbox has its own timeout, so this one only bounds the run.
-        "verify": Resources("orchestrator", None, 2.0, 4 * 1024, MAX_TIMEOUT_S, m.retries, 1, (RUNS_MOUNT,)),
+        "verify": Resources(image="orchestrator", gpu=None, cpu=2.0, memory_mb=4 * 1024, timeout_s=MAX_TIMEOUT_S,
+                            retries=m.retries, max_containers=1, volumes=(RUNS_MOUNT,)),
         # One batch of proofs: no Volumes, no secrets, no network (see sandbox.py). One core per
         # REPL (verify.workers), several GiB each for Mathlib's environment; killed after the
         # header plus every proof at its timeout; a Sandbox that fails gets one more attempt.
-        "verify_sandbox": Resources("lean", None, m.verify_cpus, m.verify_memory_gb * 1024,
-                                    verify_batch_timeout_s(config), 1, m.verify_max_containers, ()),
+        "verify_sandbox": Resources(image="lean", gpu=None, cpu=m.verify_cpus, memory_mb=m.verify_memory_gb * 1024,
+                                    timeout_s=verify_batch_timeout_s(config), retries=1,
+                                    max_containers=m.verify_max_containers, volumes=()),
         # One kernel-stage step (`lean -o` of one proof, the trusted target, or SafeVerify) in a
         # fresh Sandbox of its own (verify/kernel/, sandbox.SandboxRunner): one REPL's share of
         # the verification Sandbox, verify.kernel_check_workers at a time per batch.
-        "kernel_sandbox": Resources("lean", None, *kernel_step_size(config), kernel_step_timeout_s(config), 0,
-                                    m.verify_max_containers * kernel_workers(config.verify), ()),
+        "kernel_sandbox": Resources(image="lean", gpu=None, cpu=repl_cores, memory_mb=repl_mib,
+                                    timeout_s=kernel_step_timeout_s(config), retries=0,
+                                    max_containers=m.verify_max_containers * kernel_workers(config.verify), volumes=()),
         # The pipelined ES schedule (modal.es_member_gpus > 0): one REPL per Sandbox, warm for the
         # whole run (the header imported once), verify.workers of them per generating GPU.
-        "lean_worker": Resources("lean", None, *kernel_step_size(config), MAX_TIMEOUT_S, 1,
-                                 max(1, es_lean_workers(config)), ()),
+        "lean_worker": Resources(image="lean", gpu=None, cpu=repl_cores, memory_mb=repl_mib, timeout_s=MAX_TIMEOUT_S,
+                                 retries=1, max_containers=max(1, es_lean_workers(config)), volumes=()),
         # Declared so `modal deploy` builds the Lean image up front (Sandboxes alone would build it
         # on the first verification); it reports the image's Lean and Mathlib versions.
-        "lean_image_check": Resources("lean", None, 1.0, 4 * 1024, 10 * MINUTES, 0, 1, ()),
+        "lean_image_check": Resources(image="lean", gpu=None, cpu=1.0, memory_mb=4 * 1024, timeout_s=10 * MINUTES,
+                                      retries=0, max_containers=1, volumes=()),
         # `prover doctor --backend modal`: one short prompt on one GPU of the generation kind, and
         # the Volumes' commit/reload round trip between two small containers (doctor_plan below).
-        "doctor_gpu": Resources("gpu", gpu, *host, 30 * MINUTES, 0, 1, both),
-        "doctor_volumes": Resources("orchestrator", None, 1.0, 1024, 10 * MINUTES, 0, 1, both),
+        "doctor_gpu": Resources(image="gpu", gpu=gpu, cpu=cores, memory_mb=mib, timeout_s=30 * MINUTES,
+                                retries=0, max_containers=1, volumes=both),
+        "doctor_volumes": Resources(image="orchestrator", gpu=None, cpu=1.0, memory_mb=1024, timeout_s=10 * MINUTES,
+                                    retries=0, max_containers=1, volumes=both),
         # The ES held-out evaluation: one GPU container with the current weights (base + ledger), not
         # the whole population held (docs/modal.md); one call per evaluation.
-        "es_eval": Resources("gpu", gpu, *host, call_timeout_s, m.retries, 1, both),
+        "es_eval": Resources(image="gpu", gpu=gpu, cpu=cores, memory_mb=mib, timeout_s=call_timeout_s,
+                             retries=m.retries, max_containers=1, volumes=both),
         # vLLM loads once per container; modal.gpu_container_cpus cores and gpu_container_memory_gb
         # GiB of host RAM stage the weights and run the tokenizer and the engine's CPU side. One
         # call per `prover generate`.
-        "generate": Resources("gpu", gpu, *host, call_timeout_s, m.retries, 1, both),
+        "generate": Resources(image="gpu", gpu=gpu, cpu=cores, memory_mb=mib, timeout_s=call_timeout_s,
+                              retries=m.retries, max_containers=1, volumes=both),
         # One member per call, the population in one wave (max_containers); warm through the gap
         # between iterations (a cold member would replay the ledger); a member is a pure function
         # of (ledger, t, i), so retries are safe.
-        "es_member": Resources("gpu", gpu, *host, call_timeout_s, m.retries, m.max_containers, both,
+        "es_member": Resources(image="gpu", gpu=gpu, cpu=cores, memory_mb=mib, timeout_s=call_timeout_s,
+                               retries=m.retries, max_containers=m.max_containers, volumes=both,
                                scaledown_window_s=es_member_scaledown_window_s(config)),
         # Exactly one container writes a run's ledger; a retry resumes from it.
-        "train_es": Resources("gpu", gpu, *host, MAX_TIMEOUT_S, m.retries, 1, both),
+        "train_es": Resources(image="gpu", gpu=gpu, cpu=cores, memory_mb=mib, timeout_s=MAX_TIMEOUT_S,
+                              retries=m.retries, max_containers=1, volumes=both),
         # Not retried: a GRPO retry would refuse the existing run; resume it with `--resume`
         # (from <run.dir>/checkpoints/ on the runs Volume).
-        "train_grpo": Resources("trl", gpu, *host, MAX_TIMEOUT_S, 0, 1, both),
+        "train_grpo": Resources(image="trl", gpu=gpu, cpu=cores, memory_mb=mib, timeout_s=MAX_TIMEOUT_S,
+                                retries=0, max_containers=1, volumes=both),
         # CPU by default; functions.py adds the GPU for `--device cuda` (same bits either way).
-        "replay_seeds": Resources("gpu", None, *host, call_timeout_s, m.retries, 1, both),
+        "replay_seeds": Resources(image="gpu", gpu=None, cpu=cores, memory_mb=mib, timeout_s=call_timeout_s,
+                                  retries=m.retries, max_containers=1, volumes=both),
         # CPU by default; functions.py adds the GPU when eval generates (not for `--verdicts`).
-        "eval": Resources("gpu", None, *host, MAX_TIMEOUT_S, m.retries, 1, both),
+        "eval": Resources(image="gpu", gpu=None, cpu=cores, memory_mb=mib, timeout_s=MAX_TIMEOUT_S,
+                          retries=m.retries, max_containers=1, volumes=both),
     }

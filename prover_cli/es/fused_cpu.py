@@ -4,7 +4,7 @@ The eager torch path (es/noise/full.py) runs each integer step of the hash as it
 int64 temporaries: about ten passes over memory per element. Here one small C function per job
 computes the hash, the Irwin-Hall sum, the fp32 multiply and the add per element, reading the
 fp32 master once and writing the live weight once. It keeps exactly the bits of
-`noise_definition.reference_noise` and of the documented update:
+`es/noise/definition.py reference_noise` and of the documented update:
 
 - the hash is unsigned 64-bit C arithmetic (wraps mod 2^64, logical shifts): exact everywhere;
 - eps = fp32(S - 131070) * SCALE, then eps * c, then + base: one IEEE operation each, rounded

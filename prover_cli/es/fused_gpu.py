@@ -4,7 +4,7 @@ On CUDA the eager torch path (es/noise/full.py) runs each integer step of the ha
 over int64 temporaries: about ten passes over memory per element. Here one Triton program per
 BLOCK elements computes the hash, the Irwin-Hall sum, the fp32 multiply and the add in
 registers, reading the fp32 master once and writing the live weight once (fused_cpu.py is the same
-idea on CPU). It keeps exactly the bits of `noise_definition.reference_noise` and of the eager
+idea on CPU). It keeps exactly the bits of `es/noise/definition.py reference_noise` and of the eager
 ops:
 
 - the hash is tl.uint64 arithmetic: multiplies wrap mod 2^64, and `>>` on an unsigned type is a

@@ -26,7 +26,7 @@ head, norms, biases) is neither perturbed nor updated. So a member is exactly a 
 the base weights, and vLLM generates the whole population in one engine call (es/vllm_lora.py);
 the transformers sampler runs the same definition through `perturb` below.
 
-The update is the definition of `noise_definition.updated` with E_k in place of eps_k: a fp32 sum
+The update is the definition of `definition.updated` (es/noise/definition.py) with E_k in place of eps_k: a fp32 sum
 from +0 over the terms in order, then added to the fp32 master once, and the live weights restored
 from it. Nothing here uses a fused path, so CPU and GPU run the same elementwise ops.
 """

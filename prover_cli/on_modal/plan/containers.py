@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from prover_cli.config import Config
 from prover_cli.on_modal.plan.iteration import es_lean_workers, _timings, _work_per_iteration
 from prover_cli.on_modal.plan.pins import MODELS_MOUNT, RUNS_MOUNT
 from prover_cli.on_modal.plan.sizing import (
@@ -22,13 +23,13 @@ from prover_cli.on_modal.plan.sizing import (
 )
 
 
-def es_gap_s(config: Any) -> float:
+def es_gap_s(config: Config) -> float:
     """Estimated seconds an ES member waits between its calls: the iteration minus its own generation."""
     work = _work_per_iteration(config, "train_es")
     return _timings(config, "train_es", work).iteration_s - _timings(config, "train_es", work).generation_s
 
 
-def es_gap_bound_s(config: Any) -> float:
+def es_gap_bound_s(config: Config) -> float:
     """The longest a member may legitimately wait between its calls: the other generation waves,
     then every verification wave running to its Sandboxes' timeout (`verify_batch_timeout_s`:
     header + every proof at its own timeout) plus the kernel stage's estimated time, then the update."""
@@ -40,14 +41,14 @@ def es_gap_bound_s(config: Any) -> float:
             + UPDATE_MARGIN_S)
 
 
-def es_member_scaledown_window_s(config: Any) -> int:
+def es_member_scaledown_window_s(config: Config) -> int:
     """Long enough to outlast the longest legitimate gap between iterations (at least 5 minutes, at
     most Modal's 1 h): a member that went cold replays the ledger from the newest snapshot, so
     idling through any gap the verification bound allows is the cheaper choice."""
     return int(min(MAX_SCALEDOWN_WINDOW_S, max(5 * MINUTES, math.ceil(es_gap_bound_s(config)))))
 
 
-def resources(config: Any) -> dict[str, Resources]:
+def resources(config: Config) -> dict[str, Resources]:
     """Resources of every remote function, from `[modal]` (and `[verify]` for the Lean Sandboxes)."""
     m = config.modal
     gpu = gpu_spec(config)

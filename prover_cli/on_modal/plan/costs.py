@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from prover_cli.config import Config
+from prover_cli.on_modal.calibration import resolve
+from prover_cli.on_modal.gpu_memory import GpuMemory, rounds
+from prover_cli.verify.kernel.pins import pin_for
 from prover_cli.on_modal.plan.containers import resources
 from prover_cli.on_modal.plan.iteration import (
     es_gpus_billed,
@@ -30,7 +35,7 @@ from prover_cli.on_modal.plan.sizing import (
 )
 
 
-def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_Line]:
+def _billed_lines(config: Config, command: str, work: _Work, t: _Timings) -> list[_Line]:
     res = resources(config)
     lines: list[_Line] = []
     if command == "train_es" and es_pipelined(config):
@@ -67,7 +72,7 @@ def _billed_lines(config: Any, command: str, work: _Work, t: _Timings) -> list[_
     return lines
 
 
-def kernel_batches(config: Any, command: str, work: _Work, t: _Timings) -> tuple[int, int]:
+def kernel_batches(config: Config, command: str, work: _Work, t: _Timings) -> tuple[int, int]:
     """(passes per kernel-stage batch, batches per iteration): a verification batch's passes, or in the
     pipelined ES schedule one member's (its proofs reach Lean together)."""
     rate = config.modal.est_pass_rate
@@ -77,16 +82,14 @@ def kernel_batches(config: Any, command: str, work: _Work, t: _Timings) -> tuple
     return math.ceil(t.proofs_per_batch * rate), t.batches
 
 
-def _imports_said(config: Any) -> str:
-    from prover_cli.verify.kernel.pins import pin_for
-
+def _imports_said(config: Config) -> str:
     pin = pin_for(config.verify.lean_toolchain)
     if pin is not None and pin.dialect == "batch":
         return f"prover_check imports once per {config.verify.kernel_batch_size} proofs (verify.kernel_batch_size)"
     return "SafeVerify imports four times per proof"
 
 
-def kernel_check_core_s_per_proof(config: Any) -> float:
+def kernel_check_core_s_per_proof(config: Config) -> float:
     """Expected core-seconds of the kernel stage per proof sent to Lean: the pass rate times one
     pass's amortised seconds (`kernel_s_per_pass`, over one verification batch's passes) times the
     cores of its Sandboxes (0 with verify.kernel_check = false)."""
@@ -97,7 +100,7 @@ def kernel_check_core_s_per_proof(config: Any) -> float:
     return config.modal.est_pass_rate * kernel_s_per_pass(config, passes) * cores
 
 
-def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
+def _heldout_cost(config: Config, command: str, work: _Work, t: _Timings, res: dict[str, Any]) -> dict[str, Any]:
     """One held-out evaluation on Modal: two generation calls (sampled, greedy), then its proofs through Lean.
     GRPO: in the trainer's container (its GPU held meanwhile), its proofs in batch Sandboxes as a step's.
     ES, pipelined: on the loop's own GPU, with its live weights (es/train.py: no replay, no container
@@ -107,8 +110,6 @@ def _heldout_cost(config: Any, command: str, work: _Work, t: _Timings, res: dict
     warm members wait. Both ES placements check its proofs as the Sandbox placement sizes the pool
     (sandbox.sandbox_concurrency): `verify.workers` REPL Sandboxes per `modal.verify_batch_size`
     proofs, each up for a batch's lifetime (header, its proofs, its kernel stage)."""
-    from prover_cli.on_modal.gpu_memory import rounds
-
     evaluations, samples = heldout_evaluations(config, work.iterations)
     r = config.run
     calls = 1 if r.eval_temperature == 0 else 2
@@ -167,7 +168,7 @@ def _unit_cost(command: str, work: _Work, t: _Timings, usd: float) -> dict[str, 
     """The same unit for ES and GRPO: the GPU-busy share of billed GPU-seconds, USD per 1,000 samples.
     GPU-busy counts generation (ES: and the members' catch-up; GRPO: and its forward and backward passes)."""
     if command == "train_es":
-        busy = t.es.gpu_busy_fraction
+        busy = t.simulated.gpu_busy_fraction
     else:
         busy = (t.generation_s + work.train_s) / t.iteration_s if t.iteration_s else 0.0
     return {"gpu_busy_fraction": busy, "usd_per_1k_samples": 1000 * usd / work.samples if work.samples else 0.0}
@@ -188,7 +189,7 @@ class _Costs:
     total: float              # the run: every iteration, the held-out evaluations, the once-per-run tail
 
 
-def _costs(config: Any, command: str, work: _Work) -> _Costs:
+def _costs(config: Config, command: str, work: _Work) -> _Costs:
     """What one iteration (and the run) costs as `config` prices it."""
     res = resources(config)
     t = _timings(config, command, work)
@@ -213,14 +214,12 @@ def _costs(config: Any, command: str, work: _Work) -> _Costs:
     return _Costs(t, lines, breakdown, cost, heldout, once_usd, tail, total)
 
 
-def with_resident_slowdown(config: Any, slowdown: float) -> Any:
+def with_resident_slowdown(config: Config, slowdown: float) -> Config:
     """`config` with another `modal.est_resident_slowdown`."""
-    from dataclasses import replace
-
     return replace(config, modal=replace(config.modal, est_resident_slowdown=slowdown))
 
 
-def _key_said(config: Any, dotted: str) -> str:
+def _key_said(config: Config, dotted: str) -> str:
     """`modal.gpu = "H100" (configs/kimina-es.toml)`: a key, its value and where it was set."""
     section, key = dotted.split(".")
     value = getattr(getattr(config, section), key)
@@ -228,7 +227,7 @@ def _key_said(config: Any, dotted: str) -> str:
     return f"{dotted} = {value!r} ({origin or 'the default'})"
 
 
-def memory_problem(config: Any, command: str, gpus: list[Any]) -> str | None:
+def memory_problem(config: Config, command: str, gpus: list[GpuMemory]) -> str | None:
     """Why this config's GPUs cannot hold what it puts on them (gpu_memory.py), naming the config
     file and the keys that size it; None when every GPU fits."""
     for gpu in gpus:
@@ -245,19 +244,17 @@ def memory_problem(config: Any, command: str, gpus: list[Any]) -> str | None:
     return None
 
 
-def gpu_memory_problem(config: Any, command: str) -> str | None:
+def gpu_memory_problem(config: Config, command: str) -> str | None:
     """Why a `train es` / `train grpo` run of this config would not fit its GPUs (the plan's refusal,
     calibration included), or None; remote.run_remote refuses such a run before anything is billed."""
     if command not in ("train_es", "train_grpo"):
         return None
-    from prover_cli.on_modal.calibration import resolve
-
     figures = resolve(config)
     _, gpus = _memory(figures.config, command, figures.memory)
     return memory_problem(figures.config, command, gpus)
 
 
-def es_iteration_cost(config: Any) -> dict[str, Any]:
+def es_iteration_cost(config: Config) -> dict[str, Any]:
     """One ES iteration on Modal as the plan bills it (the same lines as `--dry-run`'s table, kernel
     stage included), with the simulated schedule's wall time and GPU-busy share. `config` is priced
     as given: resolve a calibration first (calibration.resolve) to use measured figures."""
@@ -268,13 +265,13 @@ def es_iteration_cost(config: Any) -> dict[str, Any]:
     _, gpus = _memory(config, "train_es")
     return {"schedule": "pipelined" if pipelined else "barrier", "iteration_s": t.iteration_s, "usd": usd,
             "fits": memory_problem(config, "train_es", gpus) is None, "memory_checked": bool(gpus),
-            "gpu_busy_fraction": t.es.gpu_busy_fraction, "gpus_billed": es_gpus_billed(config),
+            "gpu_busy_fraction": t.simulated.gpu_busy_fraction, "gpus_billed": es_gpus_billed(config),
             "resident": config.modal.es_members_per_gpu if pipelined else 1,
             "lean_workers": es_lean_workers(config) if pipelined else t.batches * config.verify.workers,
             "usd_per_1k_samples": 1000 * usd / work.samples if work.samples else 0.0, "config": config}
 
 
-def cheapest_es_pipeline(config: Any, *, max_iteration_s: float,
+def cheapest_es_pipeline(config: Config, *, max_iteration_s: float,
                          resident_options: tuple[int, ...] = (1, 2, 4, 8)) -> dict[str, Any] | None:
     """The pipelined schedule (member containers 1..population - 1 beside the loop's GPU x members per
     GPU) of least USD per iteration whose iteration ends within `max_iteration_s` and whose GPUs hold

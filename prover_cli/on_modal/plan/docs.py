@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from typing import Any
+
+from prover_cli.config import load_config
 from prover_cli.on_modal.plan.dry_run import plan
 
 
@@ -26,8 +28,6 @@ def _markdown(columns: list[str], rows: list[list[Any]]) -> list[str]:
 
 def docs_block(config_path: str) -> str:
     """The Markdown figures for one config: the per-function table, the breakdown, the totals."""
-    from prover_cli.config import load_config
-
     config = load_config(config_path, ["modal.calibration=none"])   # the estimates: the same on every machine
     command = "train_grpo" if config_path.endswith("grpo.toml") else "train_es"
     p = plan(config, command=command, backend="modal")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from prover_cli.config import Config
+from prover_cli.on_modal.calibration import check_physics, generation_batch
+from prover_cli.verify.lean.canary import canaries_for
 from prover_cli.on_modal.plan.containers import resources
 from prover_cli.on_modal.plan.pins import image_specs
 from prover_cli.on_modal.plan.sizing import decode_tokens_per_s, gpu_spec, _Line, Resources
@@ -30,7 +34,7 @@ class DoctorStep:
     sandbox: bool = False
     containers: int = 1
 
-    def usd(self, config: Any, seconds: float | None) -> float | None:
+    def usd(self, config: Config, seconds: float | None) -> float | None:
         """What `seconds` of this step's containers cost at the `[modal]` prices (None: unpriced)."""
         if self.resources is None or seconds is None:
             return None
@@ -38,10 +42,7 @@ class DoctorStep:
         return sum(line.usd(config).values())
 
 
-def doctor_steps(config: Any) -> list[DoctorStep]:
-    from prover_cli.on_modal.calibration import generation_batch
-    from prover_cli.verify.lean.canary import canaries_for
-
+def doctor_steps(config: Config) -> list[DoctorStep]:
     m, res = config.modal, resources(config)
     canaries = len(canaries_for(config.verify))
     sandbox = res["verify_sandbox"]
@@ -71,10 +72,8 @@ def doctor_steps(config: Any) -> list[DoctorStep]:
     ]
 
 
-def doctor_plan(config: Any) -> dict[str, Any]:
+def doctor_plan(config: Config) -> dict[str, Any]:
     """`prover doctor --backend modal --dry-run`: each step, where it runs, its estimated time and cost."""
-    from prover_cli.on_modal.calibration import check_physics
-
     check_physics(config)   # a figure of 1e308 is refused, never priced
     steps = doctor_steps(config)
     rows, total = [], 0.0

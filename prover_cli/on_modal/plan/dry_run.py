@@ -41,7 +41,7 @@ from prover_cli.on_modal.plan.sizing import (
 # The plan
 # --------------------------------------------------------------------------------------------
 
-def plan(config: Any, *, command: str, backend: str, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def plan(config: Config, *, command: str, backend: str, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     """The `--dry-run` of `train es` / `train grpo`: what runs where, and (on Modal) the cost."""
     if command not in ("train_es", "train_grpo"):
         raise ValueError(f"no plan for {command!r}")  # the CLI only asks for these two
@@ -51,7 +51,7 @@ def plan(config: Any, *, command: str, backend: str, reporter: Any = NULL_REPORT
     return _modal_plan(config, command, work)
 
 
-def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
+def _local_plan(config: Config, command: str, work: _Work) -> dict[str, Any]:
     device = config.model.device
     sampler = config.generate.backend
     reward = (f"Lean REPL pool in this process: {config.verify.workers} `{' '.join(config.verify.repl_command)}` processes"
@@ -92,7 +92,7 @@ def _local_plan(config: Any, command: str, work: _Work) -> dict[str, Any]:
     }
 
 
-def _figure_value(config: Any, name: str, figures: Any) -> Any:
+def _figure_value(config: Config, name: str, figures: Figures) -> Any:
     m = config.modal
     if name == "kernel_peak_memory_gib":
         return round(figures.kernel_peak_memory_gib, 2) if figures.kernel_peak_memory_gib is not None else "-"
@@ -112,7 +112,7 @@ def _memory_rows(gpus: list[Any]) -> list[list[Any]]:
     return [row for gpu in gpus for row in gpu.rows()]
 
 
-def _summary_rows(config: Any, command: str, work: _Work, c: _Costs, at_slowdown: dict[str, Any], figures: Any,
+def _summary_rows(config: Config, command: str, work: _Work, c: _Costs, at_slowdown: dict[str, Any], figures: Any,
                   gpus: list[Any], credentials: bool, schedule: str) -> list[list[Any]]:
     """The dry run's first lines: the total, the USD per iteration (ES: at both resident slowdowns),
     the memory verdict and whether Modal credentials were found."""

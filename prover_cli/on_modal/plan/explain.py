@@ -79,7 +79,7 @@ def _wall_note(config: Config, command: str, t: _Timings) -> str:
     m = config.modal
     if command != "train_es":
         return f"generation + {t.verify_waves} verification wave(s) = {t.iteration_s:.0f} s"
-    r = t.es
+    r = t.simulated
     if es_one_call(config):
         return (f"one call (es.noise = \"lora\", schedule.simulate): every member a LoRA adapter on the loop's engine, "
                 f"all {config.es.population} members' sequences in {t.generation_s:.0f} s of generation (its KV rounds), "

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from prover_cli.config import MODAL_GPUS
+from prover_cli.config import MODAL_GPUS, Config
 from prover_cli.errors import ConfigError
+from prover_cli.on_modal.gpu_memory import GpuMemory, ModelFacts, es_gpus, gpu_memory, grpo_train_s, model_facts, rounds
+from prover_cli.on_modal.schedule import IterationWork, Prices, Result, Schedule, simulate
 from prover_cli.on_modal.plan.sizing import (
     decode_tokens_per_s,
     gpu_container_size,
@@ -31,19 +33,16 @@ class _Work:
     train_note: str = ""
 
 
-def _memory(config: Any, command: str, measured: dict[str, float] | None = None) -> tuple[Any, list[Any]]:
+def _memory(config: Config, command: str,
+            measured: dict[str, float] | None = None) -> tuple[ModelFacts | None, list[GpuMemory]]:
     """(the model's shape, each GPU's memory: gpu_memory.py) as this config lays its engines out."""
-    from prover_cli.on_modal.gpu_memory import gpu_memory
-
     return gpu_memory(config, command, pipelined=command == "train_es" and es_pipelined(config), measured=measured)
 
 
-def _kv_capacity(config: Any, command: str, *, heldout: bool = False) -> int:
+def _kv_capacity(config: Config, command: str, *, heldout: bool = False) -> int:
     """Sequences one engine holds at once where the call runs (0: not known here). ES: a member GPU's
     engine; its held-out evaluation on the loop's engine 0 (pipelined) or es_eval's one engine (barrier)."""
     if command == "train_es" and heldout and not es_pipelined(config):
-        from prover_cli.on_modal.gpu_memory import es_gpus, model_facts
-
         facts = model_facts(config)
         gpus = es_gpus(config, facts, pipelined=False) if facts and config.modal.gpu in MODAL_GPUS else []
     else:
@@ -53,7 +52,7 @@ def _kv_capacity(config: Any, command: str, *, heldout: bool = False) -> int:
     return gpus[0 if heldout else -1].kv_sequences
 
 
-def es_schedule_problem(config: Any) -> str | None:
+def es_schedule_problem(config: Config) -> str | None:
     """Why this config's ES schedule cannot run (None: it can). `es.noise = "lora"` generates the
     whole population in one call on the loop's engine, so it cannot be split over member containers
     (`modal.es_member_gpus` > 0, the pipelined schedule): the dry run and a real run
@@ -67,7 +66,7 @@ def es_schedule_problem(config: Any) -> str | None:
             f"{origins.get('modal.es_member_gpus') or 'the default'})")
 
 
-def es_one_call(config: Any) -> bool:
+def es_one_call(config: Config) -> bool:
     """`es.noise = "lora"`: every member a LoRA adapter, the population one call on the loop's engine
     (es/vllm_lora.py); refused beside the pipelined schedule, which splits members over engines."""
     problem = es_schedule_problem(config)
@@ -76,9 +75,7 @@ def es_one_call(config: Any) -> bool:
     return config.es.noise == "lora"
 
 
-def _work_per_iteration(config: Any, command: str) -> _Work:
-    from prover_cli.on_modal.gpu_memory import grpo_train_s, model_facts, rounds
-
+def _work_per_iteration(config: Config, command: str) -> _Work:
     lean = config.data.task == "lean"
     if command == "train_es":
         es = config.es
@@ -98,7 +95,7 @@ def _work_per_iteration(config: Any, command: str) -> _Work:
                  train_s=train_s, train_note=how)
 
 
-def heldout_evaluations(config: Any, iterations: int) -> tuple[int, int]:
+def heldout_evaluations(config: Config, iterations: int) -> tuple[int, int]:
     """(evaluations, samples per evaluation) of the held-out evaluation (prover_cli/training/heldout.py): the base,
     every `run.eval_every` iterations and the last; sampled (`run.eval_n`, once at temperature 0) plus greedy."""
     r = config.run
@@ -122,10 +119,17 @@ class _Timings:
     iteration_s: float        # wall time of one iteration / step
     kernel_passes: int = 0    # fast-path passes per iteration, each through the kernel stage
     kernel_s: float = 0.0     # one batch's kernel stage, wall (its passes, verify.workers at a time)
-    es: Any = None            # ES: the simulated iteration (schedule.Result), which sets iteration_s
+    es: Result | None = None  # ES: the simulated iteration (schedule.Result), which sets iteration_s
+
+    @property
+    def simulated(self) -> Result:
+        """ES: the simulated iteration (`_timings` sets it); a GRPO step has none."""
+        if self.es is None:
+            raise ValueError("no simulated ES iteration: these are a GRPO step's timings")
+        return self.es
 
 
-def _timings(config: Any, command: str, work: _Work) -> _Timings:
+def _timings(config: Config, command: str, work: _Work) -> _Timings:
     m, v = config.modal, config.verify
     generation_s = work.rounds * work.decode_tokens / decode_tokens_per_s(config)
     if command == "train_es":
@@ -149,10 +153,6 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
                  iteration_s, kernel_passes, kernel_s)
     if command != "train_es":
         return t
-    from dataclasses import replace
-
-    from prover_cli.on_modal.schedule import simulate
-
     result = simulate(*es_simulation_inputs(config, work, t))
     return replace(t, iteration_s=result.iteration_s, es=result, batches=result.batches,
                    gen_containers=es_member_containers(config))
@@ -164,12 +164,12 @@ def _timings(config: Any, command: str, work: _Work) -> _Timings:
 # One code path: the plan prices the iteration the simulator lays out, and
 # benchmarks/bench_pipeline.py prints the plan's figures for both schedules.
 
-def es_pipelined(config: Any) -> bool:
+def es_pipelined(config: Config) -> bool:
     """modal.es_member_gpus > 0: a few GPUs evaluate the members one after another (docs/modal.md)."""
     return config.modal.es_member_gpus > 0
 
 
-def es_generating_gpus(config: Any) -> int:
+def es_generating_gpus(config: Config) -> int:
     """GPUs that generate members. Barrier: the ESMember containers, one per member (at most
     modal.max_containers), the loop's GPU waiting on top. Pipelined: the loop's GPU (share 0) and
     modal.es_member_gpus member containers, at most one per member (pipeline.shares: member i on
@@ -181,35 +181,33 @@ def es_generating_gpus(config: Any) -> int:
     return min(config.es.population, config.modal.max_containers)
 
 
-def es_member_containers(config: Any) -> int:
+def es_member_containers(config: Config) -> int:
     """ESMember containers up in an iteration (the loop's container apart)."""
     if es_one_call(config):
         return 0
     return es_generating_gpus(config) - 1 if es_pipelined(config) else es_generating_gpus(config)
 
 
-def es_gpus_billed(config: Any) -> int:
+def es_gpus_billed(config: Config) -> int:
     """GPU containers billed through an ES iteration: the loop's and the members'."""
     return es_member_containers(config) + 1
 
 
-def es_lean_workers(config: Any) -> int:
+def es_lean_workers(config: Config) -> int:
     """Pipelined: Lean REPL workers, `verify.workers` per generating GPU, the loop's included (its
     share's verification pool, kept warm through the share: `verify_records(keep_warm=True)`, pipeline.py)."""
     return es_generating_gpus(config) * config.verify.workers
 
 
-def es_kernel_latency_s(config: Any) -> float:
+def es_kernel_latency_s(config: Config) -> float:
     """Pipelined: from a pass's fast-path verdict to its kernel verdict: its `lean -o`, then one checker
     process (its import and check) in fresh Sandboxes; 0 with the stage off."""
     m = config.modal
     return m.est_kernel_check_s_per_proof + m.est_kernel_import_s if config.verify.kernel_check else 0.0
 
 
-def es_prices(config: Any) -> Any:
+def es_prices(config: Config) -> Prices:
     """What the simulator bills: a GPU container, one warm REPL worker's Sandbox, one batch Sandbox (per hour)."""
-    from prover_cli.on_modal.schedule import Prices
-
     functions, sandbox = unit_prices(config), unit_prices(config, sandbox=True)
     cores, mib = gpu_container_size(config)
     gpu = (functions["gpu"] * config.modal.gpus_per_container + cores * functions["cpu"]
@@ -220,21 +218,17 @@ def es_prices(config: Any) -> Any:
     return Prices(gpu_per_hour=gpu, lean_worker_per_hour=worker, sandbox_per_hour=batch)
 
 
-def with_es_schedule(config: Any, member_gpus: int, per_gpu: int) -> Any:
+def with_es_schedule(config: Config, member_gpus: int, per_gpu: int) -> Config:
     """`config` with another ES schedule (modal.es_member_gpus, modal.es_members_per_gpu)."""
-    from dataclasses import replace
-
     return replace(config, modal=replace(config.modal, es_member_gpus=member_gpus, es_members_per_gpu=per_gpu))
 
 
-def es_simulation_inputs(config: Any, work: _Work, t: _Timings) -> tuple[Any, Any, Any]:
+def es_simulation_inputs(config: Config, work: _Work, t: _Timings) -> tuple[IterationWork, Schedule, Prices]:
     """(IterationWork, Schedule, Prices) of one ES iteration as `modal.es_member_gpus` lays it out."""
-    from prover_cli.on_modal.schedule import IterationWork, Schedule
-
     m, v = config.modal, config.verify
     calls = work.generation_calls   # es.population, or 1 with the LoRA path (every member in one call)
     proofs_per_member = work.proofs // calls if work.proofs else 0
-    common = dict(members=calls, generation_s=t.generation_s, proofs_per_member=proofs_per_member,
+    common: dict[str, Any] = dict(members=calls, generation_s=t.generation_s, proofs_per_member=proofs_per_member,
                   proof_s=m.est_verify_s_per_proof, header_s=m.est_header_s, update_s=m.est_update_s)
     if es_one_call(config):
         # the loop's engine generates every member at once (its rounds are in generation_s), then the

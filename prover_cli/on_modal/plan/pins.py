@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from prover_cli.verify.kernel.pins import pin_for
+
 # --------------------------------------------------------------------------------------------
 # Images: every requirement string each one installs, with the reason for each pin
 # --------------------------------------------------------------------------------------------
@@ -90,8 +92,6 @@ LEAN_EXECUTABLES = {
 
 
 def _checker_pin(lean_toolchain: str) -> str:
-    from prover_cli.verify.kernel.pins import pin_for
-
     pin = pin_for(lean_toolchain)
     return pin.describe if pin else "none pinned for this toolchain (verify.kernel_check = true refuses)"
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from prover_cli.config import MODAL_GPUS
+from prover_cli.config import MODAL_GPUS, Config, VerifyConfig
+from prover_cli.on_modal.calibration import check_physical_key, resolve
+from prover_cli.verify.kernel.pins import kernel_workers as workers
+from prover_cli.verify.kernel.pins import pin_for
 
 MINUTES = 60
 HOURS = 60 * MINUTES
@@ -37,7 +39,7 @@ class Resources:
         return int(self.gpu.split(":")[1]) if self.gpu and ":" in self.gpu else (1 if self.gpu else 0)
 
 
-def verify_batch_timeout_s(config: Any) -> int:
+def verify_batch_timeout_s(config: Config) -> int:
     """Long enough for the header plus every proof of a batch hitting its own timeout, no more:
     a wedged Sandbox is then killed and its proofs retried once, never waited on forever."""
     v, m = config.verify, config.modal
@@ -45,20 +47,16 @@ def verify_batch_timeout_s(config: Any) -> int:
     return int(v.header_timeout_s + rounds * (v.timeout_s + 5) + 2 * MINUTES)
 
 
-def kernel_workers(verify_config: Any) -> int:
-    from prover_cli.verify.kernel.pins import kernel_workers as workers
-
+def kernel_workers(verify_config: VerifyConfig) -> int:
     return workers(verify_config)
 
 
-def kernel_imports_per_batch(config: Any, passes: int) -> tuple[int, float]:
+def kernel_imports_per_batch(config: Config, passes: int) -> tuple[int, float]:
     """(checker processes, header imports) for `passes` proofs of one verification batch, by the
     design of the pinned checker: prover_check imports once per process of up to
     verify.kernel_batch_size proofs; SafeVerify (2026) takes one pair per process and imports the
     header four times in it (`checkImportSuperset` twice, then one `replayFile` per side; its
     Main.lean at b291b588)."""
-    from prover_cli.verify.kernel.pins import pin_for
-
     pin = pin_for(config.verify.lean_toolchain)
     if pin is not None and pin.dialect == "batch":
         processes = math.ceil(passes / config.verify.kernel_batch_size)
@@ -66,7 +64,7 @@ def kernel_imports_per_batch(config: Any, passes: int) -> tuple[int, float]:
     return passes, 4.0 * passes
 
 
-def kernel_s_per_pass(config: Any, passes_per_batch: int) -> float:
+def kernel_s_per_pass(config: Config, passes_per_batch: int) -> float:
     """Seconds of kernel-stage work per fast-path pass, amortised over a verification batch's
     passes: the per-proof part (modal.est_kernel_check_s_per_proof) plus the batch's header
     imports (modal.est_kernel_import_s each) shared among its passes."""
@@ -75,7 +73,7 @@ def kernel_s_per_pass(config: Any, passes_per_batch: int) -> float:
     return config.modal.est_kernel_check_s_per_proof + imports * config.modal.est_kernel_import_s / passes
 
 
-def kernel_step_size(config: Any) -> tuple[float, int]:
+def kernel_step_size(config: Config) -> tuple[float, int]:
     """(cores, MiB) of one kernel-stage Sandbox: what one REPL of a verification Sandbox gets."""
     v, m = config.verify, config.modal
     memory_mb = (m.kernel_sandbox_memory_gb * 1024 if m.kernel_sandbox_memory_gb
@@ -83,11 +81,9 @@ def kernel_step_size(config: Any) -> tuple[float, int]:
     return max(1.0, m.verify_cpus / v.workers), memory_mb
 
 
-def kernel_memory_problem(config: Any) -> str | None:
+def kernel_memory_problem(config: Config) -> str | None:
     """Why a kernel-stage Sandbox of this config would run out of memory, by the doctor's measured
     peak (the calibration file), or None: no kernel stage, no measured peak, or it fits."""
-    from prover_cli.on_modal.calibration import resolve
-
     if config.data.task != "lean" or not config.verify.kernel_check:
         return None
     figures = resolve(config)
@@ -99,33 +95,29 @@ def kernel_memory_problem(config: Any) -> str | None:
             f"to at least {math.ceil(figures.kernel_peak_memory_gib)}")
 
 
-def kernel_step_timeout_s(config: Any) -> int:
+def kernel_step_timeout_s(config: Config) -> int:
     """The step's own deadline (verify.kernel_check_timeout_s) plus the Sandbox's start."""
     return int(config.verify.kernel_check_timeout_s + 5 * MINUTES)
 
 
-def gpu_spec(config: Any) -> str:
+def gpu_spec(config: Config) -> str:
     """Modal's GPU string: `H100:1`."""
     return f"{config.modal.gpu}:{config.modal.gpus_per_container}"
 
 
-def gpu_price_per_hour(config: Any) -> float:
+def gpu_price_per_hour(config: Config) -> float:
     """USD per GPU-hour: `modal.gpu_price_per_hour`, or (0) Modal's list price of `modal.gpu`."""
-    from prover_cli.on_modal.calibration import check_physical_key
-
     m = config.modal
     return check_physical_key(config, "gpu_price_per_hour") or MODAL_GPUS[m.gpu].usd_per_hour
 
 
-def decode_tokens_per_s(config: Any) -> float:
+def decode_tokens_per_s(config: Config) -> float:
     """One sequence's decode speed: `modal.est_decode_tokens_per_s`, or (0) the estimate for `modal.gpu`."""
-    from prover_cli.on_modal.calibration import check_physical_key
-
     m = config.modal
     return check_physical_key(config, "est_decode_tokens_per_s") or MODAL_GPUS[m.gpu].est_decode_tokens_per_s
 
 
-def gpu_container_size(config: Any) -> tuple[float, int]:
+def gpu_container_size(config: Config) -> tuple[float, int]:
     """(cores, MiB) every container of the gpu and trl images reserves (and is billed for)."""
     return config.modal.gpu_container_cpus, config.modal.gpu_container_memory_gb * 1024
 
@@ -133,7 +125,7 @@ def gpu_container_size(config: Any) -> tuple[float, int]:
 UPDATE_MARGIN_S = 2 * MINUTES  # the loop's update, ledger write and commit between verification and the next call
 
 
-def cold_member_replay(config: Any) -> tuple[int, float]:
+def cold_member_replay(config: Config) -> tuple[int, float]:
     """(iterations, seconds) a cold member replays at worst before it can generate: up to
     `es.snapshot_every` iterations after the newest snapshot, or the whole ledger without one."""
     es = config.es
@@ -159,12 +151,12 @@ class _Line:
         return {"gpu": self.container_s * self.r.gpu_count, "cpu": self.container_s * self.r.cpu,
                 "memory": self.container_s * self.r.memory_mb / 1024}
 
-    def usd(self, config: Any) -> dict[str, float]:
+    def usd(self, config: Config) -> dict[str, float]:
         prices = unit_prices(config, sandbox=self.sandbox)
         return {kind: unit_s / HOURS * prices[kind] for kind, unit_s in self.seconds().items()}
 
 
-def unit_prices(config: Any, *, sandbox: bool = False) -> dict[str, float]:
+def unit_prices(config: Config, *, sandbox: bool = False) -> dict[str, float]:
     """USD per GPU-hour (of `modal.gpu`: `gpu_price_per_hour`), core-hour and GiB-hour, from `[modal]`:
     a Sandbox's CPU and memory have their own keys (Modal bills them at a different rate than a Function's)."""
     m = config.modal

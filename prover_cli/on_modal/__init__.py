@@ -12,7 +12,17 @@
 - pipeline.py   the pipelined ES schedule: what one member GPU container does (`modal.es_member_gpus`)
 - schedule.py   one ES iteration as a discrete-event schedule, barrier vs pipelined (no `modal` import)
 
-Only `prover_cli/backends.py` and `prover_cli/doctor.py` import this package, lazily, and only for
-`--backend modal`; this file imports nothing, so `prover --help` and `--dry-run` never load the
-`modal` SDK. tests/test_package_indexes.py keeps this list complete.
+Who imports this package (checked with grep), always lazily, inside a function, and only for
+`--backend modal` or a Modal price, so `prover --help` never loads it; plan/ does not import the
+`modal` SDK, so no `--dry-run` loads it either:
+- prover_cli/backends.py: `modal_module()` loads remote.py, doctor.py or functions.py once credentials
+  are found; its function table names `plan.plan` for the `--dry-run` of `train es` / `train grpo`;
+- prover_cli/doctor.py: `plan.doctor_plan` for `prover doctor --backend modal --dry-run`, and
+  doctor.py's `run_doctor` through `backends.modal_module`;
+- prover_cli/evaluate.py: `plan.decode_tokens_per_s` and `plan.gpu_price_per_hour`, to price an
+  eval on Modal;
+- prover_cli/comparison/study/plan.py: `plan.plan`, to price a study's runs; and
+  prover_cli/comparison/study/runs.py: remote.py and functions.py through `backends.modal_module`
+  (it also imports the `modal` SDK itself there, for its runs on Modal).
+This file imports nothing. tests/test_package_indexes.py keeps the file list above complete.
 """

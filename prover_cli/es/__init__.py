@@ -8,7 +8,8 @@ Modules, from the loop down (tests/test_package_indexes.py keeps this list compl
   and their rewards, through prover_cli/policy/rollout.py: the loop, the probe and remote workers share it.
 - `update.py`: seeds, fitness shaping and the update from an iteration's member rewards
   (`apply_rewards`): training, replay and remote workers share it.
-- `signal.py`: is the update signal or noise: the signal share of each iteration's rewards.
+- `signal.py`: is the update signal or noise: the signal share of each iteration's rewards, and
+  `SignalMonitor`, the loop's diagnostic (metrics keys, the warning, the progress field).
 - `probe.py`: `prover train es --probe`: the signal share and members' reward at es.sigma and its
   neighbours, before training, and which sigma to use.
 - `replay.py`: `prover replay-seeds`, and `rebuild` (ledger records onto base weights), which

@@ -2,6 +2,7 @@
 
     parts = iteration_variances(sample_rewards, population, antithetic)   # es/signal_var, es/noise_var
     share = pooled_share(history_of_parts)                                # es/signal_share
+    monitor = SignalMonitor(config.es, run.records())   # the ES loop's diagnostic: both, the warning, the bar
 
 The ES update moves along sum_k (R_2k - R_2k+1) eps_k (antithetic pairs; sum_m R_m eps_m without).
 Each member reward R is the mean of the member's J samples (es.problems_per_iteration x

@@ -603,7 +603,6 @@ def noise(key: int, start: int, stop: int):
     """fp32 eps of flat elements start..stop-1 of stream `key` (as noise.noise)."""
     import torch
 
-
     out = torch.empty(stop - start, dtype=torch.float32)
     base = out.data_ptr()
     _run([lambda s=s: _lib.prover_noise(_u64(key), start + s, min(CHUNK, stop - start - s), SCALE, base + 4 * s)
@@ -655,7 +654,6 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     count never changes it.
     """
     import torch
-
 
     for master, keys in items:
         _check_cpu_fp32(master, "update master")  # no terms still adds +0 (turning -0 into +0), as defined
@@ -722,7 +720,6 @@ def _out_code(out: Any, master: Any, what: str) -> int:
 def _self_check() -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
-
 
     key = definition.stream_key(20260101, "self-check")
     for start in (0, (1 << 40) - 7):  # low and very high flat indices

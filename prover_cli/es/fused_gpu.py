@@ -259,7 +259,6 @@ def noise(key: int, start: int, stop: int, device: Any = "cuda"):
     """fp32 eps of flat elements start..stop-1 of stream `key` on `device` (as noise.noise)."""
     import torch
 
-
     if not 0 <= start <= stop:
         raise ValueError(f"noise: need 0 <= start <= stop, got start={start} stop={stop}")
     out = torch.empty(stop - start, dtype=torch.float32, device=device)
@@ -313,7 +312,6 @@ def update_many(items: Sequence[tuple[Any, Sequence[int]]], coefs: Sequence[floa
     """
     import torch
 
-
     for master, keys in items:
         _check(master, "update master", (torch.float32,))  # no terms still adds +0 (-0 becomes +0), as defined
         if len(keys) != len(coefs):
@@ -353,7 +351,6 @@ def _bits(tensor: Any) -> Any:
 def _self_check(device: Any) -> str | None:
     """A description of the first disagreement with the reference / eager path, or None."""
     import torch
-
 
     key = definition.stream_key(20260101, "gpu-self-check")
     for start in (0, (1 << 32) - 40, (1 << 40) - 7):  # low, across 2^32, very high flat indices

@@ -145,7 +145,6 @@ class LoRAMembers:
         them one member at a time (up to near-ties, module docstring); one `generate` for all."""
         from vllm.lora.request import LoRARequest
 
-
         params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=generate.top_p,
                                 max_tokens=generate.max_tokens, seed=streams.es_sampling_seed(run_seed, iteration))
         prompts = rollout.prompts(task, batch, self.sampler.tokenizer, family)

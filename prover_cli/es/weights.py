@@ -152,8 +152,6 @@ class NamedWeights:
         """The master as one safetensors file; NonFiniteWeightsError (nothing written) if it holds NaN or inf."""
         from safetensors.torch import save_file
 
-
-
         path = Path(path)
         refuse_non_finite(self.base.items(), path)
         # format=pt: transformers' from_pretrained refuses safetensors files without it

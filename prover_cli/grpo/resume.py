@@ -96,7 +96,6 @@ def check_checkpoint(checkpoint: Path) -> None:
     (a hand-damaged or cut one; a kill mid-save leaves no trainer_state.json and is skipped)."""
     import zipfile
 
-
     for path in sorted(checkpoint.iterdir()):
         if path.suffix == ".safetensors":
             check_safetensors(path)

@@ -65,7 +65,6 @@ def resumable_trainer_class():
             """No checkpoint of weights holding NaN or inf: refused before the Trainer writes any file."""
             import os
 
-
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             refuse_non_finite(self.model.state_dict().items(), folder)
             super()._save_checkpoint(model, trial)
@@ -93,7 +92,6 @@ def build_dataset(problems: list[dict[str, Any]], task: Task, tokenizer: Any, fa
     the token ids `generate`, ES and the held-out evaluation sample from (`trainer_prompts`).
     """
     from datasets import Dataset
-
 
     columns = problem_columns(problems)
     prompts = trainer_prompts(task_prompts(task, problems, tokenizer, family), tokenizer)
@@ -196,7 +194,6 @@ def grpo_args(config: Config, *, output_dir: str | Path, cuda: bool, compute_dty
     import torch
     from trl import GRPOConfig
 
-
     check_batch_shape(config)
     trackers = parse_report_to(config.run.report_to)
     g = config.grpo
@@ -288,7 +285,6 @@ class HeldOutEvaluation:
     def __call__(self, model: Any, base: bool = False) -> dict[str, Any]:
         """The `eval/*` keys of `model`; `base=True`: of the untrained base, through the shared cache."""
         import torch
-
 
         if self.trainer is not None and self.config.grpo.use_vllm:
             sampler = colocated_vllm_sampler(self.trainer, self.config)

@@ -142,7 +142,6 @@ def evaluate_heldout(sampler: Any, config: Config, problems: Sequence[dict[str, 
     `sampler` is any prover sampler (`sampler.tokenizer`, `sampler.generate(prompts, params)`);
     `problems` defaults to `heldout_problems(config)`, `task` to `data.task`."""
 
-
     task = task if task is not None else get_task(config.data.task)
     problems = problems if problems is not None else heldout_problems(config)
     # What choosing the test set dropped travels with it (a HeldOutSet); a plain list dropped nothing.

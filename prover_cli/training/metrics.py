@@ -233,7 +233,6 @@ def code_version() -> dict[str, Any]:
     import hashlib
     import subprocess
 
-
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for source in sorted(package.rglob("*.py")):

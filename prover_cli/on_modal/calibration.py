@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from prover_cli.config import Config
 from prover_cli.errors import ConfigError
 
 FORMAT = "prover-calibration/1"
@@ -108,7 +109,7 @@ def _bounds() -> dict[str, tuple[float, float, str]]:
     return {key: PHYSICAL[name] for name, (key, _, _) in FIGURES.items() if key} | PHYSICAL_KEYS
 
 
-def check_physical_key(config: Any, key: str) -> float:
+def check_physical_key(config: Config, key: str) -> float:
     """`modal.<key>`, refused (ConfigError naming the file or `--set`) outside its physical range."""
     value = getattr(config.modal, key)
     if key in ZERO_MEANS_DEFAULT and value == 0:
@@ -122,18 +123,18 @@ def check_physical_key(config: Any, key: str) -> float:
     return value
 
 
-def check_physics(config: Any) -> None:
+def check_physics(config: Config) -> None:
     """Every `[modal]` figure the plan prices with inside its physical range; ConfigError naming where it came from."""
     for key in _bounds():
         check_physical_key(config, key)
 
 
-def generation_batch(config: Any) -> int:
+def generation_batch(config: Config) -> int:
     """Sequences in one generation call, as the doctor measures it: one ES member's batch."""
     return config.es.problems_per_iteration * config.es.samples_per_problem
 
 
-def fingerprint(config: Any) -> dict[str, Any]:
+def fingerprint(config: Config) -> dict[str, Any]:
     """What a measured figure depends on: the GPU, the model, the generation call, the Lean image."""
     return {
         "modal.gpu": config.modal.gpu,
@@ -161,7 +162,7 @@ def is_gpu_type(seen: str, gpu: str) -> bool:
 IDENTITY_KEYS = ("modal.gpu", "model.name")   # another GPU or model: always refused, even when found by default
 
 
-def default_path(config: Any) -> Path:
+def default_path(config: Config) -> Path:
     """Where the doctor writes, and where the plan looks with `modal.calibration = ""`."""
     folder = Path(os.environ.get(DIR_ENV) or Path.home() / ".cache" / "prover-cli" / "calibration")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{config.modal.gpu}-{config.model.name}").strip("-")
@@ -176,7 +177,7 @@ def figure(value: float, samples: int, how: str) -> dict[str, Any]:
     return {"value": round(float(value), 4), "measured": True, "samples": int(samples), "how": how}
 
 
-def write(path: Path, config: Any, figures: dict[str, dict[str, Any]], measured_at: str,
+def write(path: Path, config: Config, figures: dict[str, dict[str, Any]], measured_at: str,
           by: str = "prover doctor --backend modal") -> Path:
     """The calibration file, written whole or not at all (a temporary file renamed over it). The
     figures of a file already there, measured on this fingerprint and not measured again now, stay
@@ -209,7 +210,7 @@ def write(path: Path, config: Any, figures: dict[str, dict[str, Any]], measured_
 class Figures:
     """The config the plan prices (measured figures in place of estimates) and, per figure, its source."""
 
-    config: Any
+    config: Config
     sources: dict[str, str]           # figure -> "measured (doctor, <date>, n = ...)" / "default (assumption)" / ...
     path: str | None                  # the calibration file used, if any
     note: str                         # one line for the plan's notes
@@ -256,13 +257,13 @@ def _check_figures(path: Path, figures: dict[str, Any]) -> None:
             raise ConfigError(f"{path}: figures.{name}.value = {value!r}: {problem}")
 
 
-def mismatches(body: dict[str, Any], config: Any) -> list[str]:
+def mismatches(body: dict[str, Any], config: Config) -> list[str]:
     want = fingerprint(config)
     have = body["fingerprint"]
     return [f"{key} = {have.get(key)!r} there, {value!r} here" for key, value in want.items() if have.get(key) != value]
 
 
-def resolve(config: Any) -> Figures:
+def resolve(config: Config) -> Figures:
     """The figures the plan uses for `config`: the calibration's measured ones where it applies."""
     setting = config.modal.calibration
     explicit = setting not in ("", NEVER)
@@ -285,14 +286,14 @@ def resolve(config: Any) -> Figures:
                     "below is an estimate")
             body = None
     sources: dict[str, str] = {}
-    updates: dict[str, float] = {}
+    updates: dict[str, Any] = {}   # modal.est_* keys, each a float
     for name, (key, _, _) in FIGURES.items():
         item = body["figures"].get(name) if body else None
         origin = config.origins.get(f"modal.{key}") if key else None
         if origin is not None:
             sources[name] = f"set ({origin})"
-        elif item is not None:
-            by = BY_SHORT.get(item.get("by") or body.get("by"), "doctor")
+        elif item is not None and body is not None:
+            by = BY_SHORT.get(item.get("by") or body.get("by") or "", "doctor")
             sources[name] = f"measured ({by}, {str(item.get('measured_at') or body['measured_at'])[:10]}, n = {item['samples']})"
             if key:
                 updates[key] = float(item["value"])

@@ -47,6 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prover_cli.config import Config
+from prover_cli.es.vllm_lora import engine_rank
+
 GIB = 1024 ** 3
 
 # Total memory as `torch.cuda.mem_get_info()` reports it (vLLM's `total_gpu_memory`): an 80 GB
@@ -143,7 +146,7 @@ def facts_from_config_json(path: Path, name: str) -> ModelFacts | None:
         return None
 
 
-def model_facts(config: Any) -> ModelFacts | None:
+def model_facts(config: Config) -> ModelFacts | None:
     """The model's shape: a local checkpoint directory's config.json, else `KNOWN_MODELS`, else None."""
     name = config.model.name
     local = Path(name) / "config.json"
@@ -152,11 +155,11 @@ def model_facts(config: Any) -> ModelFacts | None:
     return KNOWN_MODELS.get(name)
 
 
-def dtype_bytes(config: Any) -> int:
+def dtype_bytes(config: Config) -> int:
     return 4 if config.model.dtype == "float32" else 2
 
 
-def gpu_total_gib(config: Any) -> float:
+def gpu_total_gib(config: Config) -> float:
     return GPU_MEMORY_GIB[config.modal.gpu] * config.modal.gpus_per_container
 
 
@@ -227,13 +230,11 @@ class GpuMemory:
                 "kv_per_engine_gib": round(self.kv_per_engine_gib, 2), "kv_sequences_per_engine": self.kv_sequences}
 
 
-def lora_slots_gib(config: Any, facts: ModelFacts) -> float:
+def lora_slots_gib(config: Config, facts: ModelFacts) -> float:
     """`es.noise = "lora"`: the engine's LoRA slots, `max_loras` = population of them, each holding
     lora_A [r, in] and lora_B [out, r] at `max_lora_rank` for q, k, v, o, gate, up and down of every
     layer, in the model's dtype (vllm/lora/layers/base_linear.py create_lora_weights at 0.31.0;
     allocated when the model loads, so inside the budget, before the KV cache)."""
-    from prover_cli.es.vllm_lora import engine_rank
-
     head_dim = facts.head_dim or facts.hidden // facts.heads
     q, kv, h, i = facts.heads * head_dim, facts.kv_heads * head_dim, facts.hidden, facts.intermediate
     per_layer = (q + h) + 2 * (kv + h) + (h + q) + 2 * (i + h) + (h + i)   # (out + in) of each target weight
@@ -241,7 +242,7 @@ def lora_slots_gib(config: Any, facts: ModelFacts) -> float:
             * dtype_bytes(config) / GIB)
 
 
-def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, utilization: float, es: bool,
+def _engine_gpu(config: Config, facts: ModelFacts, role: str, *, engines: int, utilization: float, es: bool,
                 max_tokens: int, our_process: bool = True, keys: tuple[str, ...] = (),
                 measured: dict[str, float] | None = None, lora_gib: float = 0.0) -> GpuMemory:
     """`engines` vLLM engines on one GPU sharing `utilization` of it; `es`: each with the ES extension.
@@ -292,19 +293,19 @@ def _engine_gpu(config: Any, facts: ModelFacts, role: str, *, engines: int, util
     return memory
 
 
-def es_gpus(config: Any, facts: ModelFacts, *, pipelined: bool,
+def es_gpus(config: Config, facts: ModelFacts, *, pipelined: bool,
             measured: dict[str, float] | None = None) -> list[GpuMemory]:
     """ES: the loop's GPU and a member GPU (the same engines: pipeline.engine_configs)."""
     k = config.modal.es_members_per_gpu if pipelined else 1
     keys = (("modal.es_members_per_gpu",) if pipelined else ()) + ("generate.gpu_memory_utilization", "modal.gpu")
-    common = dict(engines=k, utilization=config.generate.gpu_memory_utilization, es=True,
-                  max_tokens=config.generate.max_tokens, keys=keys, measured=measured)
+    common: dict[str, Any] = dict(engines=k, utilization=config.generate.gpu_memory_utilization, es=True,
+                                  max_tokens=config.generate.max_tokens, keys=keys, measured=measured)
     if config.es.noise == "lora":   # one engine, the loop's, with every member's LoRA slot; no member GPU
         return [_engine_gpu(config, facts, "loop GPU", **common, lora_gib=lora_slots_gib(config, facts))]
     return [_engine_gpu(config, facts, "loop GPU", **common), _engine_gpu(config, facts, "member GPU", **common)]
 
 
-def grpo_gpu(config: Any, facts: ModelFacts) -> GpuMemory:
+def grpo_gpu(config: Config, facts: ModelFacts) -> GpuMemory:
     """GRPO: TRL's trainer and its colocated vLLM engine in one process on one GPU."""
     g = config.grpo
     memory = _engine_gpu(config, facts, "trainer GPU", engines=1, utilization=g.vllm_gpu_memory_utilization, es=False,
@@ -318,7 +319,7 @@ def grpo_gpu(config: Any, facts: ModelFacts) -> GpuMemory:
     return memory
 
 
-def gpu_memory(config: Any, command: str, *, pipelined: bool,
+def gpu_memory(config: Config, command: str, *, pipelined: bool,
                measured: dict[str, float] | None = None) -> tuple[ModelFacts | None, list[GpuMemory]]:
     """(the model's shape, each GPU's memory) for `train_es` / `train_grpo`; (None, []) for an unknown model."""
     facts = model_facts(config)
@@ -336,7 +337,7 @@ def rounds(sequences: int, capacity: int) -> int:
     return math.ceil(sequences / capacity) if capacity > 0 else 1
 
 
-def grpo_train_s(config: Any, facts: ModelFacts | None, samples: int, generation_s: float) -> tuple[float, str]:
+def grpo_train_s(config: Config, facts: ModelFacts | None, samples: int, generation_s: float) -> tuple[float, str]:
     """(seconds, how) of one GRPO optimizer step's forward and backward over its completions."""
     tokens = samples * sequence_tokens(config.grpo.max_completion_length)
     if facts is None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import modal
 
-from prover_cli.config import load_config
+from prover_cli.config import Config, load_config
 from prover_cli.errors import BackendError, ConfigError, InputError
 from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.on_modal.functions import LEDGER_FILE, REMOTE_FUNCTIONS, Generator, options
@@ -61,7 +61,7 @@ def volume_path(path: str | Path) -> str:
     return p.as_posix()
 
 
-def to_wire(name: str, config: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Path, str]]]:
+def to_wire(name: str, config: Config, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[tuple[Path, str]]]:
     """(config dict, keyword arguments, uploads) for a remote call: every path relative to the runs Volume."""
     if name not in REMOTE_NAMES:
         raise BackendError(f"`{name}` has no Modal function; --backend modal runs {', '.join(REMOTE_NAMES)}")
@@ -120,7 +120,7 @@ def _outputs(name: str, config_dict: dict[str, Any], remote_kwargs: dict[str, An
     return []
 
 
-def run_remote(name: str, config: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def run_remote(name: str, config: Config, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Run library function `name` on Modal and return its result dict (what the local backend returns)."""
     if deploy_settings(config) != SETTINGS:
         # Your config names other Volumes, app or Lean versions than this import declared.
@@ -191,10 +191,10 @@ class _Call:
         return self.target.spawn(*self.args)
 
 
-def _remote_call(name: str, config: Any, config_dict: dict[str, Any], remote_kwargs: dict[str, Any]) -> _Call:
+def _remote_call(name: str, config: Config, config_dict: dict[str, Any], remote_kwargs: dict[str, Any]) -> _Call:
     if name == "generate":
         model = remote_kwargs.pop("model", None) or ""
-        cls = Generator.with_options(**options("generate", config))
+        cls = Generator.with_options(**options("generate", config))  # type: ignore[attr-defined]  # modal.cls adds it
         return _Call(cls(config_json=json.dumps(config_dict), model=model).generate_file, (remote_kwargs,))
     needs_gpu = ((name == "eval" and remote_kwargs.get("verdicts") is None)
                  or (name == "replay_seeds" and remote_kwargs.get("device") == "cuda"))

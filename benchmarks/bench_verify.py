@@ -11,7 +11,7 @@ framing, the pool's threads and queues, the verdict rules. Printed side by side 
 - the pool with 1, 2 and 4 workers, warm (processes started and the header run before timing),
   through `Verifier.verify` (the path of `verify_records` and `prover verify`);
 - the text checks alone (`candidate_from_record`), no process;
-- the kernel stage (`verify.kernel_check`, `kernel.py`) with its stand-ins (`tests/fake_lean.py`,
+- the kernel stage (`verify.kernel_check`, `kernel/`) with its stand-ins (`tests/fake_lean.py`,
   `tests/fake_safe_verify.py`): seconds and CPU-seconds per proof (ours plus the child processes'),
   two fresh processes per proof (`lean -o`, the checker) plus the target once per problem, and the
   proofs/s of the fast path alone vs the fast path followed by the stage, 2 workers each;
@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO))
 
 from prover_cli.config import DEFAULT_HEADER, VerifyConfig  # noqa: E402
 from prover_cli.verify import Verifier  # noqa: E402
-from prover_cli.verify.repl import ReplProcess  # noqa: E402
-from prover_cli.verify.rules import alias_command, trusted_command  # noqa: E402
-from prover_cli.verify.statement import candidate_from_record, trusted_signature  # noqa: E402
+from prover_cli.verify.lean.repl import ReplProcess  # noqa: E402
+from prover_cli.verify.text.rules import alias_command, trusted_command  # noqa: E402
+from prover_cli.verify.text.statement import candidate_from_record, trusted_signature  # noqa: E402
 
 FAKE = [sys.executable, str(REPO / "tests" / "fake_repl.py")]
 SHARED = REPO.parent / "shared" / "data" / "minif2f" / "minif2f_valid_few_shot_proofs.jsonl"
@@ -97,7 +97,9 @@ def kernel_stage(recs: list[dict], workers: int = 2) -> dict:
     """The kernel stage on the fast path's passes, with its stand-ins: wall and CPU seconds per proof."""
     import resource
 
-    from prover_cli.verify.kernel import CHECKER_AXIOMS, PINS, KernelJob, KernelStage
+    from prover_cli.verify.kernel.job import KernelJob
+    from prover_cli.verify.kernel.pins import CHECKER_AXIOMS, PINS
+    from prover_cli.verify.kernel.stage import KernelStage
 
     pin = PINS["v4.15.0"]
     config = VerifyConfig()
@@ -131,7 +133,7 @@ def text_checks(recs: list[dict]) -> float:
 
 
 def _timed(record: dict, policy) -> tuple[float, str]:
-    from prover_cli.verify.statement import Rejected
+    from prover_cli.verify.text.statement import Rejected
 
     start = time.perf_counter()
     try:
@@ -143,7 +145,7 @@ def _timed(record: dict, policy) -> tuple[float, str]:
 
 
 def pre_checks() -> None:
-    from prover_cli.verify.statement import TextPolicy
+    from prover_cli.verify.text.statement import TextPolicy
 
     statement = "theorem big (x : ℕ) : x + 0 = x := by"
     line = "  nlinarith [sq_nonneg (a - b), sq_nonneg (a + b), mul_pos ha hb] -- a comment\n"

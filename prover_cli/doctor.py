@@ -156,8 +156,8 @@ def check_package(name: str, fix: str) -> Check:
 
 
 def check_box(verify_config: Any) -> Check:
-    """Whether the box (verify/box.py) is in force: `bwrap` exists and runs `true` in the box."""
-    from prover_cli.verify.box import INSTALL_HINT, probe
+    """Whether the box (verify/lean/box.py) is in force: `bwrap` exists and runs `true` in the box."""
+    from prover_cli.verify.lean.box import INSTALL_HINT, probe
 
     name = "box"
     if verify_config.box == "none":
@@ -174,7 +174,7 @@ def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.
     """Start the REPL (in the box when `box` is "bubblewrap") and send one trivial command; it must
     answer with an environment."""
     from prover_cli.errors import ProverError
-    from prover_cli.verify.box import boxed
+    from prover_cli.verify.lean.box import boxed
 
     program = repl_command[0] if repl_command else ""
     fix = ("install elan and build leanprover-community/repl in a Lake project with Mathlib, then set "
@@ -202,12 +202,12 @@ def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.
 
 
 def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
-    """Run the verify canary (prover_cli/verify/canary.py) on the configured REPL (or REPLs from
+    """Run the verify canary (prover_cli/verify/lean/canary.py) on the configured REPL (or REPLs from
     `transport_factory`: a Modal Sandbox's): honest proofs must verify and each cheat must be
     rejected, else our rules do not hold on this toolchain."""
     from prover_cli.errors import ProverError
-    from prover_cli.verify.canary import canaries_for, failures_message, run_canary
-    from prover_cli.verify.pool import ReplPool
+    from prover_cli.verify.lean.canary import canaries_for, failures_message, run_canary
+    from prover_cli.verify.lean.pool import ReplPool
 
     fix = ("the verdict rules do not match this Lean version: verification refuses to run; report the "
            "failing rule, or use the toolchain of verify.lean_toolchain")
@@ -227,8 +227,8 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
 def check_kernel_checker(verify_config: Any) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
     from prover_cli.errors import ProverError
-    from prover_cli.verify.kernel import (REFUSED_PINS, checker_command, checker_manifest_problem,
-                                          describe_installed_checker, pin_for, pin_warning, toolchain_version)
+    from prover_cli.verify.kernel.installed_checker import checker_manifest_problem, describe_installed_checker
+    from prover_cli.verify.kernel.pins import REFUSED_PINS, checker_command, pin_for, pin_warning, toolchain_version
 
     name = "kernel checker"
     if not verify_config.kernel_check:
@@ -237,7 +237,7 @@ def check_kernel_checker(verify_config: Any) -> Check:
     want = toolchain_version(verify_config.lean_toolchain)
     pin = pin_for(verify_config.lean_toolchain)
     build = ("build the pinned checker next to the REPL (docs/verify.md, *The kernel stage*: prover_check from "
-             "prover_cli/verify/checker, on lean4checker at the tag's commit) and put it on PATH, or set "
+             "prover_cli/verify/kernel/checker, on lean4checker at the tag's commit) and put it on PATH, or set "
              "verify.kernel_checker_command")
     if pin is None and want in REFUSED_PINS:
         return Check(name, False, f"Lean {want} is refused: {REFUSED_PINS[want]}",
@@ -275,7 +275,8 @@ def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any =
     each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes);
     `fast_path`: the fast path the fooled case goes through first (None: straight to the stage)."""
     from prover_cli.errors import ProverError
-    from prover_cli.verify.kernel import KernelStage, kernel_canary_failures, run_kernel_canary
+    from prover_cli.verify.kernel.kernel_canary import kernel_canary_failures, run_kernel_canary
+    from prover_cli.verify.kernel.stage import KernelStage
 
     fix = "the kernel stage does not hold on this toolchain: check the pinned checker and verify.lean_command"
     try:

@@ -17,7 +17,7 @@ skipped and reported, naming the problem and `generate.n`, and the others are sc
 papers quote, which equals pass@n only when every problem has n samples.
 
 A sample is correct only when its verdict is `verified` (fail closed: `rejected`, `timeout` and
-`error` count as wrong, and a verdict outside that vocabulary, `prover_cli.verify.rules.VERDICTS`,
+`error` count as wrong, and a verdict outside that vocabulary, `prover_cli.verify.text.rules.VERDICTS`,
 is a malformed line rather than a silent failure). Records are grouped by `problem_id`; without
 one, by `id` minus a trailing `/<sample index>` (our sample ids are `<problem_id>/<sample_idx>`).
 The last line of an id is its verdict (`prover verify` appends a recheck; the earlier line is
@@ -130,7 +130,7 @@ def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], l
     One bad line costs that line: it is reported by number and the rest are scored. `keep(record)`
     filters the usable records (eval keeps the samples of the problems it generated)."""
     from prover_cli.jsonl import BadLine, read_jsonl
-    from prover_cli.verify.rules import VERDICTS
+    from prover_cli.verify.text.rules import VERDICTS
 
     records, malformed = [], []
     for line_no, record in read_jsonl(path):

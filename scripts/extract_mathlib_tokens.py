@@ -5,7 +5,7 @@
         --source mathlib=/path/to/mathlib4.git@9837ca9d65d9de6fad1ef4381750ca688774e608 \\
         --source batteries=/path/to/batteries.git@e8dc5fc16c625fc4fe08f42d625523275ddbbb4b \\
         --revs v4.15.0 --resolved-by "GasStationManager/SafeVerify@577e953 lake-manifest.json" \\
-        --out prover_cli/verify/tokens/
+        --out prover_cli/verify/text/tokens/
 
 A `--source` is NAME=PATH[@COMMIT]: a bare git directory (or any git directory) read at COMMIT
 with `git cat-file`, or a checked-out tree read from disk when no COMMIT is given. The first source

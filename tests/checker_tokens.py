@@ -1,4 +1,4 @@
-"""The identifiers and syntax forms of the kernel checker's Lean files (prover_cli/verify/checker),
+"""The identifiers and syntax forms of the kernel checker's Lean files (prover_cli/verify/kernel/checker),
 as tests/test_checker_evidence.py checks them against tests/fixtures/checker_evidence.json.
 
 A token is a dotted identifier chain (`Quot.sound`, `.opaqueInfo`, `ci.type`), a name literal
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-CHECKER_DIR = Path(__file__).resolve().parent.parent / "prover_cli" / "verify" / "checker"
+CHECKER_DIR = Path(__file__).resolve().parent.parent / "prover_cli" / "verify" / "kernel" / "checker"
 # Which Lean files each supported tag compiles: Main.lean, lakefile.lean and one replay file,
 # copied to ProverReplay.lean by the kernel image's build (prover_cli/on_modal/images.py).
 REPLAY_FILE = {"v4.9.0": "replay/core.lean", "v4.14.0": "replay/core.lean", "v4.15.0": "replay/core.lean",

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""A stand-in for `prover_check` (prover_cli/verify/checker/Main.lean), the kernel stage's own
+"""A stand-in for `prover_check` (prover_cli/verify/kernel/checker/Main.lean), the kernel stage's own
 checker for Lean 4.9 - 4.21. NOT Lean, and not a record of what the Lean program printed: that
 program has never been compiled or run where this project is developed. It speaks the protocol
 Main.lean defines and applies the contract Main.lean implements, on the model of
-tests/fake_kernel_model.py, so that kernel.py's batching, verdict mapping and splitting are tested.
+tests/fake_kernel_model.py, so that kernel/stage.py's batching, verdict mapping and splitting are tested.
 
     fake_checker.py [--without CHECK ...] DIR                the checker
     fake_checker.py --as-lean [lean -o arguments]           `lean -o`, knowing the public attacks
@@ -13,13 +13,13 @@ missing `P{k}.olean`; the first target's
 imports are imported once (`prover_check: imported the header (N imports), once for this batch` on
 stderr, per import it does); per pair K, `axioms K THEOREM AXIOM...` lines then `pair K passed`,
 or `pair K rejected|error REASON`; then `checked N imports I`, exit 0. It refuses to run (exit 1)
-unless LEAN_ABORT_ON_PANIC=1 is in its environment (kernel.py CHECKER_ENV): stricter than the
+unless LEAN_ABORT_ON_PANIC=1 is in its environment (kernel/pins.py CHECKER_ENV): stricter than the
 Lean program, which would run and merely go on after a panic. `--without CHECK` models a build
 missing one defence of Main.lean (CHECKS: `imports` the exact import list, `unsafe` every unsafe
 constant, `partial` partial constants but `_unsafe_rec`, `natlit` a Nat literal that prints with
 `-`, `canonical` a positive literal that does not read back as itself (natlit and canonical are the
 two halves of Main.lean's one `(toString n).toNat? == some n`), `opaque` the axiom walk through
-opaque values, `compare` header declarations beyond a theorem's type): each canary of kernel.py
+opaque values, `compare` header declarations beyond a theorem's type): each canary of kernel/kernel_canary.py
 KERNEL_ATTACKS is the one thing a build missing its defence gets wrong. Main.lean rebuilds no
 Expr or Level (no evidenced way at these tags: docs/verify.md), so a Level forged with `unsafeCast`
 (`level_cast`) fools the model kernel here: the stand-in says the real checker would pass it.
@@ -29,11 +29,11 @@ corrupt submission payload kills the process with SIGSEGV (a real reader follows
 in the compacted region), so the whole batch has no answer.
 
 `--as-lean`: for a source that declares one of the attack theorems (`prover_attack_*`,
-kernel.py KERNEL_ATTACKS), write the module that attack's elaboration leaves on real Lean, in the
+kernel/kernel_canary.py KERNEL_ATTACKS), write the module that attack's elaboration leaves on real Lean, in the
 model (ATTACKS below: what each public test case's Solution/Challenge declare, read from
 leanprover/comparator tests/projects/<name>/{Challenge,Solution}.lean at 19e111e2141c and
 066c3bc (opaque_value), and GasStationManager/SafeVerify PR #19; the hand-built modules are what
-their payload writes, kernel.py `_HAND_BUILT`); any other source goes to tests/fake_lean.py. The
+their payload writes, kernel/kernel_canary.py `_HAND_BUILT`); any other source goes to tests/fake_lean.py. The
 model marks what fools a kernel: `exploit` on a constant (`corrupt_nat`: a Nat literal forged by
 `unsafeCast`, `nat_shown` is how it prints, `nat_canonical` false for a positive one held as a
 big-number object; `level_cast`: a Level forged by `unsafeCast`; `char_ofnat`: the kernel's
@@ -122,7 +122,7 @@ THEOREM_FALSE = ": False"
 ATTACKS: dict[str, tuple[bytes, bytes]] = {
     # comparator olean_issue: unsafe def + implemented_by opaque + run_elab addDecl of a def whose
     # Nat literal is the forged object; the theorem's `decide`/`omega` go through with it (the
-    # target imports Lean too, as kernel.py's adaptation does, so the import check does not decide it)
+    # target imports Lean too, as kernel/kernel_canary.py's adaptation does, so the import check does not decide it)
     "prover_attack_olean_issue": (
         module(["Init", "Lean"], [const("prover_attack_olean_issue", "theorem", THEOREM_FALSE, "sorry")]),
         module(["Init", "Lean"], [
@@ -156,7 +156,7 @@ ATTACKS: dict[str, tuple[bytes, bytes]] = {
     "prover_attack_extra_import": (
         module(["Init"], [const("prover_attack_extra_import", "theorem", ": True", "sorry")]),
         module(["Init", "Lean"], [const("prover_attack_extra_import", "theorem", ": True", "trivial")])),
-    # the same forged literal in a module the payload writes itself (kernel.py `_HAND_BUILT`): no
+    # the same forged literal in a module the payload writes itself (kernel/kernel_canary.py `_HAND_BUILT`): no
     # unsafe constant left, so the Nat-literal check alone stands between it and the kernel
     "prover_attack_olean_hand_built": (
         module(["Init", "Lean"], [const("prover_attack_olean_hand_built", "theorem", THEOREM_FALSE, "sorry")]),
@@ -303,7 +303,7 @@ def check_submission(header: list, target: dict, sub: dict, without: set) -> dic
 
 
 # Main.lean `isTrustedAux`: the fast path's declarations before the untrusted text
-# (prover_cli/verify/rules.py HOLE, TRUSTED), by the last component of the name (a namespace the
+# (prover_cli/verify/text/rules.py HOLE, TRUSTED), by the last component of the name (a namespace the
 # trusted header leaves open prefixes them). `_prover_trusted` is proved by the hole axiom by
 # construction, so it is compared in full with the target's and left out of the axiom check.
 TRUSTED_AUX = ("_prover_hole", "_prover_trusted")
@@ -340,7 +340,7 @@ def checker(args: list[str]) -> int:
         args = args[2:]
     if os.environ.get("LEAN_ABORT_ON_PANIC") != "1":
         sys.stderr.write("uncaught exception: the stand-in checker runs only with LEAN_ABORT_ON_PANIC=1 "
-                         "(kernel.py CHECKER_ENV)\n")
+                         "(kernel/pins.py CHECKER_ENV)\n")
         return 1
     if len(args) != 1 or args[0].startswith("--"):
         sys.stderr.write("uncaught exception: usage: prover_check DIR (holding T0.olean P0.olean T1.olean P1.olean ...)\n")

@@ -622,7 +622,7 @@ def kernel_command_map() -> dict[tuple[str, ...], list[str]]:
     --as-lean for `lean -o`; the image's checker: tests/fake_checker.py for prover_check,
     tests/fake_safe_verify.py at a SafeVerify pin); `{dir}` stays for the step runner to fill."""
     from prover_cli.on_modal import images
-    from prover_cli.verify.kernel import checker_argv, elaborate_argv
+    from prover_cli.verify.kernel.job import checker_argv, elaborate_argv
 
     tests = Path(__file__).resolve().parent
     pin = images.KERNEL_PIN

@@ -1,10 +1,10 @@
 """The kernel checker's compile check until a Lean machine runs it (issue #39): every identifier and
-syntax form of prover_cli/verify/checker/Main.lean and of the tag's replay file appears, used the
+syntax form of prover_cli/verify/kernel/checker/Main.lean and of the tag's replay file appears, used the
 same way, in a source file known to build at each supported tag, with repository, path, commit and
 line recorded in tests/fixtures/checker_evidence.json.
 
 The sources per tag (the fixture's `sources`): lean4checker at the tag's release commit (the
-checker's own `require`), SafeVerify at the 2024 commit of that toolchain (kernel.py
+checker's own `require`), SafeVerify at the 2024 commit of that toolchain (kernel/pins.py
 SAFEVERIFY_PINS), and Batteries at the revision that SafeVerify commit's lake-manifest.json pins
 (built with it; its scripts/check_imports.lean is run by Batteries' CI at that revision). The
 lines were read from those commits (`git show COMMIT:PATH`, repositories fetched 2026-12-07); this
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from checker_tokens import CHECKER_DIR, REPLAY_FILE, TAGS, lean_files, occurs, toml_tokens, tokens
-from prover_cli.verify import kernel
+from prover_cli.verify.kernel import pins
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "checker_evidence.json"
 EVIDENCE = json.loads(FIXTURE.read_text(encoding="utf-8"))
@@ -84,11 +84,11 @@ def test_the_own_names_are_the_files_own():
 
 
 def test_the_sources_are_the_tags_commits():
-    assert set(EVIDENCE["sources"]) == set(TAGS) == set(kernel.LEAN4CHECKER_COMMITS)
+    assert set(EVIDENCE["sources"]) == set(TAGS) == set(pins.LEAN4CHECKER_COMMITS)
     for tag, sources in EVIDENCE["sources"].items():
         repos = {s["repo"]: s["commit"] for s in sources}
-        assert repos["leanprover/lean4checker"] == kernel.LEAN4CHECKER_COMMITS[tag]
-        assert repos["GasStationManager/SafeVerify"] == kernel.SAFEVERIFY_PINS[tag].commit
+        assert repos["leanprover/lean4checker"] == pins.LEAN4CHECKER_COMMITS[tag]
+        assert repos["GasStationManager/SafeVerify"] == pins.SAFEVERIFY_PINS[tag].commit
         assert set(repos) == {"leanprover/lean4checker", "GasStationManager/SafeVerify", "leanprover-community/batteries"}
 
 

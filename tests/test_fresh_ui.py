@@ -199,7 +199,7 @@ def verify_args(tmp_path, proofs):
 
 def test_verify_prints_the_pin_warning_once(tmp_path, monkeypatch):
     from prover_cli.config import VerifyConfig
-    from prover_cli.verify.kernel import pin_warning
+    from prover_cli.verify.kernel.pins import pin_warning
 
     monkeypatch.setenv("COLUMNS", "400")   # the warning on one line: counted, not folded
     warning = pin_warning(VerifyConfig())

@@ -1,4 +1,4 @@
-"""The kernel checker's packages against the project's (kernel.py `checker_manifest_problem`):
+"""The kernel checker's packages against the project's (kernel/installed_checker.py `checker_manifest_problem`):
 `prover doctor` names both lake-manifest.json files and both revisions when Mathlib or Batteries
 differ, and verification refuses to start the kernel stage with such a checker.
 
@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from prover_cli.errors import BackendError, ConfigError
-from prover_cli.verify.kernel import PINS, SAFEVERIFY_PINS, KernelStage, checker_manifest_problem, manifest_mismatch
+from prover_cli.verify.kernel.installed_checker import checker_manifest_problem, manifest_mismatch
+from prover_cli.verify.kernel.pins import PINS, SAFEVERIFY_PINS
+from prover_cli.verify.kernel.stage import KernelStage
 
 SAFEVERIFY_MANIFEST = {
     "version": "1.1.0",
@@ -126,7 +128,7 @@ def test_safeverify_without_a_manifest_is_unknown_and_prover_check_requires_none
 
 def test_the_doctor_fails_and_verification_refuses_such_a_checker(config, tmp_path):
     """A mismatched SafeVerify build is named by the manifest rule; and since #39 the 2026 pin is
-    refused whatever its build (kernel.py REFUSED_PINS), by the doctor and by the stage."""
+    refused whatever its build (kernel/pins.py REFUSED_PINS), by the doctor and by the stage."""
     from prover_cli.doctor import check_kernel_checker
 
     cfg = config(PIN_2026, mathlib="0123456789abcdef0123456789abcdef01234567")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PATIENCE_S, fake_repl_command
-from prover_cli.verify.repl import ReplProcess
+from prover_cli.verify.lean.repl import ReplProcess
 
 CORPUS = Path(__file__).resolve().parent / "lean_corpus"
 ENTRIES = sorted(CORPUS.glob("*.json"))

@@ -180,7 +180,7 @@ def test_dry_run_lists_the_steps_and_their_cost_and_starts_nothing(tmp_path):
     assert steps["gpu model"]["est"] == f"~{180 + 8192 / 100:.0f} s"
     # the Sandbox: 60 s header + 5 s per canary on 8 cores, 64 GiB (4 REPLs x 16 GiB) at the Sandbox prices,
     # twice: the canary, then the calibration's warm-REPL run (and the kernel stage's measurement)
-    from prover_cli.verify.canary import CANARIES
+    from prover_cli.verify.lean.canary import CANARIES
 
     seconds = 2 * (60 + 5 * len(CANARIES))
     assert steps["lean sandbox"]["est"] == f"~{seconds} s"

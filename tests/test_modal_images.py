@@ -243,8 +243,8 @@ def _local(step: str, tmp_path: Path) -> str:
 def test_a_checker_that_does_not_build_leaves_a_program_that_says_so(tmp_path):
     """The failure branch, run by /bin/sh as the builder runs a RUN line: the marker, and in the
     checker's place a program whose every run is an `error` of the kernel stage naming the log."""
-    from prover_cli.verify.isolated import RunResult
-    from prover_cli.verify.kernel import read_batch
+    from prover_cli.verify.kernel.isolated import RunResult
+    from prover_cli.verify.kernel.prover_check_reader import read_batch
 
     (tmp_path / "opt").mkdir()
     (tmp_path / "bin").mkdir()

@@ -279,7 +279,7 @@ def test_lean_versions_other_than_the_image_fail_closed(standin):
 # --------------------------------------------------------------------------------------------
 
 def test_transport_speaks_the_repl_protocol_and_signal_kill_ends_the_process_group(standin):
-    from prover_cli.verify.repl import ReplProcess, ReplTimeout
+    from prover_cli.verify.lean.repl import ReplProcess, ReplTimeout
 
     box = sandbox.SandboxBox(make_config())
     proc = ReplProcess(box.transport())
@@ -323,7 +323,7 @@ def test_transport_memory_limit_is_an_address_space_limit_inside_the_sandbox(sta
 
 
 def test_a_repl_with_a_sandbox_of_its_own_ends_it_and_restarts_in_a_fresh_one(standin):
-    from prover_cli.verify.repl import ReplProcess
+    from prover_cli.verify.lean.repl import ReplProcess
 
     proc = ReplProcess(sandbox.repl_sandboxes(make_config())())
     proc.start()
@@ -346,7 +346,7 @@ def test_hung_repls_are_ended_inside_a_live_sandbox_without_a_kill_binary(standi
     """Three REPLs hang; each is ended by `signal_kill` while their Sandbox keeps running. The
     stand-in refuses `kill` (the Lean image has no procps); before this fix the refused exec was
     swallowed and all three REPLs stayed alive until the Sandbox ended."""
-    from prover_cli.verify.repl import ReplProcess, ReplTimeout
+    from prover_cli.verify.lean.repl import ReplProcess, ReplTimeout
 
     box = sandbox.SandboxBox(make_config())
     repls = [ReplProcess(box.transport()) for _ in range(3)]

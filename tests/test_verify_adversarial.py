@@ -107,8 +107,8 @@ def test_native_decide_policy_admits_its_axiom_only_when_on(verify_config):
 def test_sorry_that_passes_the_text_is_still_caught_by_the_answers(verify_config):
     # If the denylist ever missed a sorry, rules 3 and 5 still see it: the stand-in answers a
     # `sorry` like the tactic_sorry transcript and lists sorryAx.
-    from prover_cli.verify.pool import ReplPool
-    from prover_cli.verify.statement import Candidate
+    from prover_cli.verify.lean.pool import ReplPool
+    from prover_cli.verify.text.statement import Candidate
 
     pool = ReplPool(verify_config(workers=1))
     got = []

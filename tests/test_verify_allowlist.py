@@ -1,4 +1,4 @@
-"""The allowlist (prover_cli/verify/allowlist.py): commands and characters untrusted text may hold.
+"""The allowlist (prover_cli/verify/text/allowlist.py): commands and characters untrusted text may hold.
 Each new cheat class of issue 11 has a case here; every real proof in ../shared/data passes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
-from prover_cli.verify.statement import Rejected, TextPolicy, candidate_from_record
+from prover_cli.verify.text.statement import Rejected, TextPolicy, candidate_from_record
 from test_verify_statement import STATEMENT, completion
 
 MINIF2F_HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 0\n\n"

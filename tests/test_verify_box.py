@@ -1,4 +1,4 @@
-"""The box (prover_cli/verify/box.py): its argv, its policy, and what the real bwrap makes of it.
+"""The box (prover_cli/verify/lean/box.py): its argv, its policy, and what the real bwrap makes of it.
 
 Every test but the last section runs on any machine: `bwrap` on PATH is the stand-in
 (tests/fake_bwrap.py, put there by conftest.py), which checks the argv as bwrap 0.8.0 does and
@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FAKE_BWRAP, PATIENCE_S, fake_repl_command
 from prover_cli.errors import BackendError
-from prover_cli.verify import box
+from prover_cli.verify.lean import box
 
 from test_verify_statement import STATEMENT  # noqa: E402  (the stand-ins know it)
 
@@ -175,7 +175,7 @@ def test_stand_in_runs_the_box_argv_with_exactly_the_box_environment(monkeypatch
 
 def test_the_pool_spawns_each_repl_in_the_box(verify_config):
     from prover_cli.verify.engine import verify_records
-    from prover_cli.verify.transport import local_transport_factory
+    from prover_cli.verify.lean.transport import local_transport_factory
 
     config = verify_config(workers=1, kernel_check=False)   # the kernel steps: the LocalRunner tests below
     transport = local_transport_factory(config)()
@@ -191,7 +191,7 @@ def test_the_pool_spawns_each_repl_in_the_box(verify_config):
 
 
 def test_the_kernel_stage_runs_each_step_in_the_box(tmp_path, monkeypatch):
-    from prover_cli.verify.isolated import LocalRunner
+    from prover_cli.verify.kernel.isolated import LocalRunner
 
     monkeypatch.setenv("PROVER_TEST_SECRET", "s3cret")
     result = LocalRunner(str(tmp_path)).run(
@@ -204,7 +204,7 @@ def test_the_kernel_stage_runs_each_step_in_the_box(tmp_path, monkeypatch):
 
 def test_box_none_runs_unboxed_and_the_doctor_says_so(verify_config, monkeypatch, tmp_path):
     from prover_cli.doctor import check_box
-    from prover_cli.verify.transport import local_transport_factory
+    from prover_cli.verify.lean.transport import local_transport_factory
 
     monkeypatch.setenv("PATH", str(tmp_path))   # no bwrap at all: "none" does not need one
     config = verify_config(workers=1, box="none")
@@ -349,7 +349,7 @@ def _assert_nothing_escaped(report: str, attack: dict) -> None:
 
 def test_the_payload_escapes_when_unboxed(attack, tmp_path):
     """The control: the same payload, run without the box, does all of it (so the test below can fail)."""
-    from prover_cli.verify.isolated import LocalRunner
+    from prover_cli.verify.kernel.isolated import LocalRunner
 
     result = LocalRunner(str(attack["project"]), box="none").run(
         [sys.executable, str(attack["script"]), "{dir}"], inputs={}, outputs=(), timeout_s=PATIENCE_S)
@@ -358,7 +358,7 @@ def test_the_payload_escapes_when_unboxed(attack, tmp_path):
 
 
 def test_a_kernel_step_in_the_real_box_cannot_write_the_library_or_reach_the_network(real_bwrap, attack):
-    from prover_cli.verify.isolated import LocalRunner
+    from prover_cli.verify.kernel.isolated import LocalRunner
 
     runner = LocalRunner(str(attack["project"]), box="bubblewrap")
     result = runner.run([sys.executable, str(attack["script"]), "{dir}"], inputs={}, outputs=("out",),
@@ -370,7 +370,7 @@ def test_a_kernel_step_in_the_real_box_cannot_write_the_library_or_reach_the_net
 
 
 def test_a_repl_in_the_real_box_cannot_write_the_library_or_reach_the_network(real_bwrap, attack):
-    from prover_cli.verify.repl import ReplProcess
+    from prover_cli.verify.lean.repl import ReplProcess
 
     proc = ReplProcess([sys.executable, str(attack["script"])], str(attack["project"]), box="bubblewrap")
     proc.start()
@@ -383,7 +383,7 @@ def test_a_repl_in_the_real_box_cannot_write_the_library_or_reach_the_network(re
 
 
 def test_the_fake_repl_answers_in_the_real_box(real_bwrap):
-    from prover_cli.verify.repl import ReplProcess
+    from prover_cli.verify.lean.repl import ReplProcess
 
     proc = ReplProcess(fake_repl_command(), box="bubblewrap")
     proc.start()
@@ -396,7 +396,7 @@ def test_the_fake_repl_answers_in_the_real_box(real_bwrap):
 def test_a_repl_killed_in_the_real_box_leaves_no_process(real_bwrap, tmp_path):
     """The pool's kill (SIGKILL to the wrapper's group) reaches what runs in the box: bwrap's
     `--die-with-parent` kills the box's init, and with it the pid namespace."""
-    from prover_cli.verify.repl import ReplProcess, ReplTimeout
+    from prover_cli.verify.lean.repl import ReplProcess, ReplTimeout
 
     script = tmp_path / f"repl_{os.getpid()}_{time.monotonic_ns()}.py"   # a name no other process has
     shutil.copy(Path(fake_repl_command()[1]), script)

@@ -1,4 +1,4 @@
-"""The canary (prover_cli/verify/canary.py): honest proofs verify and one cheat per rule is rejected
+"""The canary (prover_cli/verify/lean/canary.py): honest proofs verify and one cheat per rule is rejected
 on the configured toolchain, or verification refuses to run naming the rule. Run here against the
 REPL stand-in; the canary texts are real Lean, and each `--quirk` of the stand-in breaks one rule
 the way a different Lean version could."""
@@ -11,7 +11,7 @@ import pytest
 
 from prover_cli.errors import BackendError
 from prover_cli.verify import verify_records
-from prover_cli.verify.canary import CANARIES, canary_cache_key
+from prover_cli.verify.lean.canary import CANARIES, canary_cache_key
 from test_verify_file import proof
 
 
@@ -122,8 +122,8 @@ def test_a_failing_canary_names_the_rule_and_shows_what_lean_answered_next_to_wh
 
 
 def test_a_canary_rejected_by_lean_quotes_lean_in_the_reason(verify_config, cache):
-    from prover_cli.verify.canary import failures_message, run_canary
-    from prover_cli.verify.pool import ReplPool
+    from prover_cli.verify.lean.canary import failures_message, run_canary
+    from prover_cli.verify.lean.pool import ReplPool
 
     pool = ReplPool(verify_config(workers=1))
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from prover_cli.verify.denylist import DENIED_WORDS, first_problem, scan
-from prover_cli.verify.lexer import LexError, lex
+from prover_cli.verify.text.denylist import DENIED_WORDS, first_problem, scan
+from prover_cli.verify.text.lexer import LexError, lex
 
 
 def words(text: str, **kwargs) -> list[str]:

@@ -1,4 +1,4 @@
-"""The kernel stage (prover_cli/verify/kernel.py) against its stand-ins: tests/fake_lean.py for
+"""The kernel stage (prover_cli/verify/kernel/) against its stand-ins: tests/fake_lean.py for
 `lean -o`, tests/fake_checker.py for our prover_check (Lean 4.15, the default toolchain's pin)
 and tests/fake_safe_verify.py for SafeVerify (the 2026 pin, Lean 4.27). These say nothing about
 real proofs: they test the steps, the data passed between them, the batches, the verdict mapping
@@ -15,22 +15,12 @@ import pytest
 import fake_checker
 from conftest import PATIENCE_S, wait_until
 from prover_cli.errors import BackendError, ConfigError
-from prover_cli.verify.isolated import LocalRunner, RunResult
-from prover_cli.verify.kernel import (
-    CHECKER_ENV,
-    PINS,
-    REFUSED_PINS,
-    SAFEVERIFY_PINS,
-    KernelJob,
-    KernelResult,
-    KernelStage,
-    checker_argv,
-    kernel_verdict,
-    pin_for,
-    read_checker,
-    read_elaboration,
-)
-from prover_cli.verify.rules import Verdict
+from prover_cli.verify.kernel.isolated import LocalRunner, RunResult
+from prover_cli.verify.kernel.job import KernelJob, KernelResult, checker_argv, read_elaboration
+from prover_cli.verify.kernel.pins import CHECKER_ENV, PINS, REFUSED_PINS, SAFEVERIFY_PINS, pin_for
+from prover_cli.verify.kernel.safeverify_reader import read_checker
+from prover_cli.verify.kernel.stage import KernelStage, kernel_verdict
+from prover_cli.verify.text.rules import Verdict
 
 TESTS = Path(__file__).resolve().parent
 FAKE_LEAN = [sys.executable, str(TESTS / "fake_checker.py"), "--as-lean"]   # fake_lean.py + the attacks
@@ -473,7 +463,7 @@ def fake_checkout(root: Path, toolchain: str, head: str) -> Path:
 
 def own_checker_build(root: Path, toolchain: str, edit: str = "") -> Path:
     """Our checker as the image builds it: its source, lean-toolchain, the binary in .lake/build/bin."""
-    from prover_cli.verify.kernel import own_checker_sources
+    from prover_cli.verify.kernel.pins import own_checker_sources
 
     binary = root / ".lake" / "build" / "bin" / "prover_check"
     binary.parent.mkdir(parents=True)
@@ -497,7 +487,7 @@ def test_doctor_reports_the_checker_found_its_version_and_toolchain(tmp_path, mo
     binary = own_checker_build(tmp_path / "pc", "v4.15.0")
     monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
     found = check_kernel_checker(config)
-    assert found.ok and "prover_cli/verify/checker" in found.detail and str(binary) in found.detail
+    assert found.ok and "prover_cli/verify/kernel/checker" in found.detail and str(binary) in found.detail
     assert "warning: " in found.detail and "has not been compiled or run where it was written" in found.detail
 
     other = own_checker_build(tmp_path / "pc2", "v4.21.0")
@@ -603,7 +593,7 @@ def test_kernel_check_off_is_a_warning_in_the_summary_and_recorded_everywhere(ve
     from prover_cli.config import Config
     from prover_cli.verify import verify_file
     from prover_cli.verify.engine import KERNEL_CHECK_OFF_WARNING, policy_digest
-    from prover_cli.verify.kernel import pin_warning
+    from prover_cli.verify.kernel.pins import pin_warning
 
     proofs = tmp_path / "p.jsonl"
     proofs.write_text(json.dumps({"id": "a", "formal_statement": AMC, "proof": "  linarith"}) + "\n")
@@ -633,7 +623,7 @@ def test_the_kernel_canary_runs_before_the_first_pass_and_refuses_a_broken_check
 
     monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path / "cache"))
     config = verify_config(canary=True)
-    monkeypatch.setattr("prover_cli.verify.canary.ensure_canary", lambda pool: None)   # the fast path's: elsewhere
+    monkeypatch.setattr("prover_cli.verify.lean.canary.ensure_canary", lambda pool: None)   # the fast path's: elsewhere
     rejected_only = [{"id": "x", "formal_statement": AMC, "proof": "  nlinarith [fake_error]"}]
     assert verify_records(rejected_only, config)[0]["verdict"] == "rejected"
     assert not (tmp_path / "cache").exists()      # no pass to check: the kernel canary did not run
@@ -652,10 +642,10 @@ def test_the_kernel_canary_fools_the_fast_path_and_the_stage_rejects(backend_con
     import json
 
     from prover_cli.verify import verify_records
-    from prover_cli.verify.kernel import FOOLED
+    from prover_cli.verify.kernel.kernel_canary import FOOLED
 
     monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("prover_cli.verify.canary.ensure_canary", lambda pool: None)  # it would see the forgery too
+    monkeypatch.setattr("prover_cli.verify.lean.canary.ensure_canary", lambda pool: None)  # it would see the forgery too
     config, server = backend_config(backend, canary=True)
     with server:
         assert verify_records(engine_records()[:1], config)[0]["verdict"] == "verified"
@@ -666,7 +656,7 @@ def test_the_kernel_canary_fools_the_fast_path_and_the_stage_rejects(backend_con
 
 
 def test_the_fooled_case_rejected_by_an_honest_fast_path_needs_no_stage(stage):
-    from prover_cli.verify.kernel import FOOLED, run_kernel_canary
+    from prover_cli.verify.kernel.kernel_canary import FOOLED, run_kernel_canary
 
     honest = run_kernel_canary(stage(), HEADER, fast_path=lambda c: Verdict("rejected", "Lean error: decide failed"))
     fooled = next(r for r in honest if r["canary"] == FOOLED)
@@ -714,8 +704,8 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
     ours is never the proof's `error`); verdicts already known were reported as they came."""
     import time
 
-    from prover_cli.verify.kernel import second_stage
-    from prover_cli.verify.statement import Candidate
+    from prover_cli.verify.kernel.batching import second_stage
+    from prover_cli.verify.text.statement import Candidate
 
     reported = []
     # batches of one, so the quick proof's verdict does not wait for the hanging one's batch;
@@ -740,7 +730,7 @@ def test_an_interrupt_reports_no_verdict_for_checks_it_killed(stage):
 
 def test_the_pin_warning_names_what_each_pin_rests_on():
     from prover_cli.config import VerifyConfig
-    from prover_cli.verify.kernel import PINS, pin_warning
+    from prover_cli.verify.kernel.pins import PINS, pin_warning
 
     config = VerifyConfig()
     for toolchain, pin in PINS.items():
@@ -767,10 +757,11 @@ def attack_stage(verify_config, pin):
 
 def check_modules(stage, theorem: str, target: bytes, submission: bytes) -> KernelResult:
     """The checker alone on two modules (what `lean -o` wrote for the attack's two files)."""
-    from prover_cli.verify.kernel import CHECKER_AXIOMS, _Elaborated
+    from prover_cli.verify.kernel.job import Elaborated
+    from prover_cli.verify.kernel.pins import CHECKER_AXIOMS
 
     [result] = stage._check_batch([(KernelJob("", "(the attack's target)", theorem, ""),
-                                    _Elaborated(target, submission, 0.0))], CHECKER_AXIOMS)
+                                    Elaborated(target, submission, 0.0))], CHECKER_AXIOMS)
     return result
 
 
@@ -792,7 +783,7 @@ def test_each_public_attack_is_refused_by_the_checker_we_use_at_every_pinned_too
 def test_the_level_cast_gets_through_main_lean_which_rebuilds_nothing_and_no_canary_can_tell(verify_config):
     """The open gap docs/verify.md names: a Level forged with `unsafeCast` (no public source, so no
     canary) is not caught by prover_check, which rebuilds no Expr or Level; every canary passes."""
-    from prover_cli.verify.kernel import run_kernel_canary
+    from prover_cli.verify.kernel.kernel_canary import run_kernel_canary
 
     config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER, workers=2)
     stage = KernelStage(config)
@@ -837,7 +828,7 @@ def test_the_2026_safeverify_stand_in_passes_the_non_canonical_literal_hence_ref
                                      ("natlit",)])
 def test_a_checker_that_accepts_one_public_attack_refuses_to_verify_anything(verify_config, missing, tmp_path,
                                                                              monkeypatch):
-    from prover_cli.verify.kernel import ensure_kernel_canary
+    from prover_cli.verify.kernel.kernel_canary import ensure_kernel_canary
 
     monkeypatch.setenv("PROVER_CANARY_CACHE", str(tmp_path))
     weak = FAKE_CHECKER + [arg for check in missing for arg in ("--without", check)]
@@ -855,7 +846,7 @@ ALONE = {"opaque": "attack: opaque_value", "canonical": "attack: non-canonical l
 
 @pytest.mark.parametrize("missing", sorted(ALONE))
 def test_each_new_canary_alone_catches_a_build_missing_its_defence(verify_config, missing):
-    from prover_cli.verify.kernel import run_kernel_canary
+    from prover_cli.verify.kernel.kernel_canary import run_kernel_canary
 
     config = verify_config(lean_command=FAKE_LEAN, kernel_checker_command=FAKE_CHECKER + ["--without", missing],
                            workers=2)
@@ -869,7 +860,7 @@ def test_each_new_canary_alone_catches_a_build_missing_its_defence(verify_config
 
 def test_an_attack_that_does_not_compile_fails_its_canary(verify_config):
     """A rejection by `lean -o` would test nothing about the checker."""
-    from prover_cli.verify.kernel import KERNEL_ATTACKS, check_attack
+    from prover_cli.verify.kernel.kernel_canary import KERNEL_ATTACKS, check_attack
 
     stage = KernelStage(verify_config(lean_command=[sys.executable, str(TESTS / "fake_lean.py")], workers=2))
     olean_issue = next(a for a in KERNEL_ATTACKS if a.name == "olean_issue")
@@ -880,8 +871,8 @@ def test_an_attack_that_does_not_compile_fails_its_canary(verify_config):
 def test_passes_queue_while_a_batch_runs_and_go_together_never_waiting_for_a_full_batch(verify_config):
     import threading
 
-    from prover_cli.verify.kernel import second_stage
-    from prover_cli.verify.statement import Candidate
+    from prover_cli.verify.kernel.batching import second_stage
+    from prover_cli.verify.text.statement import Candidate
 
     release, sizes = threading.Event(), []
 
@@ -934,7 +925,7 @@ class RecordingRunner:
     """The stage's local runner, keeping every source `lean -o` was given."""
 
     def __init__(self, config):
-        from prover_cli.verify.isolated import local_runner
+        from prover_cli.verify.kernel.isolated import local_runner
 
         self.runner = local_runner(config)
         self.sources: list[str] = []
@@ -954,7 +945,7 @@ def test_the_body_sees_the_same_declarations_in_both_stages(verify_config, tmp_p
     import json
 
     from prover_cli.verify.engine import fast_path_once
-    from prover_cli.verify.statement import Candidate
+    from prover_cli.verify.text.statement import Candidate
 
     log = tmp_path / "repl.jsonl"
     config = verify_config(workers=1, repl_args=["--log", str(log)], lean_command=FAKE_LEAN,
@@ -985,8 +976,8 @@ def test_main_lean_and_its_stand_in_name_the_fast_paths_declarations():
     """checker/Main.lean `isTrustedAux` and tests/fake_checker.py name what rules.py declares."""
     import re
 
-    from prover_cli.verify.kernel import OWN_CHECKER_DIR
-    from prover_cli.verify.rules import HOLE, TRUSTED
+    from prover_cli.verify.kernel.pins import OWN_CHECKER_DIR
+    from prover_cli.verify.text.rules import HOLE, TRUSTED
 
     main = (OWN_CHECKER_DIR / "Main.lean").read_text(encoding="utf-8")
     body = main[main.index("def isTrustedAux"):main.index("def isTrustedAux") + 200]
@@ -1068,11 +1059,11 @@ def test_safeverify_failing_on_the_fast_paths_trusted_theorem_alone_is_read_as_i
 
 
 def test_doctor_names_why_a_refused_toolchain_has_no_checker():
-    """Lean 4.27/4.29 have only SafeVerify's 2026 commits, refused (kernel.py REFUSED_PINS): the
+    """Lean 4.27/4.29 have only SafeVerify's 2026 commits, refused (kernel/pins.py REFUSED_PINS): the
     doctor gives that reason, not "nothing pinned"; a toolchain nobody pinned says so."""
     from prover_cli.config import VerifyConfig
     from prover_cli.doctor import check_kernel_checker
-    from prover_cli.verify.kernel import REFUSED_PINS
+    from prover_cli.verify.kernel.pins import REFUSED_PINS
 
     assert {"v4.27.0", "v4.29.0"} <= set(REFUSED_PINS)
     refused = check_kernel_checker(VerifyConfig(lean_toolchain="leanprover/lean4:v4.27.0"))

@@ -24,10 +24,10 @@ import pytest
 from conftest import PATIENCE_S, fake_repl_command
 from prover_cli.errors import BackendError
 from prover_cli.verify import verify_records
-from prover_cli.verify.kimina import judge_kimina, judge_trusted, kimina_code, trusted_code
-from prover_cli.verify.kernel import PINS
-from prover_cli.verify.repl import ReplFault, ReplProcess, ReplTimeout
-from prover_cli.verify.statement import Candidate
+from prover_cli.verify.lean.kimina import judge_kimina, judge_trusted, kimina_code, trusted_code
+from prover_cli.verify.kernel.pins import PINS
+from prover_cli.verify.lean.repl import ReplFault, ReplProcess, ReplTimeout
+from prover_cli.verify.text.statement import Candidate
 from test_verify_statement import STATEMENT
 
 CRASH = "fake_kimina_crash"  # a snippet with this marker crashes its REPL inside the server

@@ -17,7 +17,8 @@ import threading
 import pytest
 
 from conftest import PATIENCE_S
-from prover_cli.verify import kimina, verify_records
+from prover_cli.verify import verify_records
+from prover_cli.verify.lean import kimina
 from test_verify_kimina import FakeKimina, invalid_body, proof
 
 BUSY = "fake_kimina_busy"  # a request holding a snippet with this marker always gets HTTP 429

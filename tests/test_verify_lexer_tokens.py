@@ -4,7 +4,7 @@ Lean's rule (leanprover/lean4 src/Lean/Parser/Basic.lean @00c1b82722b5, `tokenFn
 start `"` opens a string, `'` opens a char literal unless the next character is `'`, and otherwise
 the longest token-table match wins (over an identifier too when at least as long, `isToken`);
 identifiers take `'` after their first character (`isIdRest`). The cases below are built from the
-recorded table (prover_cli/verify/tokens/mathlib-<commit>.json); nothing here ran Lean.
+recorded table (prover_cli/verify/text/tokens/mathlib-<commit>.json); nothing here ran Lean.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from prover_cli.verify import lexer
-from prover_cli.verify.lexer import LexError, lex
+from prover_cli.verify.text import lexer
+from prover_cli.verify.text.lexer import LexError, lex
 
 REPO = Path(__file__).resolve().parent.parent
-TOKENS = REPO / "prover_cli" / "verify" / "tokens"
+TOKENS = REPO / "prover_cli" / "verify" / "text" / "tokens"
 MATHLIB_COMMIT = "9837ca9d65d9de6fad1ef4381750ca688774e608"   # Mathlib v4.15.0 (table's revs_resolved_by)
 TABLE = json.loads((TOKENS / f"mathlib-{MATHLIB_COMMIT}.json").read_text(encoding="utf-8"))
 MATHLIB = lexer.mathlib_table("v4.15.0")
@@ -46,11 +46,11 @@ def test_the_table_is_keyed_by_the_commit_the_default_pin_resolves_to():
     from prover_cli.config import VerifyConfig
 
     assert TABLE["mathlib_commit"] == MATHLIB_COMMIT and VerifyConfig().mathlib_rev in TABLE["mathlib_revs"]
-    # v4.15.0 -> commit was read in the lake-manifest.json of the SafeVerify commit kernel.py pins
+    # v4.15.0 -> commit was read in the lake-manifest.json of the SafeVerify commit kernel/pins.py pins
     # for v4.15.0 (Kimina's checker: its Mathlib is the default toolchain's)
     safeverify_v4_15 = "577e95319a2bb1bb8df541f0c645811f6577a0ae"
     assert f"GasStationManager/SafeVerify@{safeverify_v4_15}" in TABLE["revs_resolved_by"]
-    assert safeverify_v4_15 in (REPO / "prover_cli" / "verify" / "kernel.py").read_text(encoding="utf-8")
+    assert safeverify_v4_15 in (REPO / "prover_cli" / "verify" / "kernel" / "pins.py").read_text(encoding="utf-8")
     assert TABLE["packages"]["mathlib"]["commit"] == MATHLIB_COMMIT
 
 
@@ -59,7 +59,7 @@ def test_every_table_is_keyed_by_its_commit_and_resolved_at_a_pinned_checker(pat
     table = json.loads(path.read_text(encoding="utf-8"))
     assert path.name == f"mathlib-{table['mathlib_commit']}.json"
     [safeverify] = re.findall(r"GasStationManager/SafeVerify@([0-9a-f]{40})", table["revs_resolved_by"])
-    assert safeverify in (REPO / "prover_cli" / "verify" / "kernel.py").read_text(encoding="utf-8")
+    assert safeverify in (REPO / "prover_cli" / "verify" / "kernel" / "pins.py").read_text(encoding="utf-8")
     for rev in table["mathlib_revs"]:
         assert lexer.mathlib_table(rev).name == f"the table of Mathlib {table['mathlib_commit'][:12]}"
     assert all(t["line"] > 0 and t["file"].endswith(".lean") and ("'" in t["token"] or '"' in t["token"])
@@ -320,7 +320,7 @@ def test_a_damaged_table_names_the_file_and_the_key(tmp_path, monkeypatch, damag
     import shutil
 
     from prover_cli.errors import BackendError
-    from prover_cli.verify import lexer
+    from prover_cli.verify.text import lexer
 
     tokens = tmp_path / "tokens"
     shutil.copytree(lexer.TOKENS_DIR, tokens)

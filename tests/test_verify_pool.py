@@ -13,7 +13,7 @@ import pytest
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.errors import BackendError
 from prover_cli.verify import verify_records
-from prover_cli.verify.pool import ReplPool
+from prover_cli.verify.lean.pool import ReplPool
 from conftest import PATIENCE_S, fake_repl_command, wait_until
 from test_verify_statement import STATEMENT
 
@@ -183,7 +183,7 @@ def test_header_failure_stops_the_batch_with_a_backend_error(verify_config, mark
 
 
 def test_failing_callback_stops_hanging_workers_without_waiting_for_their_deadline(verify_config):
-    from prover_cli.verify.statement import candidate_from_record
+    from prover_cli.verify.text.statement import candidate_from_record
 
     config = verify_config(workers=3)   # the hanging proofs' deadline is the hang guard, PATIENCE_S
     records = [proof("ok"), proof("h1", "  fake_hang"), proof("h2", "  fake_hang")]
@@ -215,7 +215,7 @@ def test_transport_factory_is_passed_on_by_verify_records_and_verify_file(verify
     can answer, so a verdict proves the factory was used, on every entry point."""
     from prover_cli.config import Config
     from prover_cli.verify.engine import close_warm_verifiers, verify_file
-    from prover_cli.verify.transport import LocalTransport
+    from prover_cli.verify.lean.transport import LocalTransport
 
     made = []
 
@@ -250,8 +250,8 @@ def test_ctrl_c_while_a_worker_is_still_starting_its_repl_stops_at_once(verify_c
     import signal
     import threading
 
-    from prover_cli.verify.statement import candidate_from_record
-    from prover_cli.verify.transport import LocalTransport
+    from prover_cli.verify.text.statement import candidate_from_record
+    from prover_cli.verify.lean.transport import LocalTransport
 
     config = verify_config(workers=1)   # header_timeout_s: the hang guard, the wait the bug would sit out
     starting, signalled = threading.Event(), threading.Event()

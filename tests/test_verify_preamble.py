@@ -13,7 +13,7 @@ from conftest import REPO
 from prover_cli.config import DEFAULT_HEADER, load_config
 from prover_cli.tasks.datasets import prepare_data
 from prover_cli.verify import verify_records
-from prover_cli.verify.statement import Rejected, candidate_from_record
+from prover_cli.verify.text.statement import Rejected, candidate_from_record
 
 FIXTURES = REPO / "tests" / "fixtures"
 HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PATIENCE_S, fake_repl_command, shared_files
-from prover_cli.verify import rules
-from prover_cli.verify.repl import (
+from prover_cli.verify.text import rules
+from prover_cli.verify.lean.repl import (
     ReplDied,
     ReplGarbage,
     ReplProcess,

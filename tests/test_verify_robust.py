@@ -70,7 +70,7 @@ def test_an_exception_preparing_one_record_is_that_records_error(verify_config, 
 
 
 def test_an_exception_judging_one_proof_is_that_proofs_error(verify_config, monkeypatch):
-    import prover_cli.verify.pool as pool
+    import prover_cli.verify.lean.pool as pool
 
     real = pool.judge_proof
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prover_cli.config import VerifyConfig
-from prover_cli.verify.rules import (
+from prover_cli.verify.text.rules import (
     Verdict,
     alias_command,
     allowed_axioms,

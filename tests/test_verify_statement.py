@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from prover_cli.config import DEFAULT_HEADER
-from prover_cli.verify.statement import BadRecord, Rejected, candidate_from_record
+from prover_cli.verify.text.statement import BadRecord, Rejected, candidate_from_record
 
 STATEMENT = "theorem amc_p1 (x : ℝ) (h₀ : 2 * x = 4) : x = 2 := by"
 
@@ -145,7 +145,7 @@ def test_text_policy_reads_the_typed_config_without_fallbacks():
     from types import SimpleNamespace
 
     from prover_cli.config import VerifyConfig
-    from prover_cli.verify.statement import TextPolicy
+    from prover_cli.verify.text.statement import TextPolicy
 
     config = VerifyConfig()
     config.allow_commands, config.max_proof_chars = ["open"], 1000

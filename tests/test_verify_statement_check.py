@@ -15,9 +15,9 @@ import pytest
 from conftest import PATIENCE_S, fake_repl_command
 from prover_cli.config import DEFAULT_HEADER
 from prover_cli.verify import verify_records
-from prover_cli.verify.repl import ReplProcess
-from prover_cli.verify.rules import alias_command, judge_alias, read_trusted_namespace, trusted_command
-from prover_cli.verify.statement import trusted_signature
+from prover_cli.verify.lean.repl import ReplProcess
+from prover_cli.verify.text.rules import alias_command, judge_alias, read_trusted_namespace, trusted_command
+from prover_cli.verify.text.statement import trusted_signature
 from test_verify_statement import STATEMENT, completion
 
 WIDE = ["variable", "open", "namespace", "end", "section"]
@@ -93,8 +93,8 @@ def test_unexpected_axioms_output_fails_closed(verify_config):
 
 
 def test_a_trusted_statement_that_does_not_elaborate_is_an_error_of_the_record(verify_config):
-    from prover_cli.verify.pool import ReplPool
-    from prover_cli.verify.statement import Candidate
+    from prover_cli.verify.lean.pool import ReplPool
+    from prover_cli.verify.text.statement import Candidate
 
     # the body is fine; the trusted statement alone gets an error from the stand-in
     statement = "theorem amc_p1 (x : ℝ) (h₀ : 2 * x = 4 ∨ fake_error) : x = 2 := by"
@@ -111,7 +111,7 @@ def test_a_trusted_statement_that_does_not_elaborate_is_an_error_of_the_record(v
 def test_check_answers_have_the_shape_of_the_recorded_transcript(shared):
     """`#check` in the real REPL (dup_msg transcript): one info message with pos/endPos, then env;
     an unknown name is an error message with an env. The stand-in answers in the same shape."""
-    from prover_cli.verify.repl import parse_responses
+    from prover_cli.verify.lean.repl import parse_responses
 
     transcript = shared("lean-repl-transcripts", "dup_msg.expected.out")
     _, known, unknown = parse_responses(transcript.read_bytes())

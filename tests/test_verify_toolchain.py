@@ -1,4 +1,4 @@
-"""Per-toolchain capabilities (prover_cli/verify/toolchain.py): the Lean version is read once per
+"""Per-toolchain capabilities (prover_cli/verify/lean/toolchain.py): the Lean version is read once per
 REPL start from the project's `lean-toolchain` (else `verify.lean_toolchain`), and everything the
 verifier sends must exist on it; nothing it sends needs more than Lean v4.3."""
 
@@ -9,8 +9,9 @@ import re
 import pytest
 
 from prover_cli.errors import BackendError
-from prover_cli.verify import verify_records, toolchain
-from prover_cli.verify.rules import alias_command, trusted_command
+from prover_cli.verify import verify_records
+from prover_cli.verify.lean import toolchain
+from prover_cli.verify.text.rules import alias_command, trusted_command
 from test_verify_statement import STATEMENT
 
 

@@ -224,9 +224,9 @@ def _measure_lean(config: Any, verify: Any) -> dict[str, dict[str, Any]]:
     the honest canaries one after another (each its own statement, as training's problems are);
     the first pays the REPL's start and the header, the others only their proof."""
     from prover_cli.on_modal.calibration import figure
-    from prover_cli.verify.canary import STANDARD_AXIOMS, AllowedAxioms, canaries_for
-    from prover_cli.verify.pool import ReplPool
-    from prover_cli.verify.statement import Candidate
+    from prover_cli.verify.lean.canary import STANDARD_AXIOMS, AllowedAxioms, canaries_for
+    from prover_cli.verify.lean.pool import ReplPool
+    from prover_cli.verify.text.statement import Candidate
 
     honest = [c for c in canaries_for(verify) if c.expect == HONEST and not c.native]
     box = sandbox.SandboxBox(config)
@@ -282,7 +282,10 @@ def _measure_kernel(config: Any, verify: Any) -> dict[str, dict[str, Any]]:
     KERNEL_PROOFS times through `KernelStage` on `sandbox.SandboxRunner`."""
     from prover_cli.on_modal.calibration import figure
     from prover_cli.on_modal.plan import kernel_imports_per_batch
-    from prover_cli.verify.kernel import CHECKER_AXIOMS, KERNEL_CANARIES, KernelJob, KernelStage
+    from prover_cli.verify.kernel.job import KernelJob
+    from prover_cli.verify.kernel.kernel_canary import KERNEL_CANARIES
+    from prover_cli.verify.kernel.pins import CHECKER_AXIOMS
+    from prover_cli.verify.kernel.stage import KernelStage
 
     canary = KERNEL_CANARIES[0]
     recorder = _RecordingRunner(sandbox.SandboxRunner(config))

@@ -13,7 +13,8 @@ import modal
 
 from prover_cli.config import Config
 from prover_cli.on_modal.plan import MODELS_MOUNT, PYTHON_VERSION, RUNS_MOUNT, image_specs, repl_tag
-from prover_cli.verify.kernel import CHECKER_ENV, SAFEVERIFY_URL, elaborate_argv, pin_for
+from prover_cli.verify.kernel.job import elaborate_argv
+from prover_cli.verify.kernel.pins import CHECKER_ENV, SAFEVERIFY_URL, pin_for
 
 # ## Settings read at import
 #
@@ -183,8 +184,8 @@ MATHLIB_STEPS = [
 ]
 
 # The kernel image: the same toolchain and Mathlib layers as the Lean image, then the kernel
-# stage's checker (prover_cli/verify/kernel.py), the one pinned for this toolchain:
-# - Lean 4.9 - 4.21: `prover_check`, our own program (prover_cli/verify/checker: Main.lean, the
+# stage's checker (prover_cli/verify/kernel/), the one pinned for this toolchain:
+# - Lean 4.9 - 4.21: `prover_check`, our own program (prover_cli/verify/kernel/checker: Main.lean, the
 #   tag's replay file as ProverReplay.lean and lakefile.toml, written into the image line by line),
 #   requiring lean4checker at the tag's release commit (its `replay'` at 4.20/4.21) and no Mathlib;
 #   it reads the project's Mathlib from `lake env`'s search path when it runs.
@@ -229,16 +230,16 @@ def _stage_check_lines() -> list[str]:
 
 
 def _own_checker_source(name: str) -> list[str]:
-    """One file of our checker as built for this toolchain (kernel.py own_checker_sources: the
+    """One file of our checker as built for this toolchain (kernel/pins.py own_checker_sources: the
     tag's replay file as ProverReplay.lean, lakefile.toml with lean4checker at the tag's commit)."""
-    from prover_cli.verify.kernel import own_checker_sources
+    from prover_cli.verify.kernel.pins import own_checker_sources
 
     return own_checker_sources(KERNEL_PIN.toolchain)[name].splitlines()
 
 
 def _checker_build_lines() -> list[str]:
     if KERNEL_PIN.dialect == "batch":
-        from prover_cli.verify.kernel import OWN_CHECKER_FILES
+        from prover_cli.verify.kernel.pins import OWN_CHECKER_FILES
 
         # ProverReplay.lean: lean4checker's `replay'` (4.20, 4.21) or the core copy (4.9 - 4.15)
         return [f"mkdir -p {OWN_CHECKER_DIR}",
@@ -255,7 +256,7 @@ def _checker_build_lines() -> list[str]:
 
 # SafeVerify is built against its own lake-manifest.json and then reads the project's .olean
 # files: every package both manifests name must be at the same revision, or the build fails (its
-# confined way), naming both files and both revisions (kernel.py `manifest_mismatch` is the same
+# confined way), naming both files and both revisions (kernel/installed_checker.py `manifest_mismatch` is the same
 # rule for a local checker). prover_check requires no package, so it has nothing to compare.
 MANIFEST_CHECK = ("python -c " + shlex.quote(
     "import json, sys; revs = [{p['name']: p.get('rev') for p in json.load(open(f))['packages']} "

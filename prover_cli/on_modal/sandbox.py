@@ -4,7 +4,7 @@
 # the Lean image with no network, no Volumes, no secrets, hard CPU and memory limits and a
 # timeout, and ended when the process is killed or recycled. `SandboxTransport` carries the REPL
 # protocol over the exec'd process's stdin/stdout (the `Transport` seam of
-# prover_cli/verify/transport.py), and the library's `verify_file` / `verify_records` get it through
+# prover_cli/verify/lean/transport.py), and the library's `verify_file` / `verify_records` get it through
 # their placement seam (prover_cli/verify/placement.py, `verification_placement` below). So
 # deadlines, recycling, the verdict rules, the summary and the resume are exactly those of a local
 # run; only where the bytes go changes.
@@ -15,7 +15,7 @@
 # more try) stops the run with a BackendError, as a local REPL that cannot start does: no verdict
 # claims anything about those proofs, and a rerun resumes from the verdict file.
 #
-# The kernel stage (prover_cli/verify/kernel.py) runs each of its steps — `lean -o` on one proof,
+# The kernel stage (prover_cli/verify/kernel/) runs each of its steps — `lean -o` on one proof,
 # the trusted target, SafeVerify on two .olean files — in a fresh Sandbox of its own from the same
 # image (`SandboxRunner`): the files go in on the step's stdin and come back on its stdout, so a
 # step receives only data, and the checker's Sandbox has never run untrusted text.
@@ -48,7 +48,7 @@ from prover_cli.on_modal.images import (
     sandbox_app,
 )
 from prover_cli.on_modal.plan import kernel_step_size, resources
-from prover_cli.verify.transport import describe_exit
+from prover_cli.verify.lean.transport import describe_exit
 
 # Looked up at call time, so tests can put the Sandbox stand-in here.
 Sandbox = modal.Sandbox
@@ -226,7 +226,7 @@ class SandboxTransport:
             put(None)
 
     def _next_chunk(self, deadline: float, *, startup: bool = False) -> bytes:
-        from prover_cli.verify.repl import ReplTimeout
+        from prover_cli.verify.lean.repl import ReplTimeout
 
         if self._eof:
             return b""
@@ -244,7 +244,7 @@ class SandboxTransport:
 
     # -- the Transport protocol -----------------------------------------------------------
     def write(self, data: bytes, deadline: float) -> None:
-        from prover_cli.verify.repl import ReplDied, ReplTimeout
+        from prover_cli.verify.lean.repl import ReplDied, ReplTimeout
 
         failure: list[BaseException] = []
 
@@ -430,7 +430,7 @@ class SandboxRunner:
             what: str = "command") -> Any:
         import base64
 
-        from prover_cli.verify.isolated import RunResult
+        from prover_cli.verify.kernel.isolated import RunResult
 
         spec = json.dumps({"inputs": {k: base64.b64encode(v).decode("ascii") for k, v in inputs.items()},
                            "outputs": list(outputs), "timeout_s": timeout_s}).encode("utf-8")
@@ -545,7 +545,7 @@ def sandbox_concurrency(config: Any, verify_config: Any, proofs: int | None) -> 
     import math
 
     from prover_cli.config import WORKERS_MAX
-    from prover_cli.verify.kernel import kernel_workers
+    from prover_cli.verify.kernel.pins import kernel_workers
 
     m = config.modal
     batches = m.verify_max_containers if proofs is None else math.ceil(proofs / m.verify_batch_size)

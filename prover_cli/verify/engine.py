@@ -6,7 +6,7 @@
 Both go the same way: check the record's fields (`error` verdict when unusable), run the denylist
 and the statement check (`rejected` without running Lean), then hand the assembled code to the
 backend (`repl` pool or `kimina` server), which applies the verdict rules (`rules.py`). Every
-proof either backend calls `verified` then goes through the kernel stage (`kernel.py`,
+proof either backend calls `verified` then goes through the kernel stage (`kernel/`,
 `verify.kernel_check`): a fresh `lean -o` and SafeVerify in processes that never ran its text.
 `verify_file` writes each verdict the moment it is known (append + flush), skips ids whose last
 verdict in `--out` was made from the same checked fields under the same policy (resume; a line
@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import BadLine, ResumableWriter, read_jsonl
+from prover_cli.fsio.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.signals import stop_signals_as_interrupt
-from prover_cli.verify.lexer import configured_mathlib, set_token_table, table_for_config
+from prover_cli.verify.text.lexer import configured_mathlib, set_token_table, table_for_config
 from prover_cli.verify.placement import Placement, current, place, when_left
-from prover_cli.verify.rules import VERDICTS, Verdict
-from prover_cli.verify.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
+from prover_cli.verify.text.rules import VERDICTS, Verdict
+from prover_cli.verify.text.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
 
 OnResult = Callable[[Any, dict, Verdict], None]
 
@@ -100,7 +100,7 @@ def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
     """`false`, or the checker and the commit pinned for the toolchain."""
     if not verify_config.kernel_check:
         return False
-    from prover_cli.verify.kernel import CHECKER, pin_for
+    from prover_cli.verify.kernel.pins import CHECKER, pin_for
 
     pin = pin_for(verify_config.lean_toolchain)
     return {"checker": pin.checker if pin else CHECKER, "commit": pin.commit if pin else None,
@@ -208,16 +208,16 @@ class Verifier:
         self.identity = verifier_identity(verify_config)
         self.kernel = None
         if verify_config.kernel_check:
-            from prover_cli.verify.kernel import KernelStage
+            from prover_cli.verify.kernel.stage import KernelStage
 
             # `kernel_runner` runs each stage step; None: local processes (Modal's gives each a Sandbox)
             self.kernel = KernelStage(verify_config, runner=kernel_runner)
         if verify_config.backend == "kimina":
-            from prover_cli.verify.kimina import KiminaBackend
+            from prover_cli.verify.lean.kimina import KiminaBackend
 
             self.backend = KiminaBackend(verify_config)
         else:
-            from prover_cli.verify.pool import ReplPool
+            from prover_cli.verify.lean.pool import ReplPool
 
             self.backend = ReplPool(verify_config, transport_factory=transport_factory)
 
@@ -258,7 +258,7 @@ class Verifier:
 
             self.backend.run(candidates, report)
             return
-        from prover_cli.verify.kernel import second_stage
+        from prover_cli.verify.kernel.batching import second_stage
 
         # the kernel stage last, after any other stage: its checks run in parallel, off this thread
         canary = self.config if self.config.canary else None
@@ -315,11 +315,11 @@ def fast_path_once(verify_config: Any, candidate: Candidate, *, transport_factor
 
     config = dataclasses.replace(verify_config, workers=1, canary=False)
     if config.backend == "kimina":
-        from prover_cli.verify.kimina import KiminaBackend
+        from prover_cli.verify.lean.kimina import KiminaBackend
 
         backend: Any = KiminaBackend(config)
     else:
-        from prover_cli.verify.pool import ReplPool
+        from prover_cli.verify.lean.pool import ReplPool
 
         backend = ReplPool(config, transport_factory=transport_factory)
     verdicts: list[Verdict] = []
@@ -432,7 +432,7 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     policy = policy_digest(verify_config)
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
-    from prover_cli.verify.kernel import pin_warning
+    from prover_cli.verify.kernel.pins import pin_warning
 
     # said once per command: in the summary (its `warnings` table for humans, the key with --json)
     warnings = [KERNEL_CHECK_OFF_WARNING] if not verify_config.kernel_check else []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prover_cli.verify.lexer import LexError, Token, lex, line_col
+from prover_cli.verify.text.lexer import LexError, Token, lex, line_col
 
 # A word is denied wherever it appears as a whole identifier or as one part of a dotted name
 # (`_root_.sorryAx`, `Lean.ofReduceBool`, `«sorryAx»`).

@@ -117,12 +117,12 @@ def _read_table(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:   # the install, not a proof, is at fault: stop the batch
         raise BackendError(f"{path}: unreadable token table of verify's lexer: {exc}",
-                           hint="the package data prover_cli/verify/tokens/*.json must ship with prover_cli") from None
+                           hint="the package data prover_cli/verify/text/tokens/*.json must ship with prover_cli") from None
 
 
 def _damaged(path: Path, what: str) -> BackendError:
     return BackendError(f"{path}: damaged token table of verify's lexer: {what}",
-                        hint="the package data prover_cli/verify/tokens/*.json must ship with prover_cli as released")
+                        hint="the package data prover_cli/verify/text/tokens/*.json must ship with prover_cli as released")
 
 
 def _table_tokens(path: Path, data: Any, mathlib: bool) -> list[dict[str, Any]]:

@@ -63,7 +63,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable
 
 from prover_cli.errors import BackendError
-from prover_cli.verify.rules import (
+from prover_cli.verify.text.rules import (
     TRUSTED,
     Verdict,
     alias_command,
@@ -76,7 +76,7 @@ from prover_cli.verify.rules import (
     read_trusted_namespace,
     trusted_command,
 )
-from prover_cli.verify.statement import BadRecord, Candidate, trusted_signature
+from prover_cli.verify.text.statement import BadRecord, Candidate, trusted_signature
 
 HTTP_MARGIN_S = 30.0  # the server's own header run and queueing come on top of the proof's timeout
 SERVER_MAX_WAIT_S = 60.0  # LEAN_SERVER_MAX_WAIT: a snippet waits this long for a REPL, then 429
@@ -240,7 +240,7 @@ class KiminaBackend:
     def run(self, candidates: Iterable[Candidate], on_verdict: Callable[[Candidate, Verdict], None]) -> None:
         todo = list(candidates)
         if todo and not self._canary_done:
-            from prover_cli.verify.canary import ensure_canary
+            from prover_cli.verify.lean.canary import ensure_canary
 
             ensure_canary(self)   # BackendError naming the rule when this server breaks one
             self._canary_done = True

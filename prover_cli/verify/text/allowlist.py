@@ -59,7 +59,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from prover_cli.verify.lexer import Lexed, Token, line_col
+from prover_cli.verify.text.lexer import Lexed, Token, line_col
 
 # Options that only bound resources: raising or lowering them can make elaboration fail or
 # succeed, never change what a statement means.

@@ -39,15 +39,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from prover_cli.verify.allowlist import (
+from prover_cli.verify.text.allowlist import (
     RESOURCE_OPTIONS,
     check_characters,
     check_commands,
     code_commands_used,
     opened_namespaces,
 )
-from prover_cli.verify.denylist import scan_tokens
-from prover_cli.verify.lexer import LexError, Lexed, Token, lex, line_col
+from prover_cli.verify.text.denylist import scan_tokens
+from prover_cli.verify.text.lexer import LexError, Lexed, Token, lex, line_col
 
 
 
@@ -182,7 +182,7 @@ def may_run_code(body: str, policy: TextPolicy) -> bool:
     policy: compiled code through `native_decide` (when allowed), or a command that
     `verify.allow_commands` admits beyond the inert ones. The pool recycles the process after such
     a record: code can write into the protocol stream and register process-global state."""
-    from prover_cli.verify.allowlist import INERT_COMMANDS
+    from prover_cli.verify.text.allowlist import INERT_COMMANDS
 
     if not policy.allow_native_decide and not set(policy.allow_commands) - INERT_COMMANDS:
         return False   # the default policy: nothing in checked text runs code of its own
@@ -290,9 +290,9 @@ def _deny(lexed: Lexed, allow_native_decide: bool, what: str, tokens: list[Token
 # --------------------------------------------------------------------------------------------
 
 def last_lean_block(completion: str) -> str:
-    # One extraction rule for the whole product (prompts.py): the last complete ```lean4/```lean
+    # One extraction rule for the whole product (policy/prompts.py): the last complete ```lean4/```lean
     # block outside <think>, so what generate/eval call "the answer" is what gets verified.
-    from prover_cli.prompts import extract_lean_block
+    from prover_cli.policy.prompts import extract_lean_block
 
     block = extract_lean_block(completion)
     if block is None:
@@ -450,7 +450,7 @@ def _last_part(token: Token) -> str:
 def _check_before_target(before: list[Token], block: str, statement_tokens: list[Token],
                          allowed: set[str] = frozenset(), near_copy: str = "", code: str = "",
                          header_opens: frozenset[str] = frozenset()) -> None:
-    from prover_cli.verify.allowlist import _is_local_open, open_names
+    from prover_cli.verify.text.allowlist import _is_local_open, open_names
 
     # `… in` commands directly before the target (a chain: `open A in` + `set_option … in` +
     # `theorem NAME`) each apply to the rest, so to the target's statement, which must elaborate
@@ -487,7 +487,7 @@ def _check_before_target(before: list[Token], block: str, statement_tokens: list
 def _target_prefixes(before: list[Token], code: str) -> list[tuple[int, int]]:
     """(start, end) token ranges of the `set_option <opt> <value> in` and one-line `open … in`
     commands that end right where the target starts, last first."""
-    from prover_cli.verify.allowlist import _is_local_open, open_names
+    from prover_cli.verify.text.allowlist import _is_local_open, open_names
 
     found, end = [], len(before)
     while end > 0 and before[end - 1].text == "in":
@@ -525,7 +525,7 @@ FIRST_COMMANDS = frozenset({"theorem", "lemma", "set_option", "open"})
 def _trusted_commands(header: str) -> tuple[list[Token], list[int]]:
     """The trusted header's tokens after its import lines, and the indices where a command
     starts (the first token of a line that is a command keyword), plus 0 and the end."""
-    from prover_cli.verify.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS
+    from prover_cli.verify.text.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS
 
     lexed = lex(header)   # header_imports() has lexed it already: no LexError here
     code, import_end, in_import = lexed.code, 0, False

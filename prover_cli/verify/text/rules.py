@@ -38,10 +38,10 @@ verdict, and anything we cannot read is a failure (fail closed).
    axiom is in `verify.allowed_axioms` (plus the native-evaluation axioms, `NATIVE_AXIOMS` and
    `NATIVE_AUX_AXIOM`, when `verify.allow_native_decide`). A missing, duplicated or unparseable
    answer is `rejected`.
-6. With `verify.kernel_check` (the default), the kernel stage (`kernel.py`) passes too: the same
+6. With `verify.kernel_check` (the default), the kernel stage (`kernel/`) passes too: the same
    code elaborated afresh with `lean -o` in a process of its own, the trusted target compiled
    from trusted text alone in another, and the checker pinned for the toolchain (`kernel.PINS`;
-   kernel.py's docstring says what each pin checks) given only the .olean files: it replays the
+   kernel/stage.py's docstring says what each pin checks) given only the .olean files: it replays the
    constants through the kernel, finds the target with the trusted statement's type as an
    `Expr`, and collects its axioms, which must be allowed. Nothing from rules 1-5's answers is
    used. The checker saying no is `rejected`; a crash, a timeout or output we cannot read is
@@ -60,7 +60,7 @@ What this does not protect against
 - What rule 6 still rests on: Lean's kernel, the Mathlib .olean files the checker reads, the
   checker's reading of the proof's .olean (written by the untrusted process), and what the pin
   for the toolchain does or does not compare, on Lean code of its own that may never have run
-  where this was tested (kernel.py; docs/verify.md, *The kernel stage*, per toolchain).
+  where this was tested (kernel/; docs/verify.md, *The kernel stage*, per toolchain).
 - An unknown command keyword placed where Lean would not start a command by our reading of its
   layout rules (allowlist.py: columns, tactic blocks, `where` clauses); anything
   `verify.allow_commands` admits.

@@ -23,7 +23,7 @@ from typing import Any
 
 # The REPL's faults live in the transport layer below (its write and read_some raise them too);
 # callers may import them from here as before (ReplFault: pool.py, the tests).
-from prover_cli.verify.transport import (BoxedLocalTransport, LocalTransport, ReplDied, ReplFault,  # noqa: F401
+from prover_cli.verify.lean.transport import (BoxedLocalTransport, LocalTransport, ReplDied, ReplFault,  # noqa: F401
                                          ReplGarbage, ReplTimeout, Transport)
 
 

@@ -356,7 +356,7 @@ class BoxedLocalTransport(LocalTransport):
         self.unboxed_command = list(command)
 
     def start(self) -> None:
-        from prover_cli.verify.box import boxed
+        from prover_cli.verify.lean.box import boxed
 
         if self.cwd is None or os.path.isdir(self.cwd):   # else LocalTransport names the missing directory
             self.command = boxed(self.unboxed_command, self.box, self.cwd, what=self.what)

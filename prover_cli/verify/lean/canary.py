@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.errors import BackendError
-from prover_cli.verify.rules import AllowedAxioms
-from prover_cli.verify.statement import Candidate
+from prover_cli.verify.text.rules import AllowedAxioms
+from prover_cli.verify.text.statement import Candidate
 
 CANARY_VERSION = 2   # 2: Lean's statement check by restatement; five binder/universe shapes
 STANDARD_AXIOMS = ("propext", "Classical.choice", "Quot.sound")

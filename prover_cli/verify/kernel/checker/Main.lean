@@ -1,5 +1,5 @@
 /-
-prover_check: the kernel stage's checker for Lean 4.9 - 4.21 (prover_cli/verify/kernel.py).
+prover_check: the kernel stage's checker for Lean 4.9 - 4.21 (prover_cli/verify/kernel/).
 NOT COMPILED WHERE THIS PROJECT IS DEVELOPED (no Lean there): the Modal kernel image builds it
 (`lake build prover_check`, lean4checker required at the tag's release commit) and `prover doctor
 --backend modal` runs it against the kernel canaries first. The kernel replay is lean4checker's

@@ -122,7 +122,7 @@ def mount_problem(read_only: list[str], writable: list[str] = (), what: str = "v
 
 
 def program_argv(command: list[str]) -> list[str]:
-    """`command` without a leading `env NAME=VALUE ...` (kernel.py runs its checker so): the
+    """`command` without a leading `env NAME=VALUE ...` (kernel/ runs its checker so): the
     program that runs and its arguments, for the box's binds and the not-found check."""
     if command[:1] != ["env"]:
         return list(command)

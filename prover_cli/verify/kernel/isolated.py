@@ -1,6 +1,6 @@
 """One command in a fresh process with a directory of its own: data in, data out.
 
-The kernel stage (`kernel.py`) runs each of its steps this way: `lean -o` on one untrusted file,
+The kernel stage (`kernel/`) runs each of its steps this way: `lean -o` on one untrusted file,
 and the checker on two `.olean` files. A step receives only bytes (the files in `inputs`), and
 only bytes come back (its exit status, stdout, stderr, and the files named in `outputs`); no
 process, pipe or environment object crosses from one step to the next.
@@ -54,7 +54,7 @@ class RunResult:
 
     def describe(self) -> str:
         """One line: how it ended, for a verdict's reason."""
-        from prover_cli.verify.transport import signal_name
+        from prover_cli.verify.lean.transport import signal_name
 
         if self.timed_out:
             return "no answer before the deadline (killed)"
@@ -98,10 +98,10 @@ class LocalRunner:
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...],
             timeout_s: float, what: str = "command") -> RunResult:
         """`what` names the config key the command comes from, for the error when it cannot start."""
-        from prover_cli.verify.box import boxed, find_program, program_argv
-        from prover_cli.verify.transport import LocalTransport
+        from prover_cli.verify.lean.box import boxed, find_program, program_argv
+        from prover_cli.verify.lean.transport import LocalTransport
 
-        program = program_argv(argv)   # through `env NAME=VALUE` (kernel.py CHECKER_ENV): env would start
+        program = program_argv(argv)   # through `env NAME=VALUE` (kernel/pins.py CHECKER_ENV): env would start
         if program and "{dir}" not in program[0] and find_program(program[0], self.project_dir or os.getcwd()) is None:
             raise BackendError(f"{what} = {argv}: cannot start `{program[0]}`: not found",
                                hint="check it, and run `prover doctor`")
@@ -161,7 +161,7 @@ def _exit_code(transport, deadline: float) -> int | None:
 
 def _read_until_eof(transport, deadline: float) -> tuple[str, bool]:
     """All of stdout (up to MAX_OUTPUT_BYTES kept) until EOF, or (what came, True) at the deadline."""
-    from prover_cli.verify.repl import ReplTimeout
+    from prover_cli.verify.lean.repl import ReplTimeout
 
     transport.close_stdin()   # the step reads no stdin: EOF at once
     chunks: list[bytes] = []

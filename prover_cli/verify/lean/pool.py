@@ -34,9 +34,9 @@ import time
 from typing import Any, Callable, Iterable
 
 from prover_cli.errors import BackendError
-from prover_cli.verify.lexer import text_may_run_code
-from prover_cli.verify.repl import ReplDied, ReplFault, ReplProcess, ReplTimeout
-from prover_cli.verify.rules import (
+from prover_cli.verify.text.lexer import text_may_run_code
+from prover_cli.verify.lean.repl import ReplDied, ReplFault, ReplProcess, ReplTimeout
+from prover_cli.verify.text.rules import (
     Verdict,
     alias_command,
     allowed_axioms,
@@ -47,9 +47,9 @@ from prover_cli.verify.rules import (
     read_trusted_namespace,
     trusted_command,
 )
-from prover_cli.verify.statement import BadRecord, Candidate, trusted_signature
-from prover_cli.verify.toolchain import check_capabilities
-from prover_cli.verify.transport import TransportFactory, local_transport_factory, signal_name
+from prover_cli.verify.text.statement import BadRecord, Candidate, trusted_signature
+from prover_cli.verify.lean.toolchain import check_capabilities
+from prover_cli.verify.lean.transport import TransportFactory, local_transport_factory, signal_name
 
 OnVerdict = Callable[[Candidate, Verdict], None]
 
@@ -93,7 +93,7 @@ class ReplPool:
         if total == 0:
             return
         if not self._canary_done:
-            from prover_cli.verify.canary import ensure_canary
+            from prover_cli.verify.lean.canary import ensure_canary
 
             ensure_canary(self)   # BackendError naming the rule when this toolchain breaks one
             self._canary_done = True

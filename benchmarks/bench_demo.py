@@ -35,7 +35,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
-    from prover_cli.lock import hold_outputs
+    from prover_cli.fsio.lock import hold_outputs
     from prover_cli.out import Out
     from prover_cli.study import load_study, report_study, run_study
 

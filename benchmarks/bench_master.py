@@ -35,7 +35,7 @@ def tiny_config():
 
     from transformers import AutoConfig
 
-    from prover_cli.tiny_model import build_tiny_model
+    from prover_cli.policy.tiny_model import build_tiny_model
 
     return AutoConfig.from_pretrained(build_tiny_model(Path(tempfile.mkdtemp(prefix="bench-master-")) / "tiny"))
 
@@ -117,7 +117,7 @@ def main() -> None:
     from transformers import Qwen2Config
 
     torch.set_num_threads(torch.get_num_threads())
-    bench("tiny (prover_cli/tiny_model.py)", tiny_config(), args.device, batch=8, seq=64, repeats=max(args.repeats, 20))
+    bench("tiny (prover_cli/policy/tiny_model.py)", tiny_config(), args.device, batch=8, seq=64, repeats=max(args.repeats, 20))
     if not args.skip_large:
         large = Qwen2Config(**QWEN2_0_5B)
         seq = 512 if args.device.startswith("cuda") else 32  # keep the CPU run to a couple of minutes

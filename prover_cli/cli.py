@@ -1,7 +1,7 @@
 """The `prover` command: parse, load the config, call one library function, render.
 
 No work happens here. Each command loads the config (`--config`, `--set`), takes the lock of
-every output it writes (`prover_cli/lock.py`: one writer per run directory and `--out`), then
+every output it writes (`prover_cli/fsio/lock.py`: one writer per run directory and `--out`), then
 calls a library function through a backend (`--backend local|modal`) and renders the dict it
 returns: the `tables` entry as rich tables on stderr, everything else as a key/value table, or
 the whole result as JSON on stdout with `--json`. Heavy imports (torch, vllm, modal) happen
@@ -146,7 +146,7 @@ FAILURE_KINDS = ("usage", "config", "input", "locked", "machine", "error", "inte
 
 def _kind_of(exc: ProverError) -> str:
     from prover_cli.errors import InputError
-    from prover_cli.lock import LockedError
+    from prover_cli.fsio.lock import LockedError
 
     if isinstance(exc, LockedError):
         return "locked"
@@ -259,7 +259,7 @@ def resume_command(command_name: str) -> str | None:
     resume, the one that starts it over); None outside a `prover` command."""
     import shlex
 
-    from prover_cli.lock import current_command
+    from prover_cli.fsio.lock import current_command
 
     argv = shlex.split(current_command())
     if not argv:
@@ -271,7 +271,7 @@ def resume_command(command_name: str) -> str | None:
 
 
 def _setup(config: Optional[Path], overrides: Optional[List[str]], json_mode: bool):
-    from prover_cli import jsonl
+    from prover_cli.fsio import jsonl
     from prover_cli.config import load_config
     from prover_cli.out import Out
     from prover_cli.shipped import resolve_config
@@ -304,7 +304,7 @@ def _run(backend: str, name: str, config, out, title: str, /, writes: Sequence[P
     With `--backend modal` the lock is held here around the remote call and the pull of its
     outputs into the same local paths, so two launches from this machine cannot interleave."""
     from prover_cli import backends
-    from prover_cli.lock import hold_outputs
+    from prover_cli.fsio.lock import hold_outputs
 
     with hold_outputs(_lock_targets(config, writes)) as previous:
         for target, holder in previous:
@@ -589,7 +589,7 @@ StudyArg = typer.Argument(..., help="Study TOML file, or a shipped study by name
 @contextlib.contextmanager
 def _study_locked(study, out):
     """One writer per study directory (its runs, problems file and report), like a run directory."""
-    from prover_cli.lock import hold_outputs
+    from prover_cli.fsio.lock import hold_outputs
 
     with hold_outputs([study.dir]) as previous:
         for target, holder in previous:

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
+from prover_cli.fsio.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
 from prover_cli.tasks.problems import eval_problems_path
 from prover_cli.progress import NULL_REPORTER, Reporter
 
@@ -129,7 +129,7 @@ def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], l
 
     One bad line costs that line: it is reported by number and the rest are scored. `keep(record)`
     filters the usable records (eval keeps the samples of the problems it generated)."""
-    from prover_cli.jsonl import BadLine, read_jsonl
+    from prover_cli.fsio.jsonl import BadLine, read_jsonl
     from prover_cli.verify.text.rules import VERDICTS
 
     records, malformed = [], []
@@ -396,7 +396,7 @@ def _eval_label(config: Any, model_label: str) -> str:
 def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
     """Every task but Lean (countdown, toy, a registered one): reward 1.0 = solved, written as verdict
     records so one pass@k path scores all tasks."""
-    from prover_cli import rollout
+    from prover_cli.policy import rollout
     from prover_cli.generate import SAMPLE_FIELDS
     from prover_cli.tasks import get_task
 
@@ -656,7 +656,7 @@ def apply_preset(config: Any, preset: str, *, model_name: str | None = None, ks:
     `ks` (from `--k`) replaces the protocol's k values, and n becomes the largest of them.
     """
     from prover_cli.config import config_from_dict
-    from prover_cli.prompts import resolve_family
+    from prover_cli.policy.prompts import resolve_family
 
     if preset not in BENCHMARKS:
         raise ConfigError(f"--preset {preset!r}: must be one of {', '.join(EVAL_PRESETS)}")
@@ -708,7 +708,7 @@ def eval_plan(config: Any, ks: list[int], applied: Applied | None, *, backend: s
     nominal = applied.benchmark.problems if applied else None
     problems = counted if counted is not None else nominal
     model_label = model or config.model.name
-    from prover_cli.prompts import resolve_family
+    from prover_cli.policy.prompts import resolve_family
 
     family = applied.protocol.family if applied else resolve_family(model_label, config.model.family)
     rows = [["model", model_label], ["family (prompt)", family],

@@ -6,7 +6,7 @@ Each line of samples.jsonl (docs/formats.md) is one sample: `id` = `<problem_id>
 `problem_id`, the problem's own fields (`formal_statement` and `header` for Lean; `numbers` and
 `target` for countdown; `split`...), `completion`, `finish_reason`, token counts, `seed` and
 `model`. For Lean, `completion` is text whose last ```lean4 block is the candidate proof
-(`prover_cli.prompts.answer_completion`): chat models' text as is, continuation prompts
+(`prover_cli.policy.prompts.answer_completion`): chat models' text as is, continuation prompts
 (DeepSeek-Prover-V1.5 style, plain) wrapped as prompt code + completion in one block.
 
 Determinism and resume: a problem's samples are seeded from (generate.seed, problem id) alone
@@ -29,7 +29,7 @@ from typing import Any
 
 from prover_cli import streams
 from prover_cli.errors import InputError
-from prover_cli.jsonl import ResumableWriter, fields_first
+from prover_cli.fsio.jsonl import ResumableWriter, fields_first
 from prover_cli.progress import NULL_REPORTER, Reporter
 
 # Fields a sample record sets itself; a problem's own fields are copied around them.
@@ -43,7 +43,7 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
 
     `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
     across calls); by default one is loaded for `model` / `model.name`."""
-    from prover_cli.jsonl import log_malformed, with_malformed
+    from prover_cli.fsio.jsonl import log_malformed, with_malformed
     from prover_cli.tasks.problems import read_problems
 
     path = Path(problems_path) if problems_path else config.problems_path
@@ -73,10 +73,10 @@ def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, 
     `family_name` is the name the prompt family is resolved from (a rebuilt directory's path
     says nothing about the base model's family).
     """
-    from prover_cli import rollout
+    from prover_cli.policy import rollout
     from prover_cli.tasks.problems import check_fields
-    from prover_cli.prompts import resolve_family
-    from prover_cli.samplers import load_sampler, sampling_params
+    from prover_cli.policy.prompts import resolve_family
+    from prover_cli.policy.samplers import load_sampler, sampling_params
     from prover_cli.tasks import get_task
 
     task_name = config.data.task
@@ -152,7 +152,7 @@ def check_hub_reachable(name: str, revision: str = "main", probe_s: float = HUB_
     `tiny-countdown`), a local path or a cached model is not checked: it loads without the hub."""
     import os
 
-    from prover_cli.built_models import BUILT_NAMES
+    from prover_cli.policy.built_models import BUILT_NAMES
     from prover_cli.errors import BackendError
 
     if name in BUILT_NAMES or Path(name).exists() or _in_hub_cache(name, revision):
@@ -210,7 +210,7 @@ def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs
                    seeds: list[int], n: int, task_name: str, family: str, model_label: str,
                    counts: dict[str, int]) -> int:
     """Write the samples of a chunk of problems that are not in the file yet; returns new tokens."""
-    from prover_cli.prompts import answer_completion
+    from prover_cli.policy.prompts import answer_completion
 
     new_tokens = 0
     for problem, samples, seed in zip(chunk, outputs, seeds, strict=True):

@@ -252,7 +252,7 @@ class Out:
     def result(self, payload: Any) -> None:
         """The machine-readable result: printed to stdout with --json, ignored otherwise."""
         if self.json_mode:
-            from prover_cli.jsonl import finite_or_null   # JSON has no NaN: a non-finite figure reads null
+            from prover_cli.fsio.jsonl import finite_or_null   # JSON has no NaN: a non-finite figure reads null
 
             _RESULT["written"] = True  # set first: a failure while writing must not add a second document
             self.stdout.write(json.dumps(finite_or_null(payload), indent=2, sort_keys=True, default=str, allow_nan=False)

@@ -103,7 +103,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
+from prover_cli.fsio.jsonl import load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
 from prover_cli.metrics import METRICS_FILE, read_metrics, required_keys, training_records
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.compare import BUDGET_TOLERANCE, final_at, per_problem, run_budget, unequal  # noqa: F401 (the one rule)

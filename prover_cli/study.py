@@ -582,7 +582,7 @@ def _check_tune(study: Study) -> None:
 def design_problems(study: Study) -> tuple[list[dict[str, Any]] | None, str]:
     """The problems the study's file will hold: the file when written, else (a task that generates its
     problems) generated in memory from `study.test_seed`; None when neither (checked at `run`)."""
-    from prover_cli.jsonl import load_jsonl_strict
+    from prover_cli.fsio.jsonl import load_jsonl_strict
     from prover_cli.tasks.problems import generated_problems
 
     path = study.dir / "problems.jsonl"
@@ -771,7 +771,7 @@ def write_problems(study: Study, reporter: Any = NULL_REPORTER) -> None:
 def _write_tune_problems(study: Study, reporter: Any) -> None:
     """`<dir>/tune/problems.jsonl`: the study's problems without the test set's rows, a dev split of
     `tune.dev_problems` training problems (by content) relabelled as the held-out split, the rest training."""
-    from prover_cli.jsonl import load_jsonl_strict, write_jsonl_atomic
+    from prover_cli.fsio.jsonl import load_jsonl_strict, write_jsonl_atomic
     from prover_cli.tasks.problems import content_key
 
     problems = load_jsonl_strict(study.dir / "problems.jsonl")
@@ -817,7 +817,7 @@ def check_test_set_fresh(study: Study, fingerprint: dict[str, Any]) -> None:
                                  hint="tune on the dev split ([tune], tune/problems.jsonl), or start a new study.dir")
     tune_file = tune_dir / "problems.jsonl"
     if tune_file.exists() and study.tune is not None:
-        from prover_cli.jsonl import load_jsonl_strict
+        from prover_cli.fsio.jsonl import load_jsonl_strict
 
         config = run_config(study, next(iter(study.arms.values())), study.train_sizes[0], study.test_seed)
         dev = {content_key(p) for p in load_jsonl_strict(tune_file) if p.get("split") == config.data.valid_split}
@@ -909,7 +909,7 @@ def check_registration(study: Study, record: dict[str, Any] | None) -> None:
 
 def lock_registration(study: Study, fingerprint: dict[str, Any], record: dict[str, Any] | None) -> None:
     """Write (or, when tuning has just chosen, complete) study.json's registration."""
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
 
     reg = registration(study)
     if record is not None and record["registration"] == reg and record.get("test_set") == fingerprint:
@@ -998,7 +998,7 @@ def tune_results(study: Study, runs: list[dict[str, Any]]) -> dict[str, Any]:
 def tune_study(study: Study, *, backend: str = "local", reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     """The tuning phase: train what is missing on the dev split, choose, freeze the choice (tune/chosen.json,
     and study.json's registration) before any test-set run."""
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
 
     if study.tune is None:
         raise UsageError(f"{study.path}: no [tune] table: nothing to tune", hint="docs/study.md: the tuning phase")
@@ -1173,7 +1173,7 @@ def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Any
 
 def _mark_done(run: dict[str, Any], fingerprint: dict[str, Any]) -> None:
     """The run finished: record it, with the code that made it (a run without this file is redone)."""
-    from prover_cli.jsonl import write_text_atomic
+    from prover_cli.fsio.jsonl import write_text_atomic
     from prover_cli.metrics import code_version
 
     if test_set(run["config"]) != fingerprint:

@@ -3,7 +3,7 @@
 # task, local backend, no credentials, nothing downloaded. Every stage is a real `prover` command.
 #
 # The base policy is `tiny-countdown`, the tiny random model after a short supervised warm-start
-# on generated countdown solutions (prover_cli/warmstart.py; built on first use, with a line saying
+# on generated countdown solutions (prover_cli/policy/warmstart.py; built on first use, with a line saying
 # so, then cached): it solves some held-out problems, not all. ES and GRPO train from it on the same
 # problems with the same sample budget, both evaluate their current weights on the same held-out
 # problems (both metrics, sampled and greedy, with 95% intervals), and the demo ends with

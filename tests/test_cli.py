@@ -192,7 +192,7 @@ def test_disk_full_is_one_line_with_path_and_operation_then_the_rerun_resumes(mo
     import errno
 
     from conftest import fake_repl_command, kernel_stand_in_sets
-    from prover_cli.jsonl import ResumableWriter
+    from prover_cli.fsio.jsonl import ResumableWriter
     from test_verify_statement import STATEMENT
 
     proofs = tmp_path / "samples.jsonl"

@@ -52,7 +52,7 @@ TASK_FILE = "<the module of data.task>"  # the Task protocol (tasks/__init__.py)
 # Calls the walker cannot resolve that hand the config on through a registry seam:
 # (function, callee as written) -> the file that stands for in the count
 SEAMS: dict[tuple[str, str], str] = {
-    ("prover_cli.rollout.score", "task.rewards"): TASK_FILE,
+    ("prover_cli.policy.rollout.score", "task.rewards"): TASK_FILE,
     ("prover_cli.tasks.problems.generated_problems", "make"): TASK_FILE,  # tasks.problem_generator(name)
 }
 
@@ -460,7 +460,7 @@ def test_the_walk_of_config_from_train_es_stays_in_at_most_8_files():
                          f"sections it reads, or name the seam in SEAMS): {unknown}\n{result.listing()}")
     files = sorted({*result.files, *(SEAMS[u[:2]] for u in result.unresolved)})
     assert len(files) <= MAX_FILES, f"{len(files)} files: {files}\n{result.listing()}\nseams: {result.unresolved}"
-    assert {"prover_cli.es.train", "prover_cli.es.population", "prover_cli.rollout"} <= set(files)  # the walk ran
+    assert {"prover_cli.es.train", "prover_cli.es.population", "prover_cli.policy.rollout"} <= set(files)  # the walk ran
 
 
 # ---------------------------------------------------------------------------------------------

@@ -141,8 +141,8 @@ def readout_sampler(config, direction_seed=0):
     center's drift, exactly linear in the member's perturbation."""
     import torch
 
-    from prover_cli.samplers import Sample
-    from prover_cli.samplers.transformers_sampler import TransformersSampler
+    from prover_cli.policy.samplers import Sample
+    from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
 
     class ReadoutSampler(TransformersSampler):
         def generate(self, prompts, params, seeds=None):

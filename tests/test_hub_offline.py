@@ -22,7 +22,7 @@ MODEL = "prover-tests/no-such-model-38"
 def nothing_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    import prover_cli.samplers as samplers
+    import prover_cli.policy.samplers as samplers
 
     def never(*args, **kwargs):
         raise AssertionError("the model was loaded although the hub is unreachable")

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from prover_cli.errors import InputError
-from prover_cli.jsonl import BadLine, ResumableWriter, load_jsonl_strict, read_jsonl, write_jsonl_atomic
+from prover_cli.fsio.jsonl import BadLine, ResumableWriter, load_jsonl_strict, read_jsonl, write_jsonl_atomic
 
 
 def test_read_reports_bad_lines_and_goes_on(tmp_path):
@@ -89,7 +89,7 @@ def test_line_of_exactly_the_limit_is_read(tmp_path):
 
 
 def test_configure_sets_the_limit_of_every_reader(tmp_path):
-    from prover_cli import jsonl
+    from prover_cli.fsio import jsonl
 
     path = tmp_path / "in.jsonl"
     path.write_text('{"id": "' + "x" * 2000 + '"}\n', encoding="utf-8")
@@ -184,7 +184,7 @@ def test_generate_reports_an_undecodable_problem_line_and_samples_the_rest(tmp_p
 
 
 def test_read_utf8_names_the_line_of_a_bad_byte(tmp_path):
-    from prover_cli.jsonl import read_utf8
+    from prover_cli.fsio.jsonl import read_utf8
 
     path = tmp_path / "rows.json"
     path.write_bytes(b'\xef\xbb\xbf[\n{"id": "a"},\n{"id": "\xc3("}\n]\n')
@@ -201,7 +201,7 @@ def test_a_jsonl_read_from_a_pipe_gives_what_the_same_file_gives(tmp_path):
     at a time and a line over io.max_line_bytes among them."""
     import threading
 
-    from prover_cli.jsonl import read_jsonl
+    from prover_cli.fsio.jsonl import read_jsonl
 
     data = (b'{"a": 1}\n\n' + b'{"long": "' + b"x" * 300 + b'"}\n' + b"not json\n" + b'{"b": 2}').replace(b"\n\n", b"\n \n")
     regular = tmp_path / "p.jsonl"

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from prover_cli.jsonl import BadLine, read_jsonl
+from prover_cli.fsio.jsonl import BadLine, read_jsonl
 
 WANT = 1100   # descriptors held open, so that every new one is numbered above 1023
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from conftest import PATIENCE_S, REPO, fake_repl_command, kernel_stand_in_sets, wait_until
-from prover_cli.lock import LockedError, hold_outputs, lock_path, output_lock
+from prover_cli.fsio.lock import LockedError, hold_outputs, lock_path, output_lock
 
 # A child process that takes the lock of argv[1], says so, and holds it until stdin closes.
 HOLDER = textwrap.dedent("""
     import sys
-    from prover_cli.lock import output_lock
+    from prover_cli.fsio.lock import output_lock
     with output_lock(sys.argv[1]):
         print("locked", flush=True)
         sys.stdin.read()
@@ -258,7 +258,7 @@ def test_a_signal_while_the_lock_is_being_taken_leaves_no_lock_file(tmp_path, mo
     """The signal lands after the lock file is written but before anything owns its release (the
     window behind a flaky `prepare-data` SIGHUP test): it is held, raised once the lock is owned,
     and the `finally` removes the lock file."""
-    import prover_cli.lock as lock_module
+    import prover_cli.fsio.lock as lock_module
     from prover_cli.signals import stop_signals_as_interrupt
 
     real_acquire = lock_module._acquire

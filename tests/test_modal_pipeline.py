@@ -131,7 +131,7 @@ def test_members_scored_together_get_the_rewards_each_would_get_alone():
     members = [["12", "1a"], ["a", "zzzz"], ["9", "1234"]]   # toy: the fraction of characters that are digits
     futures = [Future() for _ in members]
     score_together(task, problems, list(zip(members, futures)), config)
-    from prover_cli import rollout
+    from prover_cli.policy import rollout
 
     assert [f.result() for f in futures] == [rollout.score(task, problems, m, config) for m in members]
     assert len({tuple(f.result()) for f in futures}) == 3   # three different answers, each to its own member

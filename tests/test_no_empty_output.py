@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prover_cli.cli import app
-from prover_cli.jsonl import ResumableWriter
+from prover_cli.fsio.jsonl import ResumableWriter
 
 runner = CliRunner()
 

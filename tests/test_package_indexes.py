@@ -59,7 +59,7 @@ SUBPACKAGES = sorted(p.parent for p in PACKAGE.rglob("__init__.py")
 
 def test_the_package_has_the_subpackages_this_test_expects_to_read():
     names = {p.relative_to(PACKAGE).as_posix() for p in SUBPACKAGES}
-    assert {"es", "verify", "on_modal", "tasks", "samplers"} <= names
+    assert {"es", "verify", "on_modal", "tasks", "policy", "policy/samplers", "fsio"} <= names
 
 
 @pytest.mark.parametrize("package_dir", SUBPACKAGES, ids=lambda p: p.relative_to(PACKAGE).as_posix())

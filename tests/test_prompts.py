@@ -5,7 +5,7 @@ import json
 import pytest
 
 from prover_cli.config import DEFAULT_HEADER
-from prover_cli.prompts import (
+from prover_cli.policy.prompts import (
     DEEPSEEK_HEADER,
     DEEPSEEK_INSTRUCTION,
     FAMILIES,
@@ -35,7 +35,7 @@ PROBLEM = {
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from prover_cli.tiny_model import build_tiny_tokenizer
+    from prover_cli.policy.tiny_model import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

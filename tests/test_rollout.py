@@ -1,9 +1,9 @@
-"""prover_cli/rollout.py: the one sampling-and-scoring path: its order, its seeds, one task call per batch."""
+"""prover_cli/policy/rollout.py: the one sampling-and-scoring path: its order, its seeds, one task call per batch."""
 
 import pytest
 
-from prover_cli import rollout
-from prover_cli.samplers import Sample, SamplingParams
+from prover_cli.policy import rollout
+from prover_cli.policy.samplers import Sample, SamplingParams
 
 
 class EchoSampler:

@@ -2,8 +2,8 @@
 
 import hashlib
 
-from prover_cli.built_models import resolve_model_path
-from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+from prover_cli.policy.built_models import resolve_model_path
+from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
 
 
 def test_tiny_model_is_deterministic_and_loadable(tmp_path):

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from prover_cli.tasks.countdown import check_answer, content_split, generate_problems, solve
-from prover_cli.warmstart import WARMSTART, build_warmstart, training_pairs, warmstart_dir, warmstart_key
+from prover_cli.policy.warmstart import WARMSTART, build_warmstart, training_pairs, warmstart_dir, warmstart_key
 
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.toml"
@@ -22,7 +22,7 @@ def warm_cache(tmp_path_factory):
 def weights_fingerprint(model_dir):
     from safetensors.torch import load_file
 
-    from prover_cli.model_dir import fingerprint
+    from prover_cli.policy.model_dir import fingerprint
 
     return fingerprint(load_file(str(model_dir / "model.safetensors")))
 
@@ -45,7 +45,7 @@ def test_split_is_a_function_of_the_problem_content():
 
 
 def test_training_data_never_holds_a_held_out_problem():
-    from prover_cli.tiny_model import build_tiny_tokenizer
+    from prover_cli.policy.tiny_model import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     settings = {**WARMSTART, "problems": 300}
@@ -73,7 +73,7 @@ def test_warm_start_is_deterministic(tmp_path):
     b = build_warmstart(tmp_path / "b", tmp_path / "cache", 0, short)
     c = build_warmstart(tmp_path / "c", tmp_path / "cache", 1, short)
     assert weights_fingerprint(a) == weights_fingerprint(b) != weights_fingerprint(c)
-    from prover_cli.tiny_model import tiny_model_dir
+    from prover_cli.policy.tiny_model import tiny_model_dir
 
     assert weights_fingerprint(a) != weights_fingerprint(tiny_model_dir(tmp_path / "cache", 0))  # it trained
     again = build_warmstart(tmp_path / "a", tmp_path / "cache", 0, short)  # cached: reused, not rebuilt

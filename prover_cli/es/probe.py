@@ -44,7 +44,8 @@ from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share
 from prover_cli.es.population import load_es_sampler, member_completions, pick_problems
 from prover_cli.tasks.problems import train_problems
 from prover_cli.progress import NULL_REPORTER, Reporter
-from prover_cli import rollout, streams
+from prover_cli.policy import rollout
+from prover_cli import streams
 from prover_cli.tasks import get_task
 
 DEFAULT_SEEDS = 4

@@ -166,7 +166,7 @@ def score_together(task: Any, problems: list[dict[str, Any]], members: list[tupl
                    config: Any) -> None:
     """Score several members' completions in one `rollout.score` call and give each its own rewards;
     a failure fails every one of them (never a reward of 0 for a sample nobody checked)."""
-    from prover_cli import rollout
+    from prover_cli.policy import rollout
 
     try:
         rewards = rollout.score(task, problems * len(members), [c for completions, _ in members for c in completions],

@@ -51,7 +51,7 @@ def tiny_dir(tmp_path_factory) -> Path:
     with one more stop token in generation_config.json: a token its greedy completions of
     `prompts()` emit in some but not all of them (the random model almost never emits its EOS), so
     both backends finish some samples by a stop token and some by length (vllm_harness)."""
-    from prover_cli.tiny_model import VLLM_CPU_HEADS, build_tiny_model
+    from prover_cli.policy.tiny_model import VLLM_CPU_HEADS, build_tiny_model
 
     return with_a_stop_token(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-h32", seed=0,
                                               heads=VLLM_CPU_HEADS))
@@ -67,7 +67,7 @@ def engine(tiny_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def transformers_sampler(tiny_dir, tmp_path_factory):
-    from prover_cli.samplers.transformers_sampler import TransformersSampler
+    from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
 
     config = tiny_config(tiny_dir, tmp_path_factory.mktemp("run"), backend="transformers")
     return TransformersSampler(config.model, config.generate, model_path=str(tiny_dir))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_harness import GREEDY_TOKENS, prompts
-from prover_cli.samplers import SamplingParams
+from prover_cli.policy.samplers import SamplingParams
 
 pytestmark = pytest.mark.real_vllm
 
@@ -19,7 +19,7 @@ def test_greedy_samples_equal_the_transformers_samplers_text_finish_and_token_co
     want = transformers_sampler.generate(batch, GREEDY)
     assert [[s.text for s in row] for row in got] == [[s.text for s in row] for row in want]
     assert [[s.finish_reason for s in row] for row in got] == [[s.finish_reason for s in row] for row in want]
-    # one count on both backends: generated tokens without the stop token (samplers/__init__.py Sample)
+    # one count on both backends: generated tokens without the stop token (policy/samplers/__init__.py Sample)
     assert [[s.completion_tokens for s in row] for row in got] == [[s.completion_tokens for s in row] for row in want]
     assert [[s.prompt_tokens for s in row] for row in got] == [[s.prompt_tokens for s in row] for row in want]
     finishes = [row[0].finish_reason for row in got]

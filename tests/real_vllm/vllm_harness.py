@@ -89,7 +89,7 @@ def with_a_stop_token(path: Path) -> Path:
 
 
 def start_engine(model_dir: Path, run_dir: Path, extension: str | None = PROBE_EXTENSION) -> Any:
-    from prover_cli.samplers.vllm_sampler import VLLMSampler
+    from prover_cli.policy.samplers.vllm_sampler import VLLMSampler
 
     config = tiny_config(model_dir, run_dir)
     return VLLMSampler(config.model, config.generate, model_path=str(model_dir), worker_extension_cls=extension)

@@ -5,7 +5,7 @@ Tests and the demo use it so that nothing downloads: `model.name = "tiny"` build
 built-in corpus of Lean and arithmetic text, plus a Qwen-style chat template. The build is a
 pure function of `seed`: the same seed gives the same tokenizer and bit-identical weights.
 `model.name = "tiny-countdown"` is the same model after a short supervised warm-start on
-countdown (prover_cli/warmstart.py): a base policy with some skill, for the demo.
+countdown (prover_cli/policy/warmstart.py): a base policy with some skill, for the demo.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, heads: tuple[int, int] 
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    from prover_cli.jsonl import write_dir_atomic
+    from prover_cli.fsio.jsonl import write_dir_atomic
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)

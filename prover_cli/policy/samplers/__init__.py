@@ -55,8 +55,8 @@ class Sampler(Protocol):
 
 _REGISTRY: dict[str, Callable[..., Sampler]] = {}
 _BUILTIN = {
-    "transformers": "prover_cli.samplers.transformers_sampler",
-    "vllm": "prover_cli.samplers.vllm_sampler",
+    "transformers": "prover_cli.policy.samplers.transformers_sampler",
+    "vllm": "prover_cli.policy.samplers.vllm_sampler",
 }
 
 

@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-WARMSTART_NAME = "tiny-countdown"  # prover_cli/built_models.py resolves this model.name to build_warmstart
+WARMSTART_NAME = "tiny-countdown"  # prover_cli/policy/built_models.py resolves this model.name to build_warmstart
 
 WARMSTART_VERSION = 2  # bump when the recipe changes in a way WARMSTART does not show
 WARMSTART: dict[str, Any] = {
@@ -52,7 +52,7 @@ def warmstart_key(tiny_seed: int, settings: dict[str, Any] | None = None) -> str
     """16 hex characters of sha256 over every input of the build (the cache key)."""
     import torch
 
-    from prover_cli.tiny_model import TINY_VERSION
+    from prover_cli.policy.tiny_model import TINY_VERSION
 
     inputs = {"version": WARMSTART_VERSION, "tiny_version": TINY_VERSION, "tiny_seed": tiny_seed,
               "settings": settings or WARMSTART, "torch": torch.__version__}
@@ -146,7 +146,7 @@ def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int =
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+    from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
 
     settings = settings or WARMSTART
     out = Path(out_dir)
@@ -165,7 +165,7 @@ def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int =
             losses = warm_start(model, tokenizer, pairs, settings, seed=tiny_seed)
     finally:
         torch.set_num_threads(threads)
-    from prover_cli.jsonl import write_dir_atomic
+    from prover_cli.fsio.jsonl import write_dir_atomic
 
     record = {"version": WARMSTART_VERSION, "tiny_seed": tiny_seed, "settings": settings,
               "key": warmstart_key(tiny_seed, settings), "train_pairs": len(pairs),

@@ -202,7 +202,7 @@ def save_atomically(out: str | Path, write: Callable[[Path], None]) -> None:
     """The model directory `out` := what `write(directory)` saves, whole or not at all
     (jsonl.write_dir_atomic): final/, `replay-seeds --out`. When `write` refuses weights holding
     NaN or inf, the error names `out` and the old `out` is kept as it was."""
-    from prover_cli.jsonl import write_dir_atomic
+    from prover_cli.fsio.jsonl import write_dir_atomic
 
     try:
         write_dir_atomic(out, write)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from prover_cli.errors import BackendError
-from prover_cli.samplers import Sample, SamplingParams, register_sampler
+from prover_cli.policy.samplers import Sample, SamplingParams, register_sampler
 
 
 def resolve_device(requested: str) -> str:
@@ -38,10 +38,10 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
     """Load (model, tokenizer, device) from a path, a hub id, or `tiny`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prover_cli.built_models import resolve_model_path
+    from prover_cli.policy.built_models import resolve_model_path
 
     from prover_cli.errors import InputError
-    from prover_cli.model_dir import check_loaded_model, check_model_dir
+    from prover_cli.policy.model_dir import check_loaded_model, check_model_dir
 
     path = model_path or resolve_model_path(model_config.name, model_config.cache_dir, model_config.tiny_seed)
     local = Path(path).is_dir()
@@ -161,7 +161,7 @@ class TransformersSampler:
 
             save_model_dir(self.model, self.tokenizer, self._es_weights, out_dir)
             return
-        from prover_cli.model_dir import save_tokenizer
+        from prover_cli.policy.model_dir import save_tokenizer
 
         self.model.save_pretrained(out_dir)
         save_tokenizer(self.tokenizer, out_dir)

@@ -1,7 +1,7 @@
 """Model names built offline from `model.tiny_seed`, never downloaded: what `model.name` loads.
 
-    resolve_model_path("tiny", cache_dir, seed)              # prover_cli/tiny_model.py, built on first use
-    resolve_model_path("tiny-countdown", cache_dir, seed)    # prover_cli/warmstart.py: tiny, warm-started
+    resolve_model_path("tiny", cache_dir, seed)              # prover_cli/policy/tiny_model.py, built on first use
+    resolve_model_path("tiny-countdown", cache_dir, seed)    # prover_cli/policy/warmstart.py: tiny, warm-started
     resolve_model_path("AI-MO/Kimina-Prover-Preview-Distill-1.5B", cache_dir)   # any other name: as is
 
 The samplers, the GRPO policy, Modal's model staging and the ledger's base check ask here; the
@@ -14,8 +14,8 @@ import errno
 from pathlib import Path
 
 from prover_cli.errors import ConfigError
-from prover_cli.tiny_model import TINY_NAME
-from prover_cli.warmstart import WARMSTART_NAME
+from prover_cli.policy.tiny_model import TINY_NAME
+from prover_cli.policy.warmstart import WARMSTART_NAME
 
 BUILT_NAMES = (TINY_NAME, WARMSTART_NAME)  # model names built offline from `model.tiny_seed`, never downloaded
 
@@ -25,11 +25,11 @@ def resolve_model_path(name: str, cache_dir: str | Path, seed: int = 0) -> str:
     if name in BUILT_NAMES:
         ensure_cache_dir(cache_dir)
     if name == TINY_NAME:
-        from prover_cli.tiny_model import build_tiny_model, tiny_model_dir
+        from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
 
         return str(build_tiny_model(tiny_model_dir(cache_dir, seed), seed))
     if name == WARMSTART_NAME:
-        from prover_cli.warmstart import build_warmstart, warmstart_dir
+        from prover_cli.policy.warmstart import build_warmstart, warmstart_dir
 
         return str(build_warmstart(warmstart_dir(cache_dir, seed), cache_dir, seed))
     return name

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from prover_cli.errors import InputError, MachineError
-from prover_cli.lock import claim_identity
+from prover_cli.fsio.lock import claim_identity
 
 # The longest line a reader holds in memory; `io.max_line_bytes` in the config sets it (the cli
 # calls `configure`). A proof is a few KiB; a 50 MB line is a broken file, not a record.
@@ -299,7 +299,7 @@ class ResumableWriter:
         except OSError as exc:
             raise MachineError.from_os_error(exc, self.path, "open for appending") from None
         try:
-            claim_identity(self.path)  # the output exists now: lock the file itself too (prover_cli/lock.py)
+            claim_identity(self.path)  # the output exists now: lock the file itself too (prover_cli/fsio/lock.py)
         except BaseException:
             self._handle.close()
             raise
@@ -374,7 +374,7 @@ def write_text_atomic(path: str | Path, data: str | bytes | Callable[[Path], Non
     or the new one, never a cut one (a resume can always read it); a failure is a MachineError
     naming the path and errno. The one atomic-file writer (durability rule above).
 
-    The temp name is `<name>.tmp`: a run directory has one writer (prover_cli/lock.py), and a
+    The temp name is `<name>.tmp`: a run directory has one writer (prover_cli/fsio/lock.py), and a
     killed write's leftover is reused, not piled up. `shared`: several processes may write `path`
     at once (a cache), so each writes a temp name of its own (`<name>.<pid>.tmp`)."""
     path = Path(path)

@@ -8,7 +8,7 @@
 The design is the study file's, not this script's (docs/study.md): its arms (a method and
 overrides; a null control is an arm with `es.shuffle_rewards = true`), seeds, training-set sizes,
 one test set drawn once for every run, and the comparisons registered before any run. This calls
-the same library functions as `prover study run` and `prover study report` (prover_cli/study.py),
+the same library functions as `prover study run` and `prover study report` (prover_cli/comparison/study/),
 under the same lock of the study directory, then prints the report's tables as markdown (the
 README's table is pasted from them) and the wall time. Runs finished by the same code with the same
 config are reused, so a second call trains nothing and an interrupted one resumes run by run;
@@ -37,7 +37,9 @@ def main() -> None:
 
     from prover_cli.fsio.lock import hold_outputs
     from prover_cli.out import Out
-    from prover_cli.study import load_study, report_study, run_study
+    from prover_cli.comparison.study.report import report_study
+    from prover_cli.comparison.study.run import run_study
+    from prover_cli.comparison.study.study_file import load_study
 
     torch.set_num_threads(args.threads)
     study = load_study(args.study)

@@ -26,7 +26,7 @@ FUNCTIONS: dict[str, str] = {
     "train_grpo": "prover_cli.grpo.train:train_grpo",
     "replay_seeds": "prover_cli.es.replay:replay_seeds",
     "eval": "prover_cli.evaluate:run_eval",
-    "report": "prover_cli.report:report_runs",
+    "report": "prover_cli.comparison.report:report_runs",
     "plan": "prover_cli.on_modal.plan:plan",
 }
 

@@ -613,7 +613,8 @@ def study_plan(
       prover study plan demo --backend modal --json
     """
     from prover_cli.out import Out
-    from prover_cli.study import load_study, plan_study
+    from prover_cli.comparison.study.plan import plan_study
+    from prover_cli.comparison.study.study_file import load_study
 
     out = Out(json_mode=json_mode)
     _render(out, plan_study(load_study(study_file), backend=backend, pilot=pilot or [], reporter=out), "study plan")
@@ -628,7 +629,8 @@ def study_tune(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: 
       prover study tune demo
     """
     from prover_cli.out import Out
-    from prover_cli.study import load_study, tune_study
+    from prover_cli.comparison.study.study_file import load_study
+    from prover_cli.comparison.study.tuning import tune_study
 
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):
@@ -648,7 +650,9 @@ def study_run(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: s
       prover study run demo --no-report --json
     """
     from prover_cli.out import Out
-    from prover_cli.study import load_study, report_study, run_study
+    from prover_cli.comparison.study.report import report_study
+    from prover_cli.comparison.study.run import run_study
+    from prover_cli.comparison.study.study_file import load_study
 
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):
@@ -672,7 +676,8 @@ def study_report(study_file: Path = StudyArg, json_mode: bool = JsonOpt):
       prover study report demo --json
     """
     from prover_cli.out import Out
-    from prover_cli.study import load_study, report_study
+    from prover_cli.comparison.study.report import report_study
+    from prover_cli.comparison.study.study_file import load_study
 
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):

@@ -12,7 +12,7 @@ from conftest import REPO
 from prover_cli.cli import app
 from prover_cli.config import load_config
 from prover_cli.errors import UsageError
-from prover_cli.report import report_runs
+from prover_cli.comparison.report import report_runs
 from test_report import make_eval_run
 
 runner = CliRunner()
@@ -51,7 +51,7 @@ def test_finals_are_taken_at_the_largest_common_budget(tmp_path):
 
 
 def test_within_five_percent_is_equal():
-    from prover_cli.report import unequal
+    from prover_cli.comparison.compare import unequal
 
     assert not unequal(5000, 5120) and unequal(4800, 5120) and not unequal(0, 0)
 

@@ -241,7 +241,8 @@ def test_a_resumed_run_pools_the_iterations_before_it_as_an_uninterrupted_one(tm
 
 
 def test_report_plots_the_signal_share_of_es_runs_only(tmp_path):
-    from prover_cli.report import build_figure, summarize_run
+    from prover_cli.comparison.arms import summarize_run
+    from prover_cli.comparison.report_figure import build_figure
 
     def run(name, method, signal):
         records = [{"iteration": i, "method": method, "task": "toy", "reward/mean": 0.1, "reward/max": 1.0,

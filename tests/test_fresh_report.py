@@ -15,7 +15,9 @@ from conftest import REPO
 from prover_cli.cli import app
 from prover_cli.config import load_config
 from prover_cli.errors import InputError
-from prover_cli.report import build_figure, load_run, report_runs
+from prover_cli.comparison.report import report_runs
+from prover_cli.comparison.report_figure import build_figure
+from prover_cli.comparison.run_reader import load_run
 from test_report import make_eval_run, make_run, write_problems
 
 runner = CliRunner()

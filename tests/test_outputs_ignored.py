@@ -17,7 +17,7 @@ def default_outputs(tmp_path: Path) -> list[str]:
     """The directories the commands create in the working directory when given no --out."""
     from prover_cli.config import config_from_dict
     from prover_cli.evaluate import eval_output_dir
-    from prover_cli.report import prepare_out_dir
+    from prover_cli.comparison.report import prepare_out_dir
 
     report = prepare_out_dir(None, [{"name": "es", "dir": tmp_path / "es"}, {"name": "grpo", "dir": tmp_path / "grpo"}])
     evaluation = eval_output_dir(config_from_dict({"data": {"problems": "problems.jsonl"}}), None)

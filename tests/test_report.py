@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from prover_cli.cli import app
 from prover_cli.config import load_config
 from prover_cli.errors import InputError
-from prover_cli.report import report_runs
+from prover_cli.comparison.report import report_runs
 
 runner = CliRunner()
 
@@ -118,7 +118,8 @@ def test_an_existing_report_is_not_overwritten(tmp_path, two_runs):
 
 
 def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
-    from prover_cli.report import build_figure, load_run
+    from prover_cli.comparison.report_figure import build_figure
+    from prover_cli.comparison.run_reader import load_run
 
     es = make_run(tmp_path / "es", "es", ES_ITERATIONS, heldout={2: 0.4, 3: 0.3})
     grpo = make_run(tmp_path / "grpo", "grpo", GRPO_ITERATIONS, heldout={2: 0.1})
@@ -156,7 +157,8 @@ def test_heldout_numbers_in_the_table_and_on_the_plot(tmp_path):
 
 
 def test_runs_without_heldout_evaluations_say_so(tmp_path, two_runs):
-    from prover_cli.report import build_figure, load_run
+    from prover_cli.comparison.report_figure import build_figure
+    from prover_cli.comparison.run_reader import load_run
 
     fig = build_figure([load_run(d) for d in two_runs])
     assert not fig.axes[0].get_lines() and "no held-out evaluation" in fig.axes[0].texts[0].get_text()
@@ -168,7 +170,7 @@ def test_runs_without_heldout_evaluations_say_so(tmp_path, two_runs):
 
 @pytest.mark.parametrize("seconds, unit", [(30, "s"), (119, "s"), (600, "min"), (7199, "min"), (7200, "h")])
 def test_time_unit_fits_the_span(seconds, unit):
-    from prover_cli.report import time_unit
+    from prover_cli.comparison.report_figure import time_unit
 
     assert time_unit(seconds)[0] == unit
 
@@ -304,7 +306,7 @@ def make_eval_run(run_dir: Path, method: str, seed: int, evals: dict, *overrides
 
     Every seed has its own 10 held-out problems (`s<seed>-p<i>`), 4 samples each for the sampled
     metric; the per-problem results are laid out so the rates are exact."""
-    from prover_cli.stats import rate_interval
+    from prover_cli.comparison.stats import rate_interval
 
     run_dir.mkdir(parents=True)
     config = load_config(None, ["data.task=countdown", f"run.dir={run_dir}", f"run.seed={seed}", "run.eval_n=4",
@@ -405,7 +407,7 @@ def test_paired_differences_es_minus_grpo_and_each_method_minus_its_null(tmp_pat
 
 
 def test_one_seed_per_arm_pairs_problem_by_problem_and_says_it_cannot_decide(tmp_path):
-    from prover_cli.stats import mean_interval
+    from prover_cli.comparison.stats import mean_interval
 
     es = make_eval_run(tmp_path / "es", "es", 7, {0: (0.2, 0.2), 4: (0.5, 0.4)})
     grpo = make_eval_run(tmp_path / "grpo", "grpo", 7, {0: (0.2, 0.2), 4: (0.3, 0.4)})
@@ -429,7 +431,8 @@ def test_one_seed_per_arm_pairs_problem_by_problem_and_says_it_cannot_decide(tmp
 def test_plot_draws_bands_and_the_base_point(tmp_path, seeded_runs):
     from matplotlib.collections import PolyCollection
 
-    from prover_cli.report import build_figure, load_run
+    from prover_cli.comparison.report_figure import build_figure
+    from prover_cli.comparison.run_reader import load_run
 
     fig = build_figure([load_run(d) for d in seeded_runs])
     axes = fig.axes

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from prover_cli.stats import design_effect, mean_interval, paired_difference, rate_interval, t975, wilson
+from prover_cli.comparison.stats import design_effect, mean_interval, paired_difference, rate_interval, t975, wilson
 
 
 def t_cdf_above_zero(q: float, df: int, steps: int = 4000) -> float:
@@ -87,7 +87,7 @@ def test_paired_difference_pairs_by_problem_id():
 
 # -- tests and multiplicity (prover study report) ----------------------------------------------
 
-from prover_cli.stats import (betainc, holm, paired_t_test, power_at, problems_needed, seeds_needed,  # noqa: E402
+from prover_cli.comparison.stats import (betainc, holm, paired_t_test, power_at, problems_needed, seeds_needed,  # noqa: E402
                               t_quantile, t_sf, variance_components)
 
 

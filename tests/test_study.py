@@ -13,7 +13,11 @@ from typer.testing import CliRunner
 
 from prover_cli.cli import app
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.study import exploratory, load_study, plan_study, report_study, resolve_study, run_study
+from prover_cli.comparison.study.design import resolve_study
+from prover_cli.comparison.study.plan import plan_study
+from prover_cli.comparison.study.report import exploratory, report_study
+from prover_cli.comparison.study.run import run_study
+from prover_cli.comparison.study.study_file import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.toml"
@@ -183,7 +187,7 @@ def test_report_puts_the_primary_first_and_pairs_across_sizes(finished_study):
 
 def test_pairing_across_sizes_uses_one_test_set(finished_study):
     study, _ = finished_study
-    from prover_cli.report import load_run
+    from prover_cli.comparison.run_reader import load_run
 
     ids = set()
     for n in (4, 8):
@@ -232,8 +236,9 @@ def _run(seed: int, greedy: dict[str, int], samples: int = 100) -> dict:
 
 
 def test_compare_pairs_by_seed_and_problem_and_tests_against_the_margin(tmp_path):
-    from prover_cli.stats import paired_t_test
-    from prover_cli.study import Comparison, compare
+    from prover_cli.comparison.stats import paired_t_test
+    from prover_cli.comparison.study.design import Comparison
+    from prover_cli.comparison.study.paired import compare
 
     study = load_study(write_study(tmp_path))
     a = {0: {"p1": 1, "p2": 1, "p3": 0, "p4": 0}, 1: {"p1": 1, "p2": 0, "p3": 0, "p4": 0}}

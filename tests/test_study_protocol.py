@@ -4,7 +4,7 @@ budget for every method, every setting reported and the choice frozen before any
 null anchors registered by default, a non-inferiority verdict only beside a comparator that beat its
 base; curves with >= 5 points and a paired-difference panel; the report directory written whole or
 not at all; every fault refused at `plan` with the file and key named, before anything is written;
-one comparison rule (prover_cli/compare.py) for `prover report` and `prover study`."""
+one comparison rule (prover_cli/comparison/compare.py) for `prover report` and `prover study`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,14 @@ from typer.testing import CliRunner
 
 from prover_cli.cli import app
 from prover_cli.errors import ConfigError, InputError, UsageError
-from prover_cli.study import (BASE, Comparison, _exploratory_entry, _verdict, load_study, plan_study, power_of,
-                              power_table, read_record, report_study, run_state, run_study)
+from prover_cli.comparison.study.design import BASE, Comparison
+from prover_cli.comparison.study.plan import plan_study
+from prover_cli.comparison.study.power import power_of, power_table
+from prover_cli.comparison.study.registration import read_record
+from prover_cli.comparison.study.report import _exploratory_entry, _verdict, report_study
+from prover_cli.comparison.study.run import run_study
+from prover_cli.comparison.study.runs import run_state
+from prover_cli.comparison.study.study_file import load_study
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.toml"
@@ -183,7 +189,7 @@ def test_a_damaged_study_json_is_named_not_unexpected(done, content, why):
 
 def test_a_study_run_json_holding_a_list_is_a_stale_run_not_a_block(done):
     _, study, _, _ = done
-    from prover_cli.study import run_config
+    from prover_cli.comparison.study.run_configs import run_config
 
     config = run_config(study, study.arms["es"], 4, 0)
     done_file = Path(config.run.dir) / "study-run.json"
@@ -251,7 +257,7 @@ def test_the_figures_pass_the_layout_check(done):
 
 
 def test_the_report_directory_is_written_whole_or_not_at_all(done, monkeypatch):
-    from prover_cli import study as module
+    from prover_cli.comparison.study import report as module
 
     path, study, _, _ = done
     out = study.dir / "report"
@@ -336,14 +342,14 @@ def test_an_arm_in_no_registered_comparison_is_noted_by_plan(tmp_path):
 # -- one comparison rule ------------------------------------------------------------------------------
 
 def test_report_and_study_share_one_final_at_rule():
-    from prover_cli import compare, report
+    from prover_cli.comparison import arms, compare
 
-    assert report.final_at is compare.final_at
+    assert arms.final_at is compare.final_at
     defined = [p.relative_to(REPO).as_posix() for p in (REPO / "prover_cli").rglob("*.py")
                if re.search(r"^def _?final_at\(", p.read_text(encoding="utf-8"), re.M)]
-    assert defined == ["prover_cli/compare.py"]
-    source = (REPO / "prover_cli" / "study.py").read_text(encoding="utf-8")
-    assert "from prover_cli.compare import" in source and "final_at" in source
+    assert defined == ["prover_cli/comparison/compare.py"]
+    source = "".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "prover_cli" / "comparison" / "study").glob("*.py")))
+    assert "from prover_cli.comparison.compare import" in source and "final_at" in source
 
 
 # -- the shipped studies ------------------------------------------------------------------------------
@@ -361,7 +367,7 @@ def test_the_shipped_studies_tune_anchor_and_test_on_200_problems(name):
     assert {r["samples"] for r in plan["runs"]} == {r["samples"] for r in plan["runs"] if r["phase"] == "tune"}
     assert any(c.anchor == "base" for c in study.secondary) and any(c.anchor == "null" for c in study.secondary)
     for arm in study.arms.values():   # >= 5 evaluations after the base, on the samples axis
-        from prover_cli.study import run_config
+        from prover_cli.comparison.study.run_configs import run_config
 
         config = run_config(study, arm, study.train_sizes[0], study.seeds[0])
         steps = config.es.iterations if arm.method == "es" else config.grpo.steps

@@ -1,7 +1,7 @@
 """The one comparison rule that `prover report` and `prover study` share: which evaluation of a run a
 paired difference reads, at which budget, and when two evaluations are too far apart to compare.
 
-    from prover_cli import compare
+    from prover_cli.comparison import compare
 
     budget = min(compare.run_budget(x), compare.run_budget(y))   # the pair's largest common budget
     fa, fb = compare.final_at(x, key, budget), compare.final_at(y, key, budget)
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prover_cli.metrics import training_records
+from prover_cli.training.metrics import training_records
 
 BUDGET_TOLERANCE = 0.05  # finals whose training samples differ by more than this share are not compared silently
 GREEDY_RATE = "eval/greedy_verified_rate"

@@ -1,13 +1,13 @@
 """95% intervals for held-out verified rates, over samples, problems and seeds (stdlib only).
 
-    from prover_cli.stats import rate_interval, mean_interval
+    from prover_cli.comparison.stats import rate_interval, mean_interval
 
     rate_interval([3, 0, 4, 1], per_problem=4)   # one evaluation: (rate, low, high)
     mean_interval([0.21, 0.18, 0.25])             # one number per seed: (mean, low, high)
 
 Which interval answers which question:
 
-- **One evaluation** (`eval/*_lo`, `eval/*_hi`; prover_cli/heldout.py): how well is this model's
+- **One evaluation** (`eval/*_lo`, `eval/*_hi`; prover_cli/training/heldout.py): how well is this model's
   verified rate on the held-out distribution pinned down by N problems x m samples? The samples
   of one problem are not independent (a problem is easy or hard for every sample), so a Wilson
   interval over the N·m samples would be too narrow. We use the Wilson score interval with the

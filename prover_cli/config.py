@@ -717,6 +717,12 @@ def _cross_checks(config: Config) -> None:
             f"with es.antithetic = true ({_from(config, 'es.antithetic')}: members come in +eps/-eps pairs); "
             "use an even population or set es.antithetic = false"
         )
+    if config.es.batched_members and config.es.noise == "lora":  # es/batched.py builds "full" and "lowrank" only
+        raise ConfigError(
+            f"{_where(config, 'es.batched_members')} with es.noise = \"lora\" ({_from(config, 'es.noise')}): batched "
+            "transformers members are built for es.noise = \"full\" and \"lowrank\" only; on vLLM the whole lora "
+            "population is already one engine call",
+            hint="set es.batched_members = 0, or es.noise = \"lowrank\" (the same low-rank noise on every weight)")
     for k in config.eval.k:
         if k < 1:
             raise ConfigError(f"{_where(config, 'eval.k')}: every k must be >= 1")

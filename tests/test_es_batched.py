@@ -114,6 +114,23 @@ def test_batched_members_refuse_sampled_members_and_other_samplers(tmp_path, cac
     LocalPopulation(make_config(tmp_path, cache_dir, batched_members=0, member_temperature=0.7))  # off: anything goes
 
 
+@pytest.mark.parametrize("backend", ["transformers", "vllm"])
+def test_batched_members_with_lora_noise_are_a_config_error_naming_both_keys(tmp_path, cache_dir, backend):
+    """es.batched_members builds "full" and "lowrank" members only: with es.noise = "lora" the config
+    itself is refused (load time: before any model, on either sampler, on Modal too)."""
+    from prover_cli.config import config_from_dict
+
+    raw = raw_config(tmp_path, cache_dir, batched_members=4, noise="lora", rank=2)
+    raw["generate"]["backend"] = backend
+    with pytest.raises(ConfigError, match=r'es\.batched_members = 4 with es\.noise = "lora"') as refusal:
+        config_from_dict(raw)
+    assert "es.batched_members = 0" in refusal.value.hint
+    raw["es"]["batched_members"] = 0
+    assert config_from_dict(raw).es.noise == "lora"  # either key alone is fine
+    raw["es"].update(batched_members=4, noise="lowrank")
+    assert config_from_dict(raw).es.batched_members == 4
+
+
 def test_modal_refuses_batched_members_before_any_container():
     """On Modal each member container evaluates its own members: the option would do nothing there."""
     from prover_cli.config import config_from_dict

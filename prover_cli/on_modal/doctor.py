@@ -33,13 +33,28 @@
 import dataclasses
 import re
 import secrets
+import os
+import sys
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 import modal
 
-from prover_cli.on_modal import functions, images, sandbox
-from prover_cli.on_modal.plan import doctor_steps
+from prover_cli.config import Config
+from prover_cli.doctor import check_canary, check_kernel_canary
+from prover_cli.on_modal import calibration, functions, images, remote, sandbox
+from prover_cli.on_modal.calibration import figure
+from prover_cli.on_modal.plan import doctor_steps, kernel_imports_per_batch
+from prover_cli.verify.engine import fast_path_once
+from prover_cli.verify.kernel.job import KernelJob
+from prover_cli.verify.kernel.kernel_canary import KERNEL_CANARIES
+from prover_cli.verify.kernel.pins import CHECKER_AXIOMS
+from prover_cli.verify.kernel.stage import KernelStage
+from prover_cli.verify.lean.canary import STANDARD_AXIOMS, AllowedAxioms, canaries_for
+from prover_cli.verify.lean.pool import ReplPool
+from prover_cli.verify.text.statement import Candidate
 
 # Seams the tests replace (with the stand-ins); on your machine these are Modal's own calls.
 
@@ -64,16 +79,11 @@ IMAGE_OF_STEP = {"lean sandbox": "lean", "gpu model": "gpu", "volumes": "orchest
 APP_OF_STEP = {"lean sandbox": "lean", "gpu model": "gpu", "volumes": "data"}   # images.APPS: the step's role
 
 
-def run_doctor(config: Any) -> dict[str, Any]:
+def run_doctor(config: Config) -> dict[str, Any]:
     """Run every step; the result has one row per step (result, detail, seconds, USD), and the
     calibration file written from what the steps measured."""
     if images.deploy_settings(config) != images.SETTINGS:
         # Your config names other Volumes, app or Lean versions than this import declared.
-        import os
-        import sys
-
-        from prover_cli.on_modal import remote
-
         os.environ.update(images.deploy_settings(config))
         remote.reload_package()
         return sys.modules["prover_cli.on_modal.doctor"].run_doctor(config)
@@ -84,7 +94,8 @@ def run_doctor(config: Any) -> dict[str, Any]:
         "gpu model": lambda: _gpu_model(config, measured),
         "volumes": _volumes,
     }
-    rows, report = [], []
+    rows: list[list[Any]] = []
+    report: list[tuple[str, bool | None, str, float | None]] = []   # step, ok (None: not run), detail, s
     builds: dict[str, dict[str, Any]] = {}   # each image's own build: ok, and its id or its error
     with modal.enable_output():
         started = time.monotonic()
@@ -107,14 +118,14 @@ def run_doctor(config: Any) -> dict[str, Any]:
                 ok, detail = False, f"{type(exc).__name__}: {str(exc)[:500]}"
             report.append((name, ok, detail, time.monotonic() - started))
     total = 0.0
-    for name, ok, detail, seconds in report:
+    for name, result, detail, seconds in report:
         usd = steps[name].usd(config, seconds)
         total += usd or 0.0
-        rows.append([name, "not run" if ok is None else "ok" if ok else "FAILED", detail,
+        rows.append([name, "not run" if result is None else "ok" if result else "FAILED", detail,
                      "-" if seconds is None else round(seconds, 1), "not priced" if usd is None else round(usd, 4)])
     written = _write_calibration(config, measured)
     return {
-        "ok": all(ok for _, ok, _, _ in report),
+        "ok": all(result for _, result, _, _ in report),
         "backend": "modal",
         "app": config.modal.app_name,
         "steps": [{"name": r[0], "result": r[1], "detail": r[2], "seconds": r[3], "usd": r[4]} for r in rows],
@@ -131,13 +142,8 @@ def run_doctor(config: Any) -> dict[str, Any]:
     }
 
 
-def _write_calibration(config: Any, measured: dict[str, dict[str, Any]]) -> str | None:
+def _write_calibration(config: Config, measured: dict[str, dict[str, Any]]) -> str | None:
     """The calibration file at modal.calibration (or the default path); none with "none" or nothing measured."""
-    from datetime import datetime, timezone
-    from pathlib import Path
-
-    from prover_cli.on_modal import calibration
-
     setting = config.modal.calibration
     if setting == calibration.NEVER or not measured:
         return None
@@ -146,12 +152,10 @@ def _write_calibration(config: Any, measured: dict[str, dict[str, Any]]) -> str 
     return str(calibration.write(path, config, measured, stamp))
 
 
-def _lean_sandbox(config: Any, measured: dict[str, dict[str, Any]]) -> tuple[bool, str]:
+def _lean_sandbox(config: Config, measured: dict[str, dict[str, Any]]) -> tuple[bool, str]:
     """One Sandbox exactly as verification creates them; the canary on one REPL in it; then the
     kernel stage's canary, each of its steps in a fresh Sandbox as verification runs them; then
     the calibration's Lean figures (`_measure_lean`, `_measure_kernel`)."""
-    from prover_cli.doctor import check_canary, check_kernel_canary
-
     verify = dataclasses.replace(sandbox._sandbox_verify_config(config.verify), workers=1)
     box = sandbox.SandboxBox(config)
     try:
@@ -162,8 +166,6 @@ def _lean_sandbox(config: Any, measured: dict[str, dict[str, Any]]) -> tuple[boo
         measured.update(_measure_lean(config, verify))
     if not verify.kernel_check:
         return check.ok, check.detail + "; kernel stage off (verify.kernel_check = false)"
-    from prover_cli.verify.engine import fast_path_once
-
     fast_box = sandbox.SandboxBox(config)   # the fooled case's fast path: a REPL as verification runs it
     try:
         kernel = check_kernel_canary(verify, runner=sandbox.SandboxRunner(config),
@@ -181,9 +183,7 @@ def _lean_sandbox(config: Any, measured: dict[str, dict[str, Any]]) -> tuple[boo
     return check.ok and kernel.ok, detail
 
 
-def _gpu_model(config: Any, measured: dict[str, dict[str, Any]] | None = None) -> tuple[bool, str]:
-    from prover_cli.on_modal import remote
-
+def _gpu_model(config: Config, measured: dict[str, dict[str, Any]] | None = None) -> tuple[bool, str]:
     config_dict, _, uploads = remote.to_wire("generate", config, {})  # paths relative to the runs Volume
     remote.upload(uploads)
     # The declaration carries the default config's GPU; run on the configured one (modal.gpu,
@@ -199,8 +199,6 @@ def _gpu_model(config: Any, measured: dict[str, dict[str, Any]] | None = None) -
             detail += f"; decode speed not recorded: the container's device is {out['gpu']}, not a {config.modal.gpu}"
         elif out["generate_s"] > 0:
             speed = max(tokens) / out["generate_s"]
-            from prover_cli.on_modal.calibration import figure
-
             measured["decode_tokens_per_s"] = figure(speed, len(tokens), (
                 f"{len(tokens)} sequences of one call on {out['gpu']}, the longest {max(tokens)} tokens in "
                 f"{out['generate_s']} s"))
@@ -219,15 +217,10 @@ HONEST = "verified"
 WARM_PROOFS_MIN = 3   # warm proofs the Lean figure needs (the honest canaries after the first)
 
 
-def _measure_lean(config: Any, verify: Any) -> dict[str, dict[str, Any]]:
+def _measure_lean(config: Config, verify: Any) -> dict[str, dict[str, Any]]:
     """The header and Lean seconds per proof with the header warm, on one REPL in a fresh Sandbox:
     the honest canaries one after another (each its own statement, as training's problems are);
     the first pays the REPL's start and the header, the others only their proof."""
-    from prover_cli.on_modal.calibration import figure
-    from prover_cli.verify.lean.canary import STANDARD_AXIOMS, AllowedAxioms, canaries_for
-    from prover_cli.verify.lean.pool import ReplPool
-    from prover_cli.verify.text.statement import Candidate
-
     honest = [c for c in canaries_for(verify) if c.expect == HONEST and not c.native]
     box = sandbox.SandboxBox(config)
     pool = ReplPool(dataclasses.replace(verify, canary=False), transport_factory=box.transport)
@@ -237,7 +230,8 @@ def _measure_lean(config: Any, verify: Any) -> dict[str, dict[str, Any]]:
             verdict = pool.check(pool.processes[0], Candidate(id=f"calibration: {canary.name}", header=verify.header,
                                                               body=canary.body, target=canary.target,
                                                               statement=canary.statement),
-                                 AllowedAxioms(STANDARD_AXIOMS, native=False))
+                                 # ReplPool.check is annotated set[str] but reads an AllowedAxioms, as its pool holds
+                                 AllowedAxioms(STANDARD_AXIOMS, native=False))  # type: ignore[arg-type]
             if verdict.status != HONEST:
                 return {}   # an honest proof that does not verify measures nothing
             times.append(verdict.time_s)
@@ -276,17 +270,10 @@ class _RecordingRunner:
         self.runner.kill_all()
 
 
-def _measure_kernel(config: Any, verify: Any) -> dict[str, dict[str, Any]]:
+def _measure_kernel(config: Config, verify: Any) -> dict[str, dict[str, Any]]:
     """The kernel stage's seconds per pass (`lean -o` of the proof), per checker process (its
     import, per import the pin makes) and its peak memory per step: the honest kernel canary
     KERNEL_PROOFS times through `KernelStage` on `sandbox.SandboxRunner`."""
-    from prover_cli.on_modal.calibration import figure
-    from prover_cli.on_modal.plan import kernel_imports_per_batch
-    from prover_cli.verify.kernel.job import KernelJob
-    from prover_cli.verify.kernel.kernel_canary import KERNEL_CANARIES
-    from prover_cli.verify.kernel.pins import CHECKER_AXIOMS
-    from prover_cli.verify.kernel.stage import KernelStage
-
     canary = KERNEL_CANARIES[0]
     recorder = _RecordingRunner(sandbox.SandboxRunner(config))
     stage = KernelStage(verify, runner=recorder)

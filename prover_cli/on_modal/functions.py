@@ -8,19 +8,43 @@
 import contextlib
 import json
 import os
+import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import modal
 
 from prover_cli.backends import resolve
-from prover_cli.config import config_from_dict
+from prover_cli.config import Config, config_from_dict
+from prover_cli.errors import ConfigError
 from prover_cli.es.ledger import LEDGER_FILE
-from prover_cli.es.population import LocalPopulation
+from prover_cli.es.population import LocalPopulation, lora_members
+from prover_cli.fsio import jsonl
+from prover_cli.fsio.jsonl import write_text_atomic  # the package's one atomic-file writer
 from prover_cli.on_modal import sandbox
-from prover_cli.on_modal.images import DEFAULTS, IMAGES, data_app, gpu_app, grpo_app, lean_app, mounts, models_volume, runs_volume
+from prover_cli.on_modal.images import (
+    DEFAULTS,
+    IMAGES,
+    LEAN_PROJECT_DIR,
+    LEAN_TOOLCHAIN,
+    MATHLIB_REV,
+    data_app,
+    gpu_app,
+    grpo_app,
+    lean_app,
+    models_volume,
+    mounts,
+    runs_volume,
+)
+from prover_cli.on_modal.pipeline import LoopShare, MemberPipeline, shares
 from prover_cli.on_modal.plan import MODELS_MOUNT, RUNS_MOUNT, gpu_spec, resources
+from prover_cli.policy import samplers
+from prover_cli.policy.built_models import BUILT_NAMES, resolve_model_path
+from prover_cli.training import tracking
+from prover_cli.verify.placement import verification_at
 
 # The decorators below declare the resources of the default config; `remote.run_remote` applies
 # yours with `.with_options()` (GPU type, containers, timeouts, retries, CPUs, memory).
@@ -45,8 +69,6 @@ def _commit(volume: Any) -> None:
     """A real Volume commits only inside a container; `.local()` runs have none to commit to.
     Anything else (the tests' Volume stand-in) always applies Modal's rules. A commit reloads the
     Volume, which fails while a file in it is open: trackers close theirs first (tracking.py)."""
-    from prover_cli.training import tracking
-
     tracking.release_files()
     if not (modal.is_local() and isinstance(volume, modal.Volume)):
         volume.commit()
@@ -71,8 +93,6 @@ def _config(config_dict: dict[str, Any]) -> Any:
     config = config_from_dict(config_dict, source="modal")
     if not modal.is_local():
         os.environ.setdefault("WANDB_DIR", WANDB_DIR)
-    from prover_cli.fsio import jsonl
-
     jsonl.configure(max_line_bytes=config.io.max_line_bytes)  # io.max_line_bytes holds remotely too
     config.run.dir = str(on_volume(config.run.dir))
     config.model.cache_dir = str(on_volume(config.model.cache_dir))
@@ -113,7 +133,7 @@ def _as_sent(value: Any) -> Any:
     return value
 
 
-def options(name: str, config: Any, *, gpu: bool = False) -> dict[str, Any]:
+def options(name: str, config: Config, *, gpu: bool = False) -> dict[str, Any]:
     """`.with_options()` arguments that apply the caller's [modal] section to a declared function."""
     r = resources(config)[name]
     arguments: dict[str, Any] = dict(cpu=r.cpu, memory=r.memory_mb, timeout=r.timeout_s, retries=r.retries,
@@ -151,14 +171,12 @@ def fan_out(function: Any, inputs: list[tuple[Any, ...]], *, return_exceptions: 
 # (a server of its own) only the kernel stage's steps do (this container has no Lean).
 
 @contextlib.contextmanager
-def verification_in_sandboxes(config: Any, *, always: bool = False) -> Iterator[None]:
+def verification_in_sandboxes(config: Config, *, always: bool = False) -> Iterator[None]:
     lean = config.data.task == "lean" or always
     kimina_kernel = config.verify.backend != "repl" and config.verify.kernel_check
     if not lean or (config.verify.backend != "repl" and not kimina_kernel):
         yield
         return
-    from prover_cli.verify.placement import verification_at
-
     with verification_at(sandbox.verification_placement(config)):
         yield
 
@@ -187,8 +205,6 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
 def download_model(config: dict[str, Any]) -> dict[str, Any]:
     cfg = _config(config)
     _reload(runs_volume)
-    from prover_cli.policy.built_models import BUILT_NAMES, resolve_model_path
-
     name = cfg.model.name
     if name in BUILT_NAMES:
         where = resolve_model_path(name, cfg.model.cache_dir, cfg.model.tiny_seed)  # built offline, on the runs Volume
@@ -230,10 +246,6 @@ def verify(config: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 @lean_app.function(**_declared("lean_image_check"))  # builds the Lean image at deploy; runs no proof
 def lean_image_check() -> dict[str, Any]:
     """What the Lean image holds: the toolchain `lean --version` reports and the pinned versions."""
-    import subprocess
-
-    from prover_cli.on_modal.images import LEAN_PROJECT_DIR, LEAN_TOOLCHAIN, MATHLIB_REV
-
     out = subprocess.run(["lake", "env", "lean", "--version"], cwd=LEAN_PROJECT_DIR, capture_output=True,
                          text=True, timeout=300)
     return {"ok": out.returncode == 0, "lean_version": out.stdout.strip() or out.stderr.strip()[-300:],
@@ -255,10 +267,8 @@ class Generator:
         config = json.loads(self.config_json)
         self.config = _config(config)
         _ensure_model(config)
-        from prover_cli.policy.samplers import load_sampler
-
         model = _paths_in({"model": self.model})["model"] if self.model else None
-        self.sampler = load_sampler(self.config.model, self.config.generate, model_path=model)
+        self.sampler = samplers.load_sampler(self.config.model, self.config.generate, model_path=model)
 
     @modal.method()
     def generate_file(self, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -303,8 +313,6 @@ class ESMember:
             os.environ["HF_HUB_OFFLINE"] = "1"  # the loop fetched the weights; never 30 downloads at once
         # theta_{t-1} from the newest snapshot (or the base) + <run.dir>/ledger.json, replaying only
         # the iterations it has not applied yet; torch is imported here, inside the member container.
-        from prover_cli.on_modal.pipeline import MemberPipeline
-
         self.pipeline = MemberPipeline(self.config)  # `modal.es_members_per_gpu` engines when pipelined, else one
         self.evaluator = self.pipeline.engines[0]
 
@@ -330,18 +338,16 @@ class ModalPopulation(LocalPopulation):
     GPU with its live weights (pipelined: no replay, no extra container). `close`, once the run
     ends or fails, lets the warm member containers go instead of after their long window."""
 
-    def __init__(self, config: Any, config_dict: dict[str, Any]):
+    def __init__(self, config: Config, config_dict: dict[str, Any]):
         if config.es.batched_members:
-            from prover_cli.errors import ConfigError
-
             raise ConfigError(f"es.batched_members = {config.es.batched_members}: batched members run in the loop's "
                               "own process (--backend local); on Modal each member container evaluates its members",
                               hint="set es.batched_members = 0 for --backend modal")
         super().__init__(config)
         self.config_dict = config_dict
-        self.containers = ESMember.with_options(**options("es_member", config))(config_json=json.dumps(config_dict))
-        from prover_cli.on_modal.pipeline import LoopShare
-
+        # modal.cls adds with_options to the class at run time; mypy sees the plain class
+        member_cls = ESMember.with_options(**options("es_member", config))  # type: ignore[attr-defined]
+        self.containers = member_cls(config_json=json.dumps(config_dict))
         self.loop_share = LoopShare(config) if config.modal.es_member_gpus else None  # the loop's GPU: share 0
         self.evaluation = None if self.loop_share is not None else \
             es_heldout.with_options(**options("eval", config, gpu=True))
@@ -355,17 +361,11 @@ class ModalPopulation(LocalPopulation):
         return self.sampler
 
     def members(self, iteration: int, problems: list[dict[str, Any]]) -> list[Any]:
-        from prover_cli.es.population import lora_members
-
         if lora_members(self.config):  # es.noise = "lora": every member a LoRA adapter on the loop's engine, one call
             return super().members(iteration, problems)
         _commit(runs_volume)  # the members read the ledger of iteration - 1
         population = self.config.es.population
         if self.loop_share is not None:  # pipelined: share 0 on the loop's GPU, one share per member container
-            from concurrent.futures import ThreadPoolExecutor
-
-            from prover_cli.on_modal.pipeline import shares
-
             own, *theirs = shares(population, self.config.modal.es_member_gpus + 1)
             inputs = [(iteration, share, problems) for share in theirs]
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="es-shares") as remote:
@@ -377,8 +377,8 @@ class ModalPopulation(LocalPopulation):
                 raise RuntimeError(f"iteration {iteration}: the shares came back with members {sorted(scored)}")
             return [{"completions": scored[i]["completions"], "rewards": scored[i]["rewards"]}
                     for i in range(population)]
-        inputs = [(iteration, member, problems) for member in range(population)]
-        return fan_out(self.containers.completions, inputs, return_exceptions=False)
+        calls = [(iteration, member, problems) for member in range(population)]
+        return fan_out(self.containers.completions, calls, return_exceptions=False)
 
     def heldout(self, iteration: int, record: dict[str, Any], problems: list[dict[str, Any]],
                 reporter: Any) -> dict[str, Any]:
@@ -420,8 +420,6 @@ def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
             print(f"retry of {call_id}: resuming from {cfg.run.dir}/{LEDGER_FILE}", file=sys.stderr)
             return {**arguments, "resume": True}
         return arguments
-    from prover_cli.fsio.jsonl import write_text_atomic  # the package's one atomic-file writer
-
     write_text_atomic(marker, call_id)
     _commit(runs_volume)
     return arguments
@@ -442,6 +440,7 @@ def es_heldout(config: dict[str, Any], iteration: int, record: dict[str, Any]) -
     _reload(runs_volume)  # the loop committed the ledger and any snapshot of `iteration`
     if not modal.is_local():
         os.environ["HF_HUB_OFFLINE"] = "1"  # the loop fetched the weights
+    # imported here, so a test that counts heldout_at's calls (patching es/member.py) sees this one
     from prover_cli.es.member import heldout_at
 
     with verification_in_sandboxes(cfg):
@@ -491,17 +490,13 @@ def doctor_gpu(config: dict[str, Any]) -> dict[str, Any]:
     ES member's call as training makes it: es.problems_per_iteration prompts x es.samples_per_problem
     sequences, up to generate.max_tokens each, at es.member_temperature (the calibration's
     decode speed: the longest sequence's tokens over the call's seconds)."""
-    import time
-
     cfg = _config(config)
     _reload(runs_volume)
     _ensure_model(config)
-    from prover_cli.policy.samplers import SamplingParams, load_sampler
-
     started = time.monotonic()
-    sampler = load_sampler(cfg.model, cfg.generate)
+    sampler = samplers.load_sampler(cfg.model, cfg.generate)
     loaded = time.monotonic()
-    params = SamplingParams(n=cfg.es.samples_per_problem, temperature=cfg.es.member_temperature, top_p=cfg.generate.top_p,
+    params = samplers.SamplingParams(n=cfg.es.samples_per_problem, temperature=cfg.es.member_temperature, top_p=cfg.generate.top_p,
                             max_tokens=cfg.generate.max_tokens, seed=0)
     groups = sampler.generate([DOCTOR_PROMPT] * cfg.es.problems_per_iteration, params)
     done = time.monotonic()
@@ -548,12 +543,12 @@ def doctor_volume_read(nonce: str) -> dict[str, Any]:
 
 # ## A study's runs: whole runs fanned out, one container each
 #
-# `prover study run --backend modal` (prover_cli/study.py): every missing run of the study is one
+# `prover study run --backend modal` (prover_cli/comparison/study/): every missing run of the study is one
 # call of `train_es` or `train_grpo` above, as `--backend modal` makes it for one run, all of one
 # method mapped at once. Each writes its own run directory on the runs Volume and commits it, so
 # runs never share a file. A failed run comes back as its exception; the others still finish.
 
-def study_runs(name: str, calls: list[tuple[dict[str, Any], dict[str, Any]]], config: Any) -> list[Any]:
+def study_runs(name: str, calls: list[tuple[dict[str, Any], dict[str, Any]]], config: Config) -> list[Any]:
     """`.starmap` (a `.map` over argument tuples) of `train_es` / `train_grpo` over whole runs,
     with the study's [modal] resources (`config`, one run's config; the study's runs share them)."""
     function = REMOTE_FUNCTIONS[name].with_options(**options(name, config))

@@ -14,7 +14,14 @@ import modal
 from prover_cli.config import Config
 from prover_cli.on_modal.plan import MODELS_MOUNT, PYTHON_VERSION, RUNS_MOUNT, image_specs, repl_tag
 from prover_cli.verify.kernel.job import elaborate_argv
-from prover_cli.verify.kernel.pins import CHECKER_ENV, SAFEVERIFY_URL, pin_for
+from prover_cli.verify.kernel.pins import (
+    CHECKER_ENV,
+    OWN_CHECKER_FILES,
+    SAFEVERIFY_URL,
+    CheckerPin,
+    own_checker_sources,
+    pin_for,
+)
 
 # ## Settings read at import
 #
@@ -27,7 +34,7 @@ from prover_cli.verify.kernel.pins import CHECKER_ENV, SAFEVERIFY_URL, pin_for
 DEFAULTS = Config()
 
 
-def deploy_settings(config: Any) -> dict[str, str]:
+def deploy_settings(config: Config) -> dict[str, str]:
     return {
         "PROVER_MODAL_APP": config.modal.app_name,
         "PROVER_MODELS_VOLUME": config.modal.models_volume,
@@ -209,14 +216,14 @@ KERNEL_PIN = pin_for(LEAN_TOOLCHAIN)
 KERNEL_CHECKER_COMMAND = ["lake", "env", KERNEL_PIN.program if KERNEL_PIN else "safe_verify"]  # in LEAN_PROJECT_DIR
 
 
-def _stage_check_lines() -> list[str]:
+def _stage_check_lines(pin: CheckerPin) -> list[str]:
     elaborate = " ".join(LEAN_COMMAND + elaborate_argv([])).replace("{dir}", "/tmp/prover-kernel-{which}")
     lines = ["mkdir -p /tmp/prover-kernel-target /tmp/prover-kernel-proof"]
     for which, proof in (("target", "sorry"), ("proof", "by decide")):
         lines.append(write_file_step(f"/tmp/prover-kernel-{which}/Proof.lean",
                                      [f"theorem prover_image_check : 2 + 2 = 4 := {proof}"]))
         lines.append(f"cd {LEAN_PROJECT_DIR} && {elaborate.format(which=which)}")
-    if KERNEL_PIN.dialect == "batch":   # one pair; the answer must be a pass
+    if pin.dialect == "batch":   # one pair; the answer must be a pass
         lines.append("mkdir -p /tmp/prover-kernel-pairs && ln -s /tmp/prover-kernel-target/Proof.olean "
                      "/tmp/prover-kernel-pairs/T0.olean && ln -s /tmp/prover-kernel-proof/Proof.olean "
                      "/tmp/prover-kernel-pairs/P0.olean")
@@ -229,26 +236,22 @@ def _stage_check_lines() -> list[str]:
     return lines
 
 
-def _own_checker_source(name: str) -> list[str]:
+def _own_checker_source(pin: CheckerPin, name: str) -> list[str]:
     """One file of our checker as built for this toolchain (kernel/pins.py own_checker_sources: the
     tag's replay file as ProverReplay.lean, lakefile.toml with lean4checker at the tag's commit)."""
-    from prover_cli.verify.kernel.pins import own_checker_sources
-
-    return own_checker_sources(KERNEL_PIN.toolchain)[name].splitlines()
+    return own_checker_sources(pin.toolchain)[name].splitlines()
 
 
-def _checker_build_lines() -> list[str]:
-    if KERNEL_PIN.dialect == "batch":
-        from prover_cli.verify.kernel.pins import OWN_CHECKER_FILES
-
+def _checker_build_lines(pin: CheckerPin) -> list[str]:
+    if pin.dialect == "batch":
         # ProverReplay.lean: lean4checker's `replay'` (4.20, 4.21) or the core copy (4.9 - 4.15)
         return [f"mkdir -p {OWN_CHECKER_DIR}",
                 write_file_step(f"{OWN_CHECKER_DIR}/lean-toolchain", [LEAN_TOOLCHAIN]),
-                *(write_file_step(f"{OWN_CHECKER_DIR}/{name}", _own_checker_source(name)) for name in OWN_CHECKER_FILES),
+                *(write_file_step(f"{OWN_CHECKER_DIR}/{name}", _own_checker_source(pin, name)) for name in OWN_CHECKER_FILES),
                 f"cd {OWN_CHECKER_DIR} && lake build prover_check",
                 f"ln -s {OWN_CHECKER_DIR}/.lake/build/bin/prover_check /usr/local/bin/prover_check"]
     return [f"git clone {SAFEVERIFY_URL} {SAFEVERIFY_DIR}",
-            f"cd {SAFEVERIFY_DIR} && git checkout --detach {KERNEL_PIN.commit}",
+            f"cd {SAFEVERIFY_DIR} && git checkout --detach {pin.commit}",
             f"cd {SAFEVERIFY_DIR} && lake exe cache get && lake build safe_verify",
             f"ln -s {SAFEVERIFY_DIR}/.lake/build/bin/safe_verify /usr/local/bin/safe_verify",
             MANIFEST_CHECK]
@@ -267,7 +270,8 @@ MANIFEST_CHECK = ("python -c " + shlex.quote(
 
 
 # One script (`set -e`: its first failing line ends it), written by one step and run by another.
-KERNEL_CHECKER_SCRIPT = ["set -ex", *_checker_build_lines(), *_stage_check_lines()] if KERNEL_PIN else []
+KERNEL_CHECKER_SCRIPT = (["set -ex", *_checker_build_lines(KERNEL_PIN), *_stage_check_lines(KERNEL_PIN)]
+                         if KERNEL_PIN else [])
 # What stands in for the checker when its build failed: the marker, and a program of the checker's
 # name that fails every run with the log's last line (the reason: a compile error, the manifests).
 KERNEL_CHECKER_MISSING = ("python -c " + shlex.quote(

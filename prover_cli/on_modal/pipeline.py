@@ -53,6 +53,13 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from prover_cli.config import Config
+from prover_cli.es.member import MemberEvaluator
+from prover_cli.es.population import load_es_sampler, member_completions
+from prover_cli.policy import rollout
+from prover_cli.tasks import get_task
+from prover_cli.verify.placement import current, verification_at
+
 
 def shares(population: int, gpus: int) -> list[list[int]]:
     """Members per generating GPU: member i on GPU i % gpus (no empty shares when gpus > population).
@@ -62,7 +69,7 @@ def shares(population: int, gpus: int) -> list[list[int]]:
     return [list(range(g, population, gpus)) for g in range(min(gpus, population))]
 
 
-def engine_configs(config: Any, engines: int) -> list[Any]:
+def engine_configs(config: Config, engines: int) -> list[Any]:
     """One config per resident engine, each with 1/engines of `generate.gpu_memory_utilization`."""
     out = []
     for _ in range(engines):
@@ -77,16 +84,14 @@ def engine_configs(config: Any, engines: int) -> list[Any]:
 _TORCH_GENERATOR = threading.Lock()
 
 
-def resident_engines(config: Any) -> int:
+def resident_engines(config: Config) -> int:
     """Engines on one generating GPU: `modal.es_members_per_gpu` when pipelined, else one."""
     return config.modal.es_members_per_gpu if config.modal.es_member_gpus else 1
 
 
 class MemberPipeline:
-    def __init__(self, config: Any, evaluator: Callable[[Any], Any] | None = None, *, engines: list[Any] | None = None):
+    def __init__(self, config: Config, evaluator: Callable[[Any], Any] | None = None, *, engines: list[Any] | None = None):
         """`engines`: already built (the loop's share, LoopShare); else `resident_engines` of `evaluator`."""
-        from prover_cli.es.member import MemberEvaluator
-
         self.config = config
         self._turns = None if config.generate.backend == "vllm" else _TORCH_GENERATOR
         if engines is None:
@@ -145,17 +150,17 @@ class MemberPipeline:
 
 
 @contextlib.contextmanager
-def warm_through_the_share(config: Any) -> Any:
+def warm_through_the_share(config: Config) -> Any:
     """Lean workers that stay warm through the share: on Modal's Sandboxes (whose placement starts
     its REPLs per call, since an idle Sandbox is billed) the share's `verify.workers` REPL
     Sandboxes import the header once and serve every member of the share, then end with it
     (sandbox.warm_share_placement; the plan bills them for the iteration). A placement that
     keeps workers warm anyway (local) is left as it is."""
-    from prover_cli.verify.placement import current, verification_at
-
     if config.data.task != "lean" or config.verify.backend != "repl" or current().keep_warm:
         yield
         return
+    # lazy: sandbox.py imports the modal SDK, and this module is also imported where the SDK is
+    # absent (tests/real_vllm's environment runs MemberPipeline)
     from prover_cli.on_modal.sandbox import warm_share_placement
 
     with verification_at(warm_share_placement(config), this_thread=True):   # shares in one process keep apart
@@ -163,11 +168,9 @@ def warm_through_the_share(config: Any) -> Any:
 
 
 def score_together(task: Any, problems: list[dict[str, Any]], members: list[tuple[list[str], Future]],
-                   config: Any) -> None:
+                   config: Config) -> None:
     """Score several members' completions in one `rollout.score` call and give each its own rewards;
     a failure fails every one of them (never a reward of 0 for a sample nobody checked)."""
-    from prover_cli.policy import rollout
-
     try:
         rewards = rollout.score(task, problems * len(members), [c for completions, _ in members for c in completions],
                                 config)
@@ -189,15 +192,11 @@ class LoopEngine:
     """Engine 0 of the loop's share: the loop's sampler and its live weights, theta_{t-1} whenever a
     member is asked for (the loop updates them in place after the iteration), so no catch-up."""
 
-    def __init__(self, config: Any, sampler: Any, weights: Any):
-        from prover_cli.tasks import get_task
-
+    def __init__(self, config: Config, sampler: Any, weights: Any):
         self.config, self.sampler, self.weights = config, sampler, weights
         self.task = get_task(config.data.task)
 
     def completions(self, *, iteration: int, member: int, problems: list[dict[str, Any]]) -> list[str]:
-        from prover_cli.es.population import member_completions
-
         return member_completions(self.sampler, self.weights, self.task, problems, self.config, iteration, member)
 
 
@@ -205,14 +204,11 @@ class LoopShare:
     """The loop's share of the pipelined schedule: `load_sampler()` loads the loop's sampler as engine 0
     (1/k of the GPU's memory budget) and the k - 1 other engines after it; `evaluate` runs share 0."""
 
-    def __init__(self, config: Any):
+    def __init__(self, config: Config):
         self.config = config
         self.pipeline: MemberPipeline | None = None
 
     def load_sampler(self) -> Any:
-        from prover_cli.es.member import MemberEvaluator
-        from prover_cli.es.population import load_es_sampler
-
         first, *others = engine_configs(self.config, resident_engines(self.config))
         sampler = load_es_sampler(first)
         engines = [LoopEngine(first, sampler, sampler.es_weights()), *(MemberEvaluator(c) for c in others)]

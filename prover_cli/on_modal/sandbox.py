@@ -24,8 +24,10 @@
 # Sandbox runs tests/fake_repl.py (and the kernel stage's stand-ins) as local processes. No test
 # has created a real Sandbox.
 
+import base64
 import dataclasses
 import json
+import math
 import queue
 import signal
 import threading
@@ -35,6 +37,7 @@ from typing import Any, Callable
 
 import modal
 
+from prover_cli.config import WORKERS_MAX, Config, VerifyConfig
 from prover_cli.errors import BackendError
 from prover_cli.on_modal.images import (
     KERNEL_CHECKER_COMMAND,
@@ -47,8 +50,12 @@ from prover_cli.on_modal.images import (
     lean_image,
     sandbox_app,
 )
-from prover_cli.on_modal.plan import kernel_step_size, resources
+from prover_cli.on_modal.plan import MAX_TIMEOUT_S, kernel_step_size, resources
+from prover_cli.verify.kernel.isolated import RunResult
+from prover_cli.verify.kernel.pins import kernel_workers
+from prover_cli.verify.lean.repl import ReplDied, ReplTimeout
 from prover_cli.verify.lean.transport import describe_exit
+from prover_cli.verify.placement import Placement
 
 # Looked up at call time, so tests can put the Sandbox stand-in here.
 Sandbox = modal.Sandbox
@@ -57,7 +64,7 @@ STARTUP_TIMEOUT_S = 180.0  # a Sandbox is scheduled, then the image starts: seco
 CREATE_ATTEMPTS = 2        # Sandbox capacity comes and goes: one more try before the run stops
 
 
-def sandbox_arguments(config: Any, timeout_s: int | None = None) -> dict[str, Any]:
+def sandbox_arguments(config: Config, timeout_s: int | None = None) -> dict[str, Any]:
     """Everything `Sandbox.create` gets for one REPL process, from the plan: one REPL's share of a
     verification batch's cores and memory (`kernel_step_size`), the batch's timeout (or `timeout_s`)."""
     r = resources(config)["verify_sandbox"]
@@ -80,7 +87,7 @@ def sandbox_arguments(config: Any, timeout_s: int | None = None) -> dict[str, An
 class SandboxBox:
     """A Sandbox for REPL processes: created on first use, replaced when it has died."""
 
-    def __init__(self, config: Any, timeout_s: int | None = None):
+    def __init__(self, config: Config, timeout_s: int | None = None):
         self.arguments = sandbox_arguments(config, timeout_s)
         self.memory_limit_gb = float(config.verify.memory_limit_gb)
         self.sandbox: Any = None
@@ -226,8 +233,6 @@ class SandboxTransport:
             put(None)
 
     def _next_chunk(self, deadline: float, *, startup: bool = False) -> bytes:
-        from prover_cli.verify.lean.repl import ReplTimeout
-
         if self._eof:
             return b""
         try:
@@ -244,8 +249,6 @@ class SandboxTransport:
 
     # -- the Transport protocol -----------------------------------------------------------
     def write(self, data: bytes, deadline: float) -> None:
-        from prover_cli.verify.lean.repl import ReplDied, ReplTimeout
-
         failure: list[BaseException] = []
 
         def send() -> None:
@@ -346,7 +349,7 @@ class SandboxTransport:
 
 # ## The kernel stage's steps, each in a fresh Sandbox
 
-def kernel_sandbox_arguments(config: Any) -> dict[str, Any]:
+def kernel_sandbox_arguments(config: Config) -> dict[str, Any]:
     """`Sandbox.create` arguments of one kernel-stage step: the kernel image (images.py: the Lean
     image's toolchain and Mathlib with the checker, so a checker that does not build stays out of
     the fast path's image), no network, no Volumes, no secrets; one REPL's share of the
@@ -410,7 +413,7 @@ class SandboxRunner:
 
     canary_key = "modal-sandbox"
 
-    def __init__(self, config: Any):
+    def __init__(self, config: Config):
         self.config = config
         self.arguments = kernel_sandbox_arguments(config)
         self.memory_limit_gb = float(config.verify.memory_limit_gb)
@@ -428,10 +431,6 @@ class SandboxRunner:
 
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...], timeout_s: float,
             what: str = "command") -> Any:
-        import base64
-
-        from prover_cli.verify.kernel.isolated import RunResult
-
         spec = json.dumps({"inputs": {k: base64.b64encode(v).decode("ascii") for k, v in inputs.items()},
                            "outputs": list(outputs), "timeout_s": timeout_s}).encode("utf-8")
         start = time.monotonic()
@@ -516,7 +515,7 @@ def _signal_of(code: int | None) -> int | None:
 # modal.verify_memory_gb, recycled after the proofs one REPL of a batch would have checked, so
 # the Sandbox's timeout (header + those proofs at their timeout) bounds every process.
 
-def _check_image_versions(verify_config: Any) -> None:
+def _check_image_versions(verify_config: VerifyConfig) -> None:
     """Fail closed if the config names other Lean versions than the image has."""
     if (verify_config.lean_toolchain, verify_config.mathlib_rev) != (LEAN_TOOLCHAIN, MATHLIB_REV):
         raise BackendError(
@@ -525,28 +524,23 @@ def _check_image_versions(verify_config: Any) -> None:
             hint="set PROVER_LEAN_TOOLCHAIN / PROVER_MATHLIB_REV to the config values and rerun (the image rebuilds)")
 
 
-def _sandbox_verify_config(verify_config: Any) -> Any:
+def _sandbox_verify_config(verify_config: VerifyConfig) -> Any:
     """The image's REPL, Lean project and kernel-stage commands; the image's Lean versions."""
     _check_image_versions(verify_config)
     return dataclasses.replace(verify_config, repl_command=list(REPL_COMMAND), project_dir=LEAN_PROJECT_DIR,
                                lean_command=list(LEAN_COMMAND), kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
-def _kernel_verify_config(verify_config: Any) -> Any:
+def _kernel_verify_config(verify_config: VerifyConfig) -> Any:
     """Kimina elaborates on its server: only the kernel stage's commands and project are the image's."""
     _check_image_versions(verify_config)
     return dataclasses.replace(verify_config, project_dir=LEAN_PROJECT_DIR, lean_command=list(LEAN_COMMAND),
                                kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
-def sandbox_concurrency(config: Any, verify_config: Any, proofs: int | None) -> Any:
+def sandbox_concurrency(config: Config, verify_config: VerifyConfig, proofs: int | None) -> Any:
     """`verify_config` with the pool sized as the plan's batches (see the section's comment);
     `proofs` None (not known yet): as many batches as may run at once."""
-    import math
-
-    from prover_cli.config import WORKERS_MAX
-    from prover_cli.verify.kernel.pins import kernel_workers
-
     m = config.modal
     batches = m.verify_max_containers if proofs is None else math.ceil(proofs / m.verify_batch_size)
     batches = max(1, min(m.verify_max_containers, batches))
@@ -558,7 +552,7 @@ def sandbox_concurrency(config: Any, verify_config: Any, proofs: int | None) -> 
         max_proofs_per_process=min(verify_config.max_proofs_per_process, proofs_per_repl))
 
 
-def repl_sandboxes(config: Any, timeout_s: int | None = None) -> Callable[[], "SandboxTransport"]:
+def repl_sandboxes(config: Config, timeout_s: int | None = None) -> Callable[[], "SandboxTransport"]:
     """A TransportFactory: every REPL process the pool starts gets a Sandbox of its own, created
     when it starts and ended when it is killed or recycled. A Sandbox that dies under a proof is a
     REPL killed from outside: the pool's one retry in a fresh process runs in a fresh Sandbox."""
@@ -571,13 +565,11 @@ def repl_sandboxes(config: Any, timeout_s: int | None = None) -> Callable[[], "S
     return transport
 
 
-def verification_placement(config: Any) -> Any:
+def verification_placement(config: Config) -> Any:
     """Where this config's Lean verification runs on Modal: with the REPL backend, every REPL in a
     Sandbox and every kernel-stage step in another; with Kimina (its server elaborates), only the
     kernel stage's steps, in fresh Sandboxes. Both use the image's commands and fail closed when
     the config names other Lean versions than the image has (at the first verification)."""
-    from prover_cli.verify.placement import Placement
-
     if config.verify.backend == "repl":
         return Placement(
             where="modal sandboxes",
@@ -590,24 +582,20 @@ def verification_placement(config: Any) -> Any:
                      kernel_runner=lambda verify: SandboxRunner(config))
 
 
-def warm_share_timeout_s(config: Any) -> int:
+def warm_share_timeout_s(config: Config) -> int:
     """A warm share REPL's Sandbox lives through its share: the header, then up to
     `verify.max_proofs_per_process` proofs at their timeout (the pool recycles it there), within
     Modal's ceiling. A backstop only: each read has its own deadline, and the share's end ends it."""
-    from prover_cli.on_modal.plan import MAX_TIMEOUT_S
-
     v = config.verify
     return int(min(MAX_TIMEOUT_S, v.header_timeout_s + v.max_proofs_per_process * (v.timeout_s + 5) + 120))
 
 
-def warm_share_placement(config: Any) -> Any:
+def warm_share_placement(config: Config) -> Any:
     """Where one share of the pipelined ES schedule verifies (pipeline.py): `verify.workers` REPL
     Sandboxes kept warm through the share, so each imports the header once per iteration, not once
     per member, and is recycled only by `verify.max_proofs_per_process`; they end with the share
     (verification_at closes the warm pools made under it). This is what the plan bills
     (`plan.es_lean_workers`: `verify.workers` workers per generating GPU, up the whole iteration)."""
-    from prover_cli.verify.placement import Placement
-
     timeout_s = warm_share_timeout_s(config)
     return Placement(
         where="modal sandboxes, warm through one ES share",

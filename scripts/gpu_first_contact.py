@@ -42,6 +42,8 @@ themselves have not run in this repository (no GPU in CI); no figure here is a m
 from __future__ import annotations
 
 import argparse
+import copy
+import gc
 import json
 import sys
 import threading
@@ -53,6 +55,14 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from prover_cli.config import Config, load_config  # after the path above: the repository's own package
+from prover_cli.on_modal.calibration import default_path, figure, is_gpu_type, write
+from prover_cli.policy import rollout
+from prover_cli.policy.samplers import SamplingParams
+from prover_cli.shipped import resolve_config
+from prover_cli.tasks import get_task
+from prover_cli.training.heldout import greedy_params, heldout_params
 
 GIB = 1024 ** 3
 BY = "scripts/gpu_first_contact.py"
@@ -144,9 +154,6 @@ def model_directory(name: str) -> Path:
 
 
 def load(args: argparse.Namespace) -> Any:
-    from prover_cli.config import load_config
-    from prover_cli.shipped import resolve_config
-
     return load_config(resolve_config(args.config), args.set)
 
 
@@ -157,8 +164,6 @@ def load(args: argparse.Namespace) -> Any:
 def figures_from(measured: dict[str, Any], gpu_matches: bool) -> dict[str, dict[str, Any]]:
     """The calibration figures a measured dict supports (calibration.FIGURES; a figure a step did not
     reach is left out, so its estimate stays)."""
-    from prover_cli.on_modal.calibration import figure
-
     out: dict[str, dict[str, Any]] = {}
     member = measured.get("member_batch") or {}
     if member.get("ok") and gpu_matches and member.get("seconds"):
@@ -184,10 +189,8 @@ def figures_from(measured: dict[str, Any], gpu_matches: bool) -> dict[str, dict[
     return out
 
 
-def write_calibration(path: Path, config: Any, measured: dict[str, Any], stamp: str) -> Path | None:
+def write_calibration(path: Path, config: Config, measured: dict[str, Any], stamp: str) -> Path | None:
     """The calibration file from what was measured (None when nothing was)."""
-    from prover_cli.on_modal.calibration import is_gpu_type, write
-
     figures = figures_from(measured, is_gpu_type(str(measured.get("device", "")), config.modal.gpu))
     if not figures:
         return None
@@ -205,15 +208,13 @@ def free_gib() -> float:
     return torch.cuda.mem_get_info()[0] / GIB
 
 
-def engine_config(config: Any, share: float) -> Any:
-    import copy
-
+def engine_config(config: Config, share: float) -> Any:
     copied = copy.deepcopy(config)
     copied.generate.gpu_memory_utilization = share
     return copied
 
 
-def start_engine(config: Any, model_dir: Path, share: float) -> Any:
+def start_engine(config: Config, model_dir: Path, share: float) -> Any:
     from prover_cli.policy.samplers.vllm_sampler import ES_WORKER_EXTENSION, VLLMSampler
 
     cfg = engine_config(config, share)
@@ -223,8 +224,6 @@ def start_engine(config: Any, model_dir: Path, share: float) -> Any:
 def close_engine(sampler: Any, settle_s: float = 60.0) -> None:
     """Shut an engine down and wait until its memory is back (vLLM's engine core is another process,
     and the next engine's startup check needs the memory free): until the free memory stops rising."""
-    import gc
-
     llm = getattr(sampler, "llm", None)
     engine = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if engine is not None and hasattr(engine, "shutdown"):
@@ -241,12 +240,8 @@ def close_engine(sampler: Any, settle_s: float = 60.0) -> None:
         last = now
 
 
-def member_call(config: Any, sampler: Any) -> dict[str, Any]:
+def member_call(config: Config, sampler: Any) -> dict[str, Any]:
     """One ES member's generation call, timed: its sequences' token counts."""
-    from prover_cli.policy import rollout
-    from prover_cli.policy.samplers import SamplingParams
-    from prover_cli.tasks import get_task
-
     es = config.es
     params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=config.generate.top_p,
                             max_tokens=config.generate.max_tokens, seed=0)
@@ -258,7 +253,7 @@ def member_call(config: Any, sampler: Any) -> dict[str, Any]:
     return {"ok": True, "seconds": round(seconds, 3), "sequence_tokens": tokens}
 
 
-def step_engine(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def step_engine(config: Config, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.cuda.init()
@@ -278,11 +273,11 @@ def step_engine(config: Any, model_dir: Path, measured: dict[str, Any], state: d
             "free_after_gib": round(initialised, 3)}
 
 
-def step_member_batch(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def step_member_batch(config: Config, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     return member_call(config, state["sampler"])
 
 
-def step_two_engines(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def step_two_engines(config: Config, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     share = config.generate.gpu_memory_utilization / max(1, config.modal.es_members_per_gpu) / 2
     engines = [start_engine(config, model_dir, share) for _ in range(2)]   # one after another, as the pipeline does
     for engine in engines:
@@ -310,7 +305,7 @@ def step_two_engines(config: Any, model_dir: Path, measured: dict[str, Any], sta
     return {"ok": True, "seconds": round(seconds, 3), "share_each": share, "each": results}
 
 
-def step_configured_engines(config: Any, model_dir: Path, measured: dict[str, Any],
+def step_configured_engines(config: Config, model_dir: Path, measured: dict[str, Any],
                             state: dict[str, Any]) -> dict[str, Any]:
     k = config.modal.es_members_per_gpu
     if k == 1:
@@ -331,11 +326,7 @@ def step_configured_engines(config: Any, model_dir: Path, measured: dict[str, An
             close_engine(engine)
 
 
-def step_heldout(config: Any, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    from prover_cli.policy import rollout
-    from prover_cli.training.heldout import greedy_params, heldout_params
-    from prover_cli.tasks import get_task
-
+def step_heldout(config: Config, model_dir: Path, measured: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     sampler = state.pop("sampler")          # step 1's engine, at the configured share
     items = problems(config.run.eval_problems or len(PROBLEMS))
     calls = [heldout_params(config)] + ([greedy_params(config)] if config.run.eval_temperature > 0 else [])
@@ -358,7 +349,7 @@ STEPS: list[tuple[str, Callable[..., dict[str, Any]]]] = [
 ]
 
 
-def run_steps(config: Any, model_dir: Path, measured: dict[str, Any]) -> None:
+def run_steps(config: Config, model_dir: Path, measured: dict[str, Any]) -> None:
     """Each step in order; the first failure stops the rest (step 5 records its own)."""
     state: dict[str, Any] = {}
     for name, step in STEPS:
@@ -380,8 +371,6 @@ def run_steps(config: Any, model_dir: Path, measured: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = load(args)
-    from prover_cli.on_modal.calibration import default_path
-
     model_dir = model_directory(args.model)
     measured: dict[str, Any] = {"config": str(config.source), "model": args.model, "model_dir": str(model_dir),
                                 "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -30,15 +30,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prover_cli.tasks.countdown import NAME as COUNTDOWN
+
 WARMSTART_NAME = "tiny-countdown"  # prover_cli/policy/built_models.py resolves this model.name to build_warmstart
 
 WARMSTART_VERSION = 2  # bump when the recipe changes in a way WARMSTART does not show
 WARMSTART: dict[str, Any] = {
-    "task": "countdown",
+    "task": COUNTDOWN,
     # the problems it learns from; a config using this base should ask the same (configs/demo.toml)
-    "countdown_numbers": 3,       # data.countdown_numbers
-    "countdown_max_number": 9,    # data.countdown_max_number: one-digit numbers, one token each
-    "countdown_prompt": "short",  # data.countdown_prompt: the 185-token TinyZero prompt is too long
+    "countdown_numbers": 3,       # task.countdown.numbers
+    "countdown_max_number": 9,    # task.countdown.max_number: one-digit numbers, one token each
+    "countdown_prompt": "short",  # task.countdown.prompt: the 185-token TinyZero prompt is too long
                                   # for a 2-layer model to learn to read in seconds
     "problems": 2048,             # generated; about 90% of them are `train`
     "data_seed": 1_000_003,       # its own stream, apart from the problems of a run with a small run.seed

@@ -250,3 +250,24 @@ def test_prover_as_a_command_finds_the_outside_task_on_pythonpath(outside_task, 
     assert result.returncode == 0, result.stderr
     assert [json.loads(line)["id"] for line in (tmp_path / "p.jsonl").read_text().splitlines()] == \
         ["letters_000", "letters_001", "letters_002"]
+
+
+def test_a_task_option_is_recorded_where_the_config_is_compared(tmp_path):
+    """The run's config.toml holds `[task.<name>]`; a GRPO resume refuses another value of an
+    option, and `prover report` keeps runs that differ in one in arms of their own."""
+    import tomllib
+
+    from prover_cli.comparison.arms import arm_identity, group_arms
+    from prover_cli.grpo.resume import check_resume_config
+
+    run, other = load_config(TINY), load_config(TINY, ["task.countdown.problems=65"])
+    stored = tmp_path / "config.toml"
+    stored.write_text(run.to_toml(), encoding="utf-8")
+    check_resume_config(load_config(TINY), stored)  # the same options: resumes
+    with pytest.raises(ConfigError, match=r"cannot resume, the config differs from the run's: task.countdown: "
+                                          r"run \{'problems': 64, .*\} != config \{'problems': 65, "):
+        check_resume_config(other, stored)
+    runs = [{"method": "es", "null": False, "name": f"r{i}",
+             "identity": arm_identity(tomllib.loads(config.to_toml()), "es")} for i, config in enumerate((run, other))]
+    assert [arm["label"] for arm in group_arms(runs)] == ["es (task.countdown.problems=64)",
+                                                         "es (task.countdown.problems=65)"]

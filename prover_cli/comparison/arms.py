@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import MISSING, fields
 from typing import Any
 
 from prover_cli.comparison.compare import BUDGET_TOLERANCE, final_at, per_problem, run_budget, unequal
-from prover_cli.errors import InputError
 from prover_cli.comparison.stats import mean_interval, paired_difference
+from prover_cli.config import SECTIONS
+from prover_cli.errors import InputError, UsageError
 from prover_cli.training.metrics import training_records
+
 
 EVAL_RATE = "eval/verified_rate"  # the held-out curves (prover_cli/training/heldout.py): sampled ...
 GREEDY_RATE = "eval/greedy_verified_rate"  # ... and greedy
@@ -107,10 +110,6 @@ _WITHIN_ARM_SECTIONS = ("eval", "modal", "io")  # `prover eval` afterwards, Moda
 def _recorded(config: dict[str, Any], dotted: str) -> Any:
     """The value a run's config.toml recorded for `section.key`, or the key's default where it has none
     (a run written before the key existed ran with what is now its default)."""
-    from dataclasses import MISSING, fields
-
-    from prover_cli.config import SECTIONS
-
     section, key = dotted.split(".")
     recorded = config.get(section, {})
     if key in recorded:
@@ -123,10 +122,6 @@ def arm_identity(config: dict[str, Any], method: str) -> dict[str, Any]:
     """Every `section.key` of the resolved config that defines a run's arm: the method's section, the
     model, the data (`data.train_size`, the limited-data axis, among them), sampling, verification and
     the held-out settings; all but `_WITHIN_ARM_KEYS` and `_WITHIN_ARM_SECTIONS`."""
-    from dataclasses import fields
-
-    from prover_cli.config import SECTIONS
-
     identity = {}
     for section, cls in SECTIONS.items():
         if section in _WITHIN_ARM_SECTIONS or (section in ("es", "grpo") and section != method):
@@ -337,8 +332,6 @@ def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False)
     evaluation at or below the smaller run's `samples/total` (entry `at`: which iteration or step,
     at how many samples). Finals whose budgets still differ by more than 5 % are refused (a
     UsageError, exit 2) unless `allow_unequal_budgets`; then the entry carries `unequal_budgets`."""
-    from prover_cli.errors import UsageError
-
     out = []
     for a, b, contrast in contrasts(arms):
         by_seed_b = _by_seed(b)

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.comparison.arms import EVAL_RATE, GREEDY_RATE, SIGNAL_SHARE, _spread, curve, group_arms
+from prover_cli.es.signal import NOISE_BELOW, WINDOW
 from prover_cli.training.metrics import training_records
+
 
 def time_unit(seconds: float) -> tuple[str, float]:
     """(unit, seconds per unit) that fits a span: s below 2 minutes, min below 2 hours, else h."""
@@ -134,8 +136,6 @@ def build_figure(runs: list[dict[str, Any]]):
     if banded:
         handles.append(Patch(color="gray", alpha=0.2, label="95% interval"))
     if signal_runs:
-        from prover_cli.es.signal import NOISE_BELOW
-
         handles.append(Line2D([], [], color="gray", linestyle="--", linewidth=1,
                               label=f"signal share below {NOISE_BELOW}: mostly noise"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False)
@@ -148,8 +148,6 @@ def plot_signal(row: Any, runs: list[dict[str, Any]], arms: list[dict[str, Any]]
                 scale: dict[str, float], x_max: list[float]) -> None:
     """ES signal share (pooled over the last iterations): per arm, the mean over its runs at every iteration
     they all reached, with its 95% band over seeds, in the arm's color, on the columns' axes."""
-    from prover_cli.es.signal import NOISE_BELOW, WINDOW
-
     with_signal = {id(run) for run in runs}
     for arm in arms:
         arm_runs = [run for run in arm["runs"] if id(run) in with_signal]

@@ -12,16 +12,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prover_cli.comparison.arms import (
+    EVAL_RATE, GREEDY_RATE, SIGNAL_KEYS, _identity, arm_identity, decoding, group_arms)
+from prover_cli.config import config_from_dict
+from prover_cli.errors import ConfigError, InputError
+from prover_cli.fsio.jsonl import load_jsonl_strict
+from prover_cli.tasks.problems import generated_problems, select_heldout, select_train
+from prover_cli.training.metrics import METRICS_FILE, read_metrics, required_keys
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from prover_cli.comparison.arms import (
-    EVAL_RATE, GREEDY_RATE, SIGNAL_KEYS, _identity, arm_identity, decoding, group_arms)
-from prover_cli.errors import InputError
-from prover_cli.fsio.jsonl import load_jsonl_strict
-from prover_cli.training.metrics import METRICS_FILE, read_metrics, required_keys
 
 _NUMERIC_KEYS = ("reward/mean", "reward/max", "verify/verified", "samples", "samples/total",
                  "time/wall_s", "time/elapsed_s")
@@ -183,10 +186,6 @@ def run_problem_files(run_dir: Path, config: dict[str, Any]) -> tuple[Any, Any, 
 
 def _generated(run_dir: Path, config: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
     """The problems a run with `data.problems` empty generated from its seed, or None and why not."""
-    from prover_cli.config import config_from_dict
-    from prover_cli.errors import ConfigError
-    from prover_cli.tasks.problems import generated_problems
-
     missing = f"data.problems is empty and {run_dir / 'problems.jsonl'} not found"
     try:
         problems = generated_problems(config_from_dict(config, source=str(run_dir / "config.toml")))
@@ -203,8 +202,6 @@ def problem_sets(run_dir: Path, config: dict[str, Any], heldout: bool = False) -
     The training set is the one the run trained on (`data.train_size` of its split, prover_cli/tasks/problems.py);
     the held-out set is the test set the run evaluated, chosen by the same function the trainers call
     (deduplicated by content, its subset drawn from `run.eval_problems_seed`), fingerprinted by content."""
-    from prover_cli.tasks.problems import select_heldout, select_train
-
     data, evaluation, run = config.get("data", {}), config.get("eval", {}), config.get("run", {})
     train, evaluated, why = run_problem_files(run_dir, config)
     if train is None:

@@ -33,6 +33,7 @@ Which interval answers which question:
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Sequence
 
 Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
@@ -250,8 +251,6 @@ def variance_components(per_seed_problem_differences: Sequence[Sequence[float]])
 def _quantiles(alpha: float, power: float, df: float | None, sided: int) -> float:
     """z_{1-alpha/sided} + z_{power}, or the t quantiles with `df` degrees of freedom."""
     if df is None:
-        from statistics import NormalDist
-
         normal = NormalDist()
         return normal.inv_cdf(1 - alpha / sided) + normal.inv_cdf(power)
     return t_quantile(1 - alpha / sided, df) + t_quantile(power, df)

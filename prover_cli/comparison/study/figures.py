@@ -7,15 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prover_cli.comparison.compare import evaluation_budgets, per_problem
+from prover_cli.comparison.stats import mean_interval, paired_difference
 from prover_cli.comparison.study.design import AXES, BASE, Comparison, METRICS, Study
 from prover_cli.comparison.study.limited_data import _plot_limited_data
 from prover_cli.comparison.study.paired import _pair_of, evaluations_at
 
+
 def _curve(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     """`key` at each sample budget every run has it at: mean and 95% t band over seeds, with the mean
     tokens and accelerator-seconds there (the other axes)."""
-    from prover_cli.comparison.stats import mean_interval
-
     per_run = [{r["samples/total"]: r for r in run["records"] if key in r} for run in runs]
     points = []
     for budget in sorted(set.intersection(*(set(p) for p in per_run))):
@@ -30,9 +31,6 @@ def _curve(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 def difference_curve(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], Any]) -> list[dict[str, Any]]:
     """The paired difference a - b at every budget both sides were evaluated at in every seed (each
     side's evaluation by the one rule, compare.final_at): mean over seeds and 95% t band."""
-    from prover_cli.comparison.compare import evaluation_budgets, per_problem
-    from prover_cli.comparison.stats import mean_interval, paired_difference
-
     key = METRICS[c.metric]
     pairs = [_pair_of(study, c, loaded, s) for s in study.seeds]
     pairs = [(x, y) for x, y in pairs if x is not None and y is not None]

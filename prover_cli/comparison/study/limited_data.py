@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prover_cli.comparison.compare import evaluation_budgets
 from prover_cli.comparison.study.design import METRICS, Study
 from prover_cli.comparison.study.tables import _num
+from prover_cli.tasks.problems import content_key, train_problems
+
 
 def limited_data(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[str, Any]:
     """The limited-data axis: each arm's held-out rate (mean over seeds) at every budget all its runs
     were evaluated at, per training-set size, with the distinct training problems that size is."""
-    from prover_cli.tasks.problems import content_key, train_problems
-
     if len(study.train_sizes) < 2:
         return {"title": "", "columns": [], "rows": [], "points": []}
     budgets = sorted({b for run in loaded.values() for b in _eval_budgets(run)})
@@ -41,8 +42,6 @@ def limited_data(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[
 
 
 def _eval_budgets(run: dict[str, Any]) -> list[float]:
-    from prover_cli.comparison.compare import evaluation_budgets
-
     return evaluation_budgets(run, METRICS["greedy"])
 
 

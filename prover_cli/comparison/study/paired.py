@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from prover_cli.comparison.compare import base_of, final_at, per_problem, run_budget, unequal
+from prover_cli.comparison.stats import mean_interval, paired_difference, paired_t_test
 from prover_cli.comparison.study.design import BASE, Comparison, METRICS, Study
 from prover_cli.errors import InputError, UsageError
+
 
 def _pair_of(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], dict[str, Any]], seed: int):
     """The two runs of one seed a comparison pairs (an anchor against the base: the run with itself)."""
@@ -20,16 +23,11 @@ def _pair_of(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], dic
 def evaluations_at(c: Comparison, x: dict[str, Any], y: dict[str, Any], key: str, budget: float):
     """The two evaluations a comparison reads at `budget`, by the one rule (compare.final_at); the base
     side of an anchor is the run's iteration-0 evaluation."""
-    from prover_cli.comparison.compare import base_of, final_at
-
     return final_at(x, key, budget), (base_of(y, key) if c.b == BASE else final_at(y, key, budget))
 
 
 def compare(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], dict[str, Any]]) -> dict[str, Any]:
     """One comparison: per seed, the paired difference at the pair's largest common budget; then the test."""
-    from prover_cli.comparison.compare import per_problem, run_budget, unequal
-    from prover_cli.comparison.stats import mean_interval, paired_difference, paired_t_test
-
     key = METRICS[c.metric]
     per_seed = []
     for seed in study.seeds:

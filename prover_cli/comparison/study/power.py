@@ -8,19 +8,21 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from prover_cli.comparison.arms import group_arms
+from prover_cli.comparison.run_reader import load_run
+from prover_cli.comparison.stats import power_at, problems_needed, seeds_needed, variance_components
 from prover_cli.comparison.study.design import Arm, Comparison, MIN_PILOT_SEEDS, Study
 from prover_cli.comparison.study.paired import compare
 from prover_cli.comparison.study.runs import planned_runs
 from prover_cli.comparison.study.study_file import load_study
 from prover_cli.errors import InputError
 
+
 def power_of(c: Comparison, problem_differences: list[list[float]], label: str, family: int = 1) -> dict[str, Any]:
     """Seeds needed at this test-set size, and test problems needed at this many seeds, for the margin,
     at alpha / `family`: Holm's first step over `family` primary comparisons (the conservative size).
     When the pilot's training variance was clipped to 0 (its seeds agree more than evaluation noise
     alone predicts) the seeds and problems needed are lower bounds and the power an upper bound."""
-    from prover_cli.comparison.stats import power_at, problems_needed, seeds_needed, variance_components
-
     entry: dict[str, Any] = {"comparison": c.name, "from": label, "margin": c.margin, "alpha": c.alpha / family,
                              "power_wanted": c.power, "test": c.test}
     if c.margin <= 0:
@@ -56,9 +58,6 @@ def study_power(c: Comparison, entry: dict[str, Any], family: int = 1) -> dict[s
 def pilot_power(study: Study, pilot: Sequence[str | Path]) -> list[dict[str, Any]]:
     """Power of each primary comparison from a pilot: a finished study directory (its study.toml),
     or run directories (paired by seed: the first ES arm against the first GRPO arm)."""
-    from prover_cli.comparison.arms import group_arms
-    from prover_cli.comparison.run_reader import load_run
-
     paths = [Path(p) for p in pilot]
     if len(paths) == 1 and (paths[0] / "study.toml").is_file():
         pilot_study = load_study(paths[0] / "study.toml")

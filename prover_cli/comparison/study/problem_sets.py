@@ -10,15 +10,19 @@ from typing import Any
 
 from prover_cli.comparison.study.design import Study
 from prover_cli.comparison.study.run_configs import run_config, tune_config, tuned_overrides
+from prover_cli.config import load_config
 from prover_cli.errors import ConfigError, InputError
+from prover_cli.fsio.jsonl import load_jsonl_strict, write_jsonl_atomic
 from prover_cli.progress import NULL_REPORTER
+from prover_cli.streams import study_dev_split_rng
+from prover_cli.tasks.datasets import prepare_data
+from prover_cli.tasks.problems import content_key, generated_problems, heldout_problems, in_split, select_heldout
+from prover_cli.training.metrics import METRICS_FILE
+
 
 def design_problems(study: Study) -> tuple[list[dict[str, Any]] | None, str]:
     """The problems the study's file will hold: the file when written, else (a task that generates its
     problems) generated in memory from `study.test_seed`; None when neither (checked at `run`)."""
-    from prover_cli.fsio.jsonl import load_jsonl_strict
-    from prover_cli.tasks.problems import generated_problems
-
     path = study.dir / "problems.jsonl"
     if path.is_file():
         return load_jsonl_strict(path), str(path)
@@ -33,8 +37,6 @@ def check_problems(study: Study) -> dict[str, Any]:
     """Before anything is written: every training size fits the training split, the test set holds
     `study.min_test_problems` distinct problems and none of them is a training problem, and the dev
     split leaves training problems. Errors name the study file and the key."""
-    from prover_cli.tasks.problems import content_key, in_split
-
     problems, source = design_problems(study)
     if problems is None:
         return {"checked": False, "why": "the problems file is written at `run` (its task does not generate them)"}
@@ -70,8 +72,6 @@ def check_problems(study: Study) -> dict[str, Any]:
 
 
 def _heldout_of(problems: list[dict[str, Any]], config: Any, source: str) -> Any:
-    from prover_cli.tasks.problems import select_heldout
-
     return select_heldout(problems, train_split=config.data.train_split, valid_split=config.data.valid_split,
                           count=config.run.eval_problems, seed=config.run.eval_problems_seed, source=source)
 
@@ -79,9 +79,6 @@ def _heldout_of(problems: list[dict[str, Any]], config: Any, source: str) -> Any
 def _dev_contents(study: Study, train: list[dict[str, Any]], test_contents: set[str]) -> list[str]:
     """The dev split: `tune.dev_problems` distinct training problems (by content) drawn from
     study.test_seed, none of them a test problem."""
-    from prover_cli.tasks.problems import content_key
-    from prover_cli.streams import study_dev_split_rng
-
     assert study.tune is not None
     contents = sorted({content_key(p) for p in train} - test_contents)
     rng = study_dev_split_rng(study.test_seed)
@@ -91,8 +88,6 @@ def _dev_contents(study: Study, train: list[dict[str, Any]], test_contents: set[
 def test_set(config: Any) -> dict[str, Any]:
     """The held-out problems a run is scored on, fingerprinted by content (every field but the split);
     `heldout_sha256` is the fingerprint every run records in its held-out lines (eval/problems_sha256)."""
-    from prover_cli.tasks.problems import heldout_problems
-
     problems = heldout_problems(config)
     rows = sorted(json.dumps({k: v for k, v in p.items() if k != "split"}, sort_keys=True) for p in problems)
     contents = {json.dumps({k: v for k, v in p.items() if k not in ("split", "id", "name")}, sort_keys=True)
@@ -103,12 +98,8 @@ def test_set(config: Any) -> dict[str, Any]:
 
 def write_problems(study: Study, reporter: Any = NULL_REPORTER) -> None:
     """The study's one problems file (from `study.test_seed`) and, with [tune], the tuning problems file."""
-    from prover_cli.tasks.datasets import prepare_data
-
     problems_path = study.dir / "problems.jsonl"
     if not problems_path.exists():
-        from prover_cli.config import load_config
-
         arm = next(iter(study.arms.values()))
         config = load_config(arm.config, [*arm.overrides, *tuned_overrides(study, arm.method),
                                           f"run.seed={study.test_seed}",
@@ -123,9 +114,6 @@ def write_problems(study: Study, reporter: Any = NULL_REPORTER) -> None:
 def _write_tune_problems(study: Study, reporter: Any) -> None:
     """`<dir>/tune/problems.jsonl`: the study's problems without the test set's rows, a dev split of
     `tune.dev_problems` training problems (by content) relabelled as the held-out split, the rest training."""
-    from prover_cli.fsio.jsonl import load_jsonl_strict, write_jsonl_atomic
-    from prover_cli.tasks.problems import content_key
-
     problems = load_jsonl_strict(study.dir / "problems.jsonl")
     config = run_config(study, next(iter(study.arms.values())), study.train_sizes[0], study.test_seed)
     train_split, valid_split = config.data.train_split, config.data.valid_split
@@ -153,9 +141,6 @@ def dev_set(study: Study) -> dict[str, Any]:
 def check_test_set_fresh(study: Study, fingerprint: dict[str, Any]) -> None:
     """Refuse a test set a tuning run was scored on (its recorded eval/problems_sha256), or that shares a
     problem with the dev split: fresh seeds do not make a reused test set fresh."""
-    from prover_cli.training.metrics import METRICS_FILE
-    from prover_cli.tasks.problems import content_key
-
     tune_dir = study.dir / "tune"
     for path in sorted((tune_dir / "runs").glob(f"*/k*/seed*/{METRICS_FILE}")) if tune_dir.exists() else []:
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -169,11 +154,8 @@ def check_test_set_fresh(study: Study, fingerprint: dict[str, Any]) -> None:
                                  hint="tune on the dev split ([tune], tune/problems.jsonl), or start a new study.dir")
     tune_file = tune_dir / "problems.jsonl"
     if tune_file.exists() and study.tune is not None:
-        from prover_cli.fsio.jsonl import load_jsonl_strict
-
         config = run_config(study, next(iter(study.arms.values())), study.train_sizes[0], study.test_seed)
         dev = {content_key(p) for p in load_jsonl_strict(tune_file) if p.get("split") == config.data.valid_split}
-        from prover_cli.tasks.problems import heldout_problems
 
         shared = dev & {content_key(p) for p in heldout_problems(config)}
         if shared:

@@ -12,7 +12,9 @@ from prover_cli.comparison.study.design import MAX_FILE_BYTES, STUDY_JSON, Study
 from prover_cli.comparison.study.problem_sets import check_problems, check_test_set_fresh, test_set, write_problems
 from prover_cli.comparison.study.run_configs import run_config, samples_of
 from prover_cli.errors import InputError, UsageError
+from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.progress import NULL_REPORTER
+
 
 def registration(study: Study) -> dict[str, Any]:
     """What the study is decided to be before any test-set run; hashed into study.json at the first run."""
@@ -90,8 +92,6 @@ def check_registration(study: Study, record: dict[str, Any] | None) -> None:
 
 def lock_registration(study: Study, fingerprint: dict[str, Any], record: dict[str, Any] | None) -> None:
     """Write (or, when tuning has just chosen, complete) study.json's registration."""
-    from prover_cli.fsio.jsonl import write_text_atomic
-
     reg = registration(study)
     if record is not None and record["registration"] == reg and record.get("test_set") == fingerprint:
         return

@@ -11,6 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from prover_cli.comparison.compare import run_budget
+from prover_cli.comparison.run_reader import load_run
+from prover_cli.comparison.stats import holm, mean_interval
 from prover_cli.comparison.study.design import BASE, CHOSEN_JSON, Comparison, METRICS, STUDY_JSON, Study
 from prover_cli.comparison.study.figures import plot_study
 from prover_cli.comparison.study.limited_data import limited_data
@@ -22,6 +25,7 @@ from prover_cli.comparison.study.tables import _csv, _markdown, _num, comparison
 from prover_cli.comparison.study.tuning import tune_results, tune_table
 from prover_cli.errors import InputError, UsageError
 from prover_cli.progress import NULL_REPORTER
+
 
 def exploratory(study: Study) -> list[Comparison]:
     """What was not pre-registered: at each size every pair of arms that are not null controls, each arm
@@ -62,9 +66,6 @@ def report_study(study: Study, *, reporter: Any = NULL_REPORTER) -> dict[str, An
     """The pre-registered comparisons first (Holm over the primary ones), the anchors, the power for the
     margins, the tuning phase, the limited-data table, then everything else as exploratory; tables,
     plots, per-seed CSV and JSONL into `<dir>/report/`, written whole or not at all."""
-    from prover_cli.comparison.run_reader import load_run
-    from prover_cli.comparison.stats import holm
-
     record = read_record(study)
     if record is None:
         raise InputError(f"study {study.name}: {study.dir / STUDY_JSON} not found: the study has not run",
@@ -191,8 +192,6 @@ def _verdict(entry: dict[str, Any], adjusted: float | None, anchor: dict[str, An
 
 def _per_seed_rows(runs: list[dict[str, Any]], loaded: dict[tuple[str, int, int], Any],
                    entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from prover_cli.comparison.compare import run_budget
-
     rows = []
     for run in runs:
         records = loaded[(run["arm"], run["size"], run["seed"])]["records"]
@@ -211,8 +210,6 @@ def _per_seed_rows(runs: list[dict[str, Any]], loaded: dict[tuple[str, int, int]
 
 
 def arms_table(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[str, Any]:
-    from prover_cli.comparison.stats import mean_interval
-
     rows = []
     for arm in study.arms:
         for size in study.train_sizes:

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.comparison.study.design import Arm, Study
+from prover_cli.config import load_config
+from prover_cli.demo import sample_budgets
 from prover_cli.errors import ConfigError
+
 
 def tuned_overrides(study: Study, method: str) -> list[str]:
     """The tuned setting of `method` applied to its arms: the frozen choice, or (before tuning) setting 0,
@@ -23,8 +26,6 @@ def tuned_overrides(study: Study, method: str) -> list[str]:
 def run_config(study: Study, arm: Arm, size: int, seed: int) -> Any:
     """The resolved config of one run: the arm's base config, the study's and arm's overrides, the tuned
     setting of its method, then the keys the study sets (seed, directory, training-set size, the problems file)."""
-    from prover_cli.config import load_config
-
     sets = [*arm.overrides, *tuned_overrides(study, arm.method), f"run.seed={seed}", f"data.train_size={size}",
             f"data.problems={json.dumps(str(study.dir / 'problems.jsonl'))}",
             f"run.dir={json.dumps(str(run_dir(study, arm.name, size, seed)))}"]
@@ -45,8 +46,6 @@ def tune_arm(study: Study, method: str) -> Arm:
 
 def tune_config(study: Study, method: str, index: int, seed: int) -> Any:
     """One tuning run: the method's arm with setting `index`, on the tuning problems (dev split held out)."""
-    from prover_cli.config import load_config
-
     assert study.tune is not None
     arm = tune_arm(study, method)
     directory = study.dir / "tune" / "runs" / method / f"k{index}" / f"seed{seed}"
@@ -62,8 +61,6 @@ def tune_config(study: Study, method: str, index: int, seed: int) -> Any:
 
 def samples_of(config: Any, method: str) -> int:
     """The run's training budget in samples (what `prover report` compares; held-out not counted)."""
-    from prover_cli.demo import sample_budgets
-
     return sample_budgets(config)[method]
 
 

@@ -9,10 +9,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from prover_cli import backends
 from prover_cli.comparison.study.design import DONE_FILE, METHODS, Study
 from prover_cli.comparison.study.problem_sets import test_set
 from prover_cli.comparison.study.run_configs import run_config, run_dir, samples_of, tune_config
+from prover_cli.config import tomllib
 from prover_cli.errors import InputError
+from prover_cli.fsio.jsonl import write_text_atomic
+from prover_cli.tasks.problems import train_problems
+from prover_cli.training.metrics import CODE_FILE, code_version
+
 
 def planned_runs(study: Study) -> list[dict[str, Any]]:
     """Every run of the study (arm x size x seed), in a fixed order, with its config and state."""
@@ -47,15 +53,11 @@ def planned_tune_runs(study: Study) -> list[dict[str, Any]]:
 
 
 def _toml_dict(text: str) -> dict[str, Any]:
-    from prover_cli.config import tomllib
-
     return tomllib.loads(text)
 
 
 def run_state(config: Any) -> tuple[str, str]:
     """("finished", "") for a run to reuse; ("missing" | "stale", why) for one to train (again)."""
-    from prover_cli.training.metrics import CODE_FILE, code_version
-
     directory = Path(config.run.dir)
     if not directory.exists():
         return "missing", "not run yet"
@@ -91,8 +93,6 @@ def run_state(config: Any) -> tuple[str, str]:
 def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Any, fingerprint: dict[str, Any],
            phase: str) -> list[dict[str, Any]]:
     """Train every run of `runs` that is not finished, each whole (a stale directory removed first)."""
-    from prover_cli.tasks.problems import train_problems
-
     todo = [run for run in runs if run["state"] != "finished"]
     for run in {run["size"]: run for run in todo}.values():  # a size the training split cannot hold fails now
         train_problems(run["config"])
@@ -103,8 +103,6 @@ def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Any
     if backend == "modal":
         _run_on_modal(todo, reporter)
     else:
-        from prover_cli import backends
-
         for i, run in enumerate(todo, 1):
             reporter.log(f"study {study.name} ({phase}): run {i}/{len(todo)}: {run['arm']} n{run['size']} "
                          f"seed {run['seed']}")
@@ -115,9 +113,6 @@ def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Any
 
 def _mark_done(run: dict[str, Any], fingerprint: dict[str, Any]) -> None:
     """The run finished: record it, with the code that made it (a run without this file is redone)."""
-    from prover_cli.fsio.jsonl import write_text_atomic
-    from prover_cli.training.metrics import code_version
-
     if test_set(run["config"]) != fingerprint:
         raise InputError(f"{run['dir']}: evaluated on another test set than the study's ({fingerprint['sha256'][:12]})")
     write_text_atomic(run["dir"] / DONE_FILE, json.dumps(
@@ -130,13 +125,9 @@ def _run_on_modal(todo: list[dict[str, Any]], reporter: Any) -> None:
     """Whole runs fanned out on Modal, one `train_es` / `train_grpo` call each (functions.study_runs),
     each writing its own directory on the runs Volume; the small files come back to the same paths.
     tests/test_study.py runs it with the Volume stand-in and each call in a stand-in container."""
-    from prover_cli import backends
-
     remote = backends.modal_module("prover_cli.on_modal.remote")
     functions = backends.modal_module("prover_cli.on_modal.functions")
     import modal
-
-    from prover_cli.training.metrics import CODE_FILE
 
     for method in METHODS:
         batch = [run for run in todo if run["method"] == method]

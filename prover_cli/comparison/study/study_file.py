@@ -10,11 +10,15 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from prover_cli.comparison.compare import unequal
 from prover_cli.comparison.study.design import (
     Arm, BASE, CHOSEN_JSON, Comparison, MAX_FILE_BYTES, MAX_RUNS, MAX_SEEDS, METHODS, METRICS, STUDY_KEYS, Study,
     TESTS, Tune, resolve_study)
 from prover_cli.comparison.study.run_configs import _same_evaluation, run_config, samples_of, tune_config
+from prover_cli.config import SEED_MAX, read_toml
 from prover_cli.errors import ConfigError, InputError
+from prover_cli.shipped import resolve_config
+
 
 _TOP = {"study": "the study's own settings", "arms": "one table per arm", "primary": "pre-registered comparisons",
         "secondary": "secondary comparisons", "tune": "the tuning phase"}
@@ -27,8 +31,6 @@ _TUNE_KEYS = ("seeds", "dev_problems", "train_size", "metric", "set", *METHODS)
 
 def load_study(path: str | Path) -> Study:
     """Read and validate a study file; every error names the file and the key."""
-    from prover_cli.config import SEED_MAX, read_toml
-
     path = resolve_study(path)
     raw = read_toml(path, what="study file")
     read = _StudyReader(path)
@@ -138,8 +140,6 @@ class _StudyReader:
         return list(value)
 
     def config_path(self, key: str, value: Any) -> Path:
-        from prover_cli.shipped import resolve_config
-
         given = Path(self.text(key, value))
         beside = self.path.parent / given
         try:
@@ -200,8 +200,6 @@ class _StudyReader:
         return arm, size
 
     def tune(self, table: Any, arms: dict[str, Arm], seeds: list[int], shared: list[str]) -> Tune:
-        from prover_cli.config import SEED_MAX
-
         table = self.only(table, _TUNE_KEYS, "tune")
         tune_seeds = self.ints("tune.seeds", table.get("seeds"), 0, SEED_MAX, most=64)
         if set(tune_seeds) & set(seeds):
@@ -291,8 +289,6 @@ def _anchors(study: Study, read: _StudyReader) -> list[Comparison]:
 
 def _check_design(study: Study) -> None:
     """What would make the comparison unfair or unpaired, refused before anything runs."""
-    from prover_cli.comparison.compare import unequal
-
     first: dict[str, Any] = {}
     budgets: dict[tuple[str, int], int] = {}
     for arm in study.arms.values():
@@ -328,8 +324,6 @@ def _check_design(study: Study) -> None:
 
 def _check_tune(study: Study) -> None:
     """Every tuned method: the same k settings x m seeds, each setting of equal training samples."""
-    from prover_cli.comparison.compare import unequal
-
     assert study.tune is not None
     totals = {}
     for method, settings in study.tune.settings.items():

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from prover_cli.comparison.compare import final_at, run_budget
+from prover_cli.comparison.run_reader import load_run
+from prover_cli.comparison.stats import mean_interval
 from prover_cli.comparison.study.design import CHOSEN_JSON, METRICS, Study
 from prover_cli.comparison.study.problem_sets import (
     check_problems, check_test_set_fresh, dev_set, test_set, write_problems)
@@ -16,15 +19,13 @@ from prover_cli.comparison.study.runs import _train, planned_tune_runs
 from prover_cli.comparison.study.study_file import _frozen_choice
 from prover_cli.comparison.study.tables import _num
 from prover_cli.errors import InputError, UsageError
+from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.progress import NULL_REPORTER
+
 
 def tune_results(study: Study, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every tuned setting's dev result (final evaluation of `tune.metric`, per seed, mean and t interval)
     and the choice: per method, the best mean (the first listed on a tie)."""
-    from prover_cli.comparison.compare import final_at, run_budget
-    from prover_cli.comparison.run_reader import load_run
-    from prover_cli.comparison.stats import mean_interval
-
     assert study.tune is not None
     key = METRICS[study.tune.metric]
     results: dict[str, list[dict[str, Any]]] = {}
@@ -53,8 +54,6 @@ def tune_results(study: Study, runs: list[dict[str, Any]]) -> dict[str, Any]:
 def tune_study(study: Study, *, backend: str = "local", reporter: Any = NULL_REPORTER) -> dict[str, Any]:
     """The tuning phase: train what is missing on the dev split, choose, freeze the choice (tune/chosen.json,
     and study.json's registration) before any test-set run."""
-    from prover_cli.fsio.jsonl import write_text_atomic
-
     if study.tune is None:
         raise UsageError(f"{study.path}: no [tune] table: nothing to tune", hint="docs/study.md: the tuning phase")
     check_problems(study)

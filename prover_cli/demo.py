@@ -13,16 +13,20 @@ held-out problems, exactly as both trainers write it as their iteration 0 (heldo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-def sample_budgets(config: Any) -> dict[str, int]:
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
+
+def sample_budgets(config: Config) -> dict[str, int]:
     """Training samples each method generates with `config` (held-out evaluation not counted)."""
     es, g = config.es, config.grpo
     return {"es": es.iterations * es.population * es.problems_per_iteration * es.samples_per_problem,
             "grpo": g.steps * g.per_device_train_batch_size * g.gradient_accumulation_steps}
 
 
-def grpo_eval_every(config: Any) -> int:
+def grpo_eval_every(config: Config) -> int:
     """GRPO's `run.eval_every` that evaluates at ES's sample budgets (`run.eval_every` is in ES iterations)."""
     from prover_cli.errors import ConfigError
 
@@ -36,7 +40,7 @@ def grpo_eval_every(config: Any) -> int:
     return every
 
 
-def budget_line(config: Any) -> str:
+def budget_line(config: Config) -> str:
     """One line stating both sample budgets, as `scripts/demo.sh` prints it before training."""
     es, g = config.es, config.grpo
     budgets = sample_budgets(config)
@@ -46,7 +50,7 @@ def budget_line(config: Any) -> str:
             f"{per_step // g.num_generations} prompts x {g.num_generations} completions = {budgets['grpo']} samples")
 
 
-def base_is_built(config: Any) -> bool:
+def base_is_built(config: Config) -> bool:
     """Whether `model.name` (`tiny-countdown`, `tiny`) is already in `model.cache_dir`; True for any
     other name (nothing to build)."""
     from prover_cli.policy.tiny_model import TINY_NAME, tiny_model_dir
@@ -60,7 +64,7 @@ def base_is_built(config: Any) -> bool:
     return True
 
 
-def build_base(config: Any, say: Any = print) -> str:
+def build_base(config: Config, say: Any = print) -> str:
     """The base model's path, built first if it is not cached yet, saying so before the wait (the
     first `generate` would otherwise sit at 0 % with no word while it is built)."""
     import time
@@ -83,7 +87,7 @@ def build_base(config: Any, say: Any = print) -> str:
     return path
 
 
-def noise_line(config: Any) -> str:
+def noise_line(config: Config) -> str:
     """What the ES run's `NOISE` flag and warning mean in the demo, printed before it trains."""
     es = config.es
     samples = es.problems_per_iteration * es.samples_per_problem
@@ -93,7 +97,7 @@ def noise_line(config: Any) -> str:
             "here, not a fault: the run still trains, and the held-out lines at the end say what it learned.")
 
 
-def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
+def base_heldout(config: Config, reporter: Any = None) -> dict[str, Any]:
     """The held-out `eval/*` keys of the base model (`model.name`): the evaluation both trainers write
     as their iteration 0 (prover_cli/training/heldout.py `evaluate_base`, cached, so computed once)."""
     from prover_cli.progress import NULL_REPORTER, quiet_third_party_bars
@@ -103,7 +107,7 @@ def base_heldout(config: Any, reporter: Any = None) -> dict[str, Any]:
     from prover_cli.tasks.problems import heldout_problems
     from prover_cli.policy.samplers import load_sampler
 
-    sampler = load_sampler(config.model, config.generate)
+    sampler: Any = load_sampler(config.model, config.generate)  # a transformers sampler: `.model` is its torch module
     return evaluate_base(sampler, config, heldout_problems(config), weights_sha256(sampler.model),
                          reporter=reporter or NULL_REPORTER)
 
@@ -137,7 +141,7 @@ def heldout_lines(task: str, problems: int, what: dict[str, str], base: dict[str
             f"es {rate_text(es, key)}, grpo {rate_text(grpo, key)}" for name, key in HELDOUT_KEYS.items()]
 
 
-def comparison(config: Any, es_dir: str | Path, grpo_dir: str | Path, base: dict[str, Any] | None = None) -> dict[str, Any]:
+def comparison(config: Config, es_dir: str | Path, grpo_dir: str | Path, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Base, ES and GRPO held-out results on the same problems, and the demo's closing lines."""
     base = base or base_heldout(config)
     es, grpo = last_heldout(es_dir), last_heldout(grpo_dir)

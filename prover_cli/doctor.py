@@ -18,7 +18,10 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config, VerifyConfig
 
 
 @dataclass
@@ -37,7 +40,7 @@ NEEDED, OPTIONAL, REAL_RUN = "needed", "optional", "real run"
 LEAN_CHECKS = ("box", "lean repl", "lean canary", "kernel checker", "kernel canary")
 
 
-def need_of(name: str, config: Any) -> str:
+def need_of(name: str, config: Config) -> str:
     """Whether `config`, run here (`--backend local`), needs the check `name`: NEEDED (it cannot run
     without), OPTIONAL (faster with it, same results) or REAL_RUN (only a run on Lean problems, a
     GPU or Modal uses it)."""
@@ -55,7 +58,7 @@ def need_of(name: str, config: Any) -> str:
     return NEEDED   # python, torch, transformers, trl
 
 
-def config_label(config: Any) -> str:
+def config_label(config: Config) -> str:
     return (f"task {config.data.task}, model on {config.model.device}, {config.generate.backend} sampler, "
             "local backend")
 
@@ -155,7 +158,7 @@ def check_package(name: str, fix: str) -> Check:
         return Check(name, True, "installed")
 
 
-def check_box(verify_config: Any) -> Check:
+def check_box(verify_config: VerifyConfig) -> Check:
     """Whether the box (verify/lean/box.py) is in force: `bwrap` exists and runs `true` in the box."""
     from prover_cli.verify.lean.box import INSTALL_HINT, probe
 
@@ -201,7 +204,7 @@ def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.
     return Check("lean repl", False, f"`{' '.join(repl_command)}` gave no environment{where}: {tail[0]}", fix)
 
 
-def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
+def check_canary(verify_config: VerifyConfig, transport_factory: Any = None) -> Check:
     """Run the verify canary (prover_cli/verify/lean/canary.py) on the configured REPL (or REPLs from
     `transport_factory`: a Modal Sandbox's): honest proofs must verify and each cheat must be
     rejected, else our rules do not hold on this toolchain."""
@@ -224,7 +227,7 @@ def check_canary(verify_config: Any, transport_factory: Any = None) -> Check:
     return Check("lean canary", False, failures_message(results), fix)
 
 
-def check_kernel_checker(verify_config: Any) -> Check:
+def check_kernel_checker(verify_config: VerifyConfig) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
     from prover_cli.errors import ProverError
     from prover_cli.verify.kernel.installed_checker import checker_manifest_problem, describe_installed_checker
@@ -269,7 +272,7 @@ def check_kernel_checker(verify_config: Any) -> Check:
     return Check(name, True, f"{where}: {pin.describe}" + (f"; warning: {gap}" if gap else ""))
 
 
-def check_kernel_canary(verify_config: Any, runner: Any = None, fast_path: Any = None) -> Check:
+def check_kernel_canary(verify_config: VerifyConfig, runner: Any = None, fast_path: Any = None) -> Check:
     """The kernel stage on this toolchain: an honest proof passes, each forged case is rejected;
     reports the seconds the honest one took (the stage's cost per proof here). `runner`: where
     each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes);
@@ -299,7 +302,7 @@ def check_modal_credentials() -> Check:
                  "run `modal token new` to use --backend modal")
 
 
-def run_doctor(config: Any) -> list[Check]:
+def run_doctor(config: Config) -> list[Check]:
     checks = [check_python()]
     checks += check_torch()
     checks += check_es_fused()
@@ -336,7 +339,7 @@ def run_doctor(config: Any) -> list[Check]:
 
 # -- `prover doctor --backend modal` -------------------------------------------------------------
 
-def run_modal_doctor(config: Any, *, dry_run: bool = False) -> dict[str, Any]:
+def run_modal_doctor(config: Config, *, dry_run: bool = False) -> dict[str, Any]:
     """The steps of prover_cli/on_modal/doctor.py: with `dry_run`, what each would start and cost
     (no `modal` import, no credentials); else run them on Modal, each with result, time and cost."""
     if dry_run:

@@ -120,7 +120,7 @@ def machine_error_from(exc: OSError) -> MachineError:
             handles = [v for v in frame.f_locals.values()
                        if isinstance(v, io.IOBase) and isinstance(getattr(v, "name", None), str)]
             if handles:
-                path = handles[0].name
+                path = getattr(handles[0], "name")
                 break
     operation = "access"
     for summary in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -210,7 +210,7 @@ def _file_in_traceback(exc: BaseException) -> str | None:
     for frame, _ in reversed(list(traceback.walk_tb(exc.__traceback__))):
         for value in frame.f_locals.values():
             if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str):
-                return value.name
+                return getattr(value, "name")
     return None
 
 

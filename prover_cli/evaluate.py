@@ -50,12 +50,16 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.fsio.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
 from prover_cli.tasks.problems import eval_problems_path
 from prover_cli.progress import NULL_REPORTER, Reporter
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
 
 ALL = "all"
 PLOT_FILE = "pass_at_k.png"
@@ -88,7 +92,7 @@ _SAMPLE_SUFFIX = re.compile(r"/\d+$")
 
 
 def group_verdicts(records: Iterable[dict[str, Any]], label: str,
-                   splits: dict[str, str] | None = None) -> tuple[dict[str, ProblemScore], int]:
+                   splits: dict[str, str | None] | None = None) -> tuple[dict[str, ProblemScore], int]:
     """(problem id -> n, c, split), and how many lines a later line of the same id superseded.
 
     The last line of an id is its verdict: `prover verify` appends a new line when it rechecks a
@@ -197,7 +201,7 @@ def _mean_pass(members: list[ProblemScore], k: int) -> float:
 # The command
 # --------------------------------------------------------------------------------------------
 
-def run_eval(config: Any, *, model: str | None = None, ledger: str | Path | None = None,
+def run_eval(config: Config, *, model: str | None = None, ledger: str | Path | None = None,
              verdicts: str | Path | None = None, k: list[int] | None = None, out_dir: str | Path | None = None,
              preset: str | None = None, dry_run: bool = False, backend: str = "local",
              reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
@@ -291,7 +295,7 @@ def _plot_title(model: str | None, run: str) -> str:
     return "\n".join(filter(None, (f"pass@k of {model}" if model else "pass@k", run)))
 
 
-def _generate_and_score(config: Any, model: str | None, ledger: Path | None, ks: list[int], out: Path | None,
+def _generate_and_score(config: Config, model: str | None, ledger: Path | None, ks: list[int], out: Path | None,
                         reporter: Reporter) -> dict[str, Any]:
     from prover_cli.generate import generate_samples
     from prover_cli.tasks.problems import eval_problems
@@ -380,20 +384,20 @@ def distinct_problems(problems: list[dict[str, Any]]) -> tuple[list[dict[str, An
     return kept, len(problems) - len(kept)
 
 
-def _identity(config: Any, model_label: str) -> dict[str, Any]:
+def _identity(config: Config, model_label: str) -> dict[str, Any]:
     g = config.generate
     return {"model": model_label, "family": config.model.family, "task": config.data.task,
             "split": config.eval.split, "n": config.eval.n, "temperature": g.temperature, "top_p": g.top_p,
             "max_tokens": g.max_tokens, "seed": g.seed, "backend": g.backend}
 
 
-def _eval_label(config: Any, model_label: str) -> str:
+def _eval_label(config: Config, model_label: str) -> str:
     digest = hashlib.sha256(json.dumps(_identity(config, model_label), sort_keys=True).encode()).hexdigest()[:10]
     stem = model_label.rstrip("/").rsplit("/", 1)[-1].split("@")[0] or "model"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:60] + "-" + digest
 
 
-def _score_with_task(config: Any, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
+def _score_with_task(config: Config, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
     """Every task but Lean (countdown, toy, a registered one): reward 1.0 = solved, written as verdict
     records so one pass@k path scores all tasks."""
     from prover_cli.policy import rollout
@@ -641,7 +645,7 @@ def published_figures(model_name: str, family: str, benchmark: str) -> list[Publ
 class Applied:
     """A preset applied to a config: the new config and what it was built from."""
 
-    config: Any
+    config: Config
     benchmark_key: str
     benchmark: Benchmark
     protocol: Protocol
@@ -649,7 +653,7 @@ class Applied:
     published: list[Published]
 
 
-def apply_preset(config: Any, preset: str, *, model_name: str | None = None, ks: list[int] | None = None,
+def apply_preset(config: Config, preset: str, *, model_name: str | None = None, ks: list[int] | None = None,
                  reporter: Reporter = NULL_REPORTER) -> Applied:
     """The config with the published protocol of the model's family for benchmark `preset`.
 
@@ -667,17 +671,18 @@ def apply_preset(config: Any, preset: str, *, model_name: str | None = None, ks:
     published = published_figures(model_label, family, preset)
     # n covers the largest published k we can afford to compare with (at most 128 here)
     affordable = [p.k for p in published if p.k <= 128]
+    chosen: tuple[int, ...]
     if ks:
-        n, ks = max(ks), tuple(sorted(set(ks)))
+        n, chosen = max(ks), tuple(sorted(set(ks)))
     else:
         n = max([protocol.n, *affordable])
-        ks = tuple(sorted({*protocol.k, *affordable, n} - {value for value in protocol.k if value > n}))
+        chosen = tuple(sorted({*protocol.k, *affordable, n} - {value for value in protocol.k if value > n}))
     raw = config.to_dict()
     raw["model"]["family"] = family
-    raw["eval"].update(split=benchmark.split, n=n, k=list(ks))
+    raw["eval"].update(split=benchmark.split, n=n, k=list(chosen))
     raw["generate"].update(temperature=protocol.temperature, top_p=protocol.top_p, max_tokens=protocol.max_tokens)
     applied_config = config_from_dict(raw, source=f"{config.source} + --preset {preset}")
-    return Applied(applied_config, preset, benchmark, dataclasses.replace(protocol, n=n, k=ks), model_label, published)
+    return Applied(applied_config, preset, benchmark, dataclasses.replace(protocol, n=n, k=chosen), model_label, published)
 
 
 def _published_rows(applied: Applied, result: dict[str, Any]) -> list[list[Any]]:
@@ -692,7 +697,7 @@ def _published_rows(applied: Applied, result: dict[str, Any]) -> list[list[Any]]
     return rows
 
 
-def eval_plan(config: Any, ks: list[int], applied: Applied | None, *, backend: str, model: str | None) -> dict[str, Any]:
+def eval_plan(config: Config, ks: list[int], applied: Applied | None, *, backend: str, model: str | None) -> dict[str, Any]:
     """`eval --dry-run`: the protocol, the work, and on Modal an upper cost estimate; nothing runs.
 
     The estimate uses the `[modal]` keys the training plans use (docs/config.md): one generation
@@ -779,7 +784,7 @@ def _header_summary(path: Path, split: str) -> str:
     """How the problems' headers set maxHeartbeats: the one header setting the papers' runs differ in."""
     if not path.is_file():
         return "from the problems, once prepared (rows without one get the family's header)"
-    values = Counter()
+    values: Counter[str] = Counter()
     for r in load_jsonl_strict(path):
         if r.get("split") == split and isinstance(r.get("header"), str):
             found = _HEARTBEATS.findall(r["header"])
@@ -787,6 +792,6 @@ def _header_summary(path: Path, split: str) -> str:
     return "the problems' own: " + ", ".join(f"{text} in {count}" for text, count in values.most_common())
 
 
-def eval_output_dir(config: Any, out: str | Path | None) -> Path:
+def eval_output_dir(config: Config, out: str | Path | None) -> Path:
     """Where a generating eval writes (what the CLI locks): `--out`, else the problems file's eval/ folder."""
     return Path(out) if out else eval_problems_path(config).parent / "eval"

@@ -25,19 +25,23 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli import streams
 from prover_cli.errors import InputError
 from prover_cli.fsio.jsonl import ResumableWriter, fields_first
 from prover_cli.progress import NULL_REPORTER, Reporter
 
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
+
 # Fields a sample record sets itself; a problem's own fields are copied around them.
 SAMPLE_FIELDS = ("id", "problem_id", "sample_idx", "completion", "raw_completion", "finish_reason",
                  "prompt_tokens", "completion_tokens", "seed", "model", "family")
 
 
-def generate_file(config: Any, *, problems_path: str | Path | None = None, out_path: str | Path | None = None,
+def generate_file(config: Config, *, problems_path: str | Path | None = None, out_path: str | Path | None = None,
                   model: str | None = None, reporter: Reporter = NULL_REPORTER, sampler: Any = None) -> dict[str, Any]:
     """Sample `generate.n` completions for each problem (of `generate.split`, if set).
 
@@ -62,7 +66,7 @@ def generate_file(config: Any, *, problems_path: str | Path | None = None, out_p
     return with_malformed(result, path, malformed)
 
 
-def generate_samples(config: Any, problems: list[dict[str, Any]], out: Path, *, n: int, model: str | None = None,
+def generate_samples(config: Config, problems: list[dict[str, Any]], out: Path, *, n: int, model: str | None = None,
                      model_label: str | None = None, family_name: str | None = None,
                      reporter: Reporter = NULL_REPORTER, problems_label: str = "problems",
                      sampler: Any = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -39,7 +40,7 @@ from rich.table import Table
 
 
 class _RichHandle:
-    def __init__(self, progress: Progress, task_id: int, unit: str):
+    def __init__(self, progress: Progress, task_id: TaskID, unit: str):
         self._progress = progress
         self._task_id = task_id
         self._unit = unit
@@ -86,7 +87,7 @@ class _PlainHandle:
 
     @property
     def finished(self) -> bool:
-        return bool(self._total) and self._done >= self._total
+        return self._total is not None and self._total != 0 and self._done >= self._total
 
     def line(self, final: bool = False) -> None:
         now = self._out.clock()
@@ -370,7 +371,7 @@ def _fmt(cell: Any) -> str:
 
 
 def _column_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: int
-                   ) -> tuple[int, list[int | None]] | None:
+                   ) -> tuple[int, Sequence[int | None]] | None:
     """(padding, content widths) that fit a table in `width` terminal cells (widths None when it
     fits as is). The padding beside the borders is 1, or 0 when only that keeps every word whole;
     -1 when only a table without borders does (one space between columns); None when not even

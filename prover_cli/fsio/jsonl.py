@@ -27,7 +27,7 @@ import os
 import select
 import stat
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TextIO
 
 from prover_cli.errors import InputError, MachineError
 from prover_cli.fsio.lock import claim_identity
@@ -127,7 +127,7 @@ def read_jsonl(path: str | Path, *, max_line_bytes: int | None = None
     path = Path(path)
     limit = max_line_bytes if max_line_bytes is not None else _limits["max_line_bytes"]
     try:
-        handle = path.open("rb")
+        handle: Any = path.open("rb")  # or _StreamLines over it, below
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except IsADirectoryError:
@@ -275,7 +275,7 @@ class ResumableWriter:
         self.fsync = fsync
         self.done_ids: set[str] = set()
         self.records: list[dict[str, Any]] = []
-        self._handle = None
+        self._handle: TextIO | None = None
         self._created = False   # this writer made the file (it was not there before)
         self._written = 0
 

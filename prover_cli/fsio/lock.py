@@ -53,7 +53,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal
 
 from prover_cli.errors import MachineError, ProverError
 from prover_cli.signals import signals_deferred
@@ -234,7 +234,7 @@ def _check_nesting(target: Path) -> None:
                                       hint=_hint(holder, inner))
 
 
-def _held_elsewhere(path: Path, target: Path) -> dict[str, Any] | bool:
+def _held_elsewhere(path: Path, target: Path) -> dict[str, Any] | Literal[False]:
     """False when no other process holds the lock file `path` (of `target`); else who does (`_lock_file_holder`)."""
     if str(target) in _HELD or not path.is_file():
         return False

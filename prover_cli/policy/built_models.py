@@ -14,8 +14,8 @@ import errno
 from pathlib import Path
 
 from prover_cli.errors import ConfigError
-from prover_cli.policy.tiny_model import TINY_NAME
-from prover_cli.policy.warmstart import WARMSTART_NAME
+from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir, TINY_NAME
+from prover_cli.policy.warmstart import build_warmstart, warmstart_dir, WARMSTART_NAME
 
 BUILT_NAMES = (TINY_NAME, WARMSTART_NAME)  # model names built offline from `model.tiny_seed`, never downloaded
 
@@ -25,12 +25,8 @@ def resolve_model_path(name: str, cache_dir: str | Path, seed: int = 0) -> str:
     if name in BUILT_NAMES:
         ensure_cache_dir(cache_dir)
     if name == TINY_NAME:
-        from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
-
         return str(build_tiny_model(tiny_model_dir(cache_dir, seed), seed))
     if name == WARMSTART_NAME:
-        from prover_cli.policy.warmstart import build_warmstart, warmstart_dir
-
         return str(build_warmstart(warmstart_dir(cache_dir, seed), cache_dir, seed))
     return name
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from prover_cli.errors import InputError, ProverError
+from prover_cli.fsio.jsonl import write_dir_atomic
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -202,7 +203,6 @@ def save_atomically(out: str | Path, write: Callable[[Path], None]) -> None:
     """The model directory `out` := what `write(directory)` saves, whole or not at all
     (jsonl.write_dir_atomic): final/, `replay-seeds --out`. When `write` refuses weights holding
     NaN or inf, the error names `out` and the old `out` is kept as it was."""
-    from prover_cli.fsio.jsonl import write_dir_atomic
 
     try:
         write_dir_atomic(out, write)
@@ -239,7 +239,7 @@ def save_tokenizer(tokenizer: Any, out_dir: str | Path) -> None:
     leaves on a fast tokenizer's backend (it would be written into tokenizer.json): the files are
     the same whether or not this process sampled, so a resumed or replayed model directory
     matches one written at the end of an uninterrupted run."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
+    backend: Any = getattr(tokenizer, "backend_tokenizer", None)  # a `tokenizers.Tokenizer`, or None (slow)
     padding = getattr(backend, "padding", None)
     truncation = getattr(backend, "truncation", None)
     if padding:
@@ -305,7 +305,7 @@ def same_weights(path: Path, other: Path) -> bool:
     try:
         check_model_dir(path)
         check_model_dir(other)
-        where = {}
+        where: dict[str, Path] = {}
         for weights in weight_files(other):
             with safe_open(str(weights), framework="pt") as handle:
                 where.update((name, weights) for name in handle.keys())

@@ -48,6 +48,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from prover_cli.errors import BackendError, ConfigError
+
 FAMILIES = ("deepseek-v1.5", "deepseek-v1.5-cot", "deepseek-v2", "deepseek-v2-noncot", "goedel-v1", "goedel-v2",
             "kimina-preview", "kimina-prover", "plain")
 ALIASES = {"kimina": "kimina-preview", "deepseek": "deepseek-v1.5"}
@@ -106,8 +108,6 @@ def family_choice(model_name: str, family: str) -> tuple[str, str | None]:
     if family != "auto":
         family = ALIASES.get(family, family)
         if family not in FAMILIES:
-            from prover_cli.errors import ConfigError
-
             raise ConfigError(f"model.family = {family!r}: must be one of {', '.join(FAMILY_CHOICES)}")
         return family, None
     name = (model_name or "").lower()
@@ -149,8 +149,6 @@ def build_prompt(problem: dict[str, Any], tokenizer: Any, family: str) -> str:
     family = resolve_family(getattr(tokenizer, "name_or_path", "") or "", family)
     if family in CHAT_FAMILIES:
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-            from prover_cli.errors import BackendError
-
             raise BackendError(f"model.family = {family!r} needs a tokenizer with a chat template, and this one has none",
                                hint="set model.family = \"plain\" (or \"deepseek-v1.5\") for a base model")
         return tokenizer.apply_chat_template(chat_messages(problem, family), tokenize=False, add_generation_prompt=True)

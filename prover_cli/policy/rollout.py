@@ -23,7 +23,10 @@ The order is the contract (ledgers, `generate` resume and the tests' digests dep
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config
 
 
 def prompts(task: Any, problems: Sequence[dict[str, Any]], tokenizer: Any, family: str) -> list[str]:
@@ -43,7 +46,7 @@ def texts(outputs: Sequence[Sequence[Any]]) -> list[str]:
     return [s.text for samples in outputs for s in samples]
 
 
-def score(task: Any, problems: Sequence[dict[str, Any]], completions: Sequence[str], config: Any, *,
+def score(task: Any, problems: Sequence[dict[str, Any]], completions: Sequence[str], config: Config, *,
           reporter: Any = None) -> list[float]:
     """One reward per completion (problem-major, the same count for every problem), in one task call."""
     if not problems or len(completions) % len(problems):

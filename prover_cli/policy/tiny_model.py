@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from prover_cli.fsio.jsonl import write_dir_atomic
 
 TINY_NAME = "tiny"
 TINY_VERSION = 1  # bump when the architecture or corpus changes: it is part of the cache key
@@ -84,7 +87,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, heads: tuple[int, int] 
 
     out = Path(out_dir)
     marker = out / "prover_tiny.json"
-    recipe = {"version": TINY_VERSION, "seed": seed}
+    recipe: dict[str, Any] = {"version": TINY_VERSION, "seed": seed}
     if heads != (4, 2) or tie_word_embeddings:   # the default's marker stays as it was (cached bases)
         recipe.update(heads=list(heads), tie_word_embeddings=tie_word_embeddings)
     if marker.exists():
@@ -105,7 +108,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, heads: tuple[int, int] 
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        torch_dtype="float32",  # type: ignore[call-arg]  # accepted by Qwen2Config, not in its typed signature; config.json as built before
     )
     generator_state = torch.random.get_rng_state()
     try:
@@ -116,7 +119,6 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, heads: tuple[int, int] 
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    from prover_cli.fsio.jsonl import write_dir_atomic
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from prover_cli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prover_cli.config import GenerateConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -60,15 +63,15 @@ _BUILTIN = {
 }
 
 
-def register_sampler(name: str):
-    def decorator(factory):
+def register_sampler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorator(factory: Callable[..., Any]) -> Callable[..., Any]:
         _REGISTRY[name] = factory
         return factory
 
     return decorator
 
 
-def load_sampler(model_config: Any, generate_config: Any, model_path: str | None = None, **kwargs: Any) -> Sampler:
+def load_sampler(model_config: ModelConfig, generate_config: GenerateConfig, model_path: str | None = None, **kwargs: Any) -> Sampler:
     """The sampler named by `generate.backend`, loaded with `model_path` or `model.name`. It reads
     the [model] and [generate] sections only; a registered factory takes the same arguments."""
     name = generate_config.backend
@@ -79,7 +82,7 @@ def load_sampler(model_config: Any, generate_config: Any, model_path: str | None
     return _REGISTRY[name](model_config, generate_config, model_path=model_path, **kwargs)
 
 
-def sampling_params(generate_config: Any, n: int | None = None, seed: int | None = None) -> SamplingParams:
+def sampling_params(generate_config: GenerateConfig, n: int | None = None, seed: int | None = None) -> SamplingParams:
     """The [generate] section's sampling settings, with `n` and `seed` overridden when given."""
     g = generate_config
     return SamplingParams(

@@ -10,10 +10,16 @@ The model stays accessible as `sampler.model` so ES can perturb its weights in p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from prover_cli.errors import BackendError
+from prover_cli.errors import BackendError, InputError
+from prover_cli.policy.built_models import resolve_model_path
+from prover_cli.es.weights import NamedWeights, save_model_dir
+from prover_cli.policy.model_dir import check_loaded_model, check_model_dir, save_tokenizer
 from prover_cli.policy.samplers import Sample, SamplingParams, register_sampler
+
+if TYPE_CHECKING:
+    from prover_cli.config import GenerateConfig, ModelConfig
 
 
 def resolve_device(requested: str) -> str:
@@ -34,14 +40,10 @@ def resolve_dtype(requested: str, device: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
 
 
-def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, device: str | None = None):
+def load_model_and_tokenizer(model_config: ModelConfig, model_path: str | None = None,
+                             device: str | None = None) -> tuple[Any, Any, str]:
     """Load (model, tokenizer, device) from a path, a hub id, or `tiny`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from prover_cli.policy.built_models import resolve_model_path
-
-    from prover_cli.errors import InputError
-    from prover_cli.policy.model_dir import check_loaded_model, check_model_dir
 
     path = model_path or resolve_model_path(model_config.name, model_config.cache_dir, model_config.tiny_seed)
     local = Path(path).is_dir()
@@ -52,8 +54,9 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
     dtype = resolve_dtype(model_config.dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
-        model, loading_info = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype,
-                                                                   output_loading_info=True)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype,
+                                                           output_loading_info=True)
+        model, loading_info = loaded
     except OSError as exc:
         raise BackendError(f"cannot load model {path!r}: {exc}",
                            hint="check model.name, or use model.name = \"tiny\" for an offline test model") from None
@@ -74,7 +77,7 @@ def load_model_and_tokenizer(model_config: Any, model_path: str | None = None, d
 
 @register_sampler("transformers")
 class TransformersSampler:
-    def __init__(self, model_config: Any, generate_config: Any, model_path: str | None = None, model=None,
+    def __init__(self, model_config: ModelConfig, generate_config: GenerateConfig, model_path: str | None = None, model=None,
                  tokenizer=None):
         """`model_config`, `generate_config`: the [model] and [generate] sections; `model`,
         `tokenizer`: one loaded already (GRPO's policy), else loaded from `model_path` or model.name."""
@@ -86,7 +89,7 @@ class TransformersSampler:
         self.tokenizer = tokenizer
         self.device = device
         self.batch_size = generate_config.batch_size
-        self._es_weights = None
+        self._es_weights: NamedWeights | None = None
 
     def generate(self, prompts: Sequence[str], params: SamplingParams,
                  seeds: Sequence[int] | None = None) -> list[list[Sample]]:
@@ -142,10 +145,8 @@ class TransformersSampler:
         return results
 
     # -- ES: the weights are perturbed in place between `generate` calls ------------------------
-    def es_weights(self):
+    def es_weights(self) -> NamedWeights:
         """The model's parameters as NamedWeights: an fp32 master, written into the live model."""
-        from prover_cli.es.weights import NamedWeights
-
         if self._es_weights is None:
             self._es_weights = NamedWeights.from_module(self.model)
         return self._es_weights
@@ -157,12 +158,8 @@ class TransformersSampler:
         live weights, which are the master rounded to the model's dtype.
         """
         if self._es_weights is not None:
-            from prover_cli.es.weights import save_model_dir
-
             save_model_dir(self.model, self.tokenizer, self._es_weights, out_dir)
             return
-        from prover_cli.policy.model_dir import save_tokenizer
-
         self.model.save_pretrained(out_dir)
         save_tokenizer(self.tokenizer, out_dir)
 

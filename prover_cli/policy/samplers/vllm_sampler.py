@@ -11,10 +11,15 @@ then perturbs, restores and updates the weights inside the engine through `colle
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from prover_cli.errors import BackendError
+from prover_cli.policy.built_models import resolve_model_path
+from prover_cli.policy.model_dir import set_config_dtype
 from prover_cli.policy.samplers import Sample, SamplingParams, register_sampler
+
+if TYPE_CHECKING:
+    from prover_cli.config import GenerateConfig, ModelConfig
 
 
 ES_WORKER_EXTENSION = "prover_cli.es.vllm_worker.ESWorkerExtension"
@@ -22,7 +27,7 @@ ES_WORKER_EXTENSION = "prover_cli.es.vllm_worker.ESWorkerExtension"
 
 @register_sampler("vllm")
 class VLLMSampler:
-    def __init__(self, model_config: Any, generate_config: Any, model_path: str | None = None,
+    def __init__(self, model_config: ModelConfig, generate_config: GenerateConfig, model_path: str | None = None,
                  worker_extension_cls: str | None = None, engine_kwargs: dict[str, Any] | None = None):
         """`model_config`, `generate_config`: the [model] and [generate] sections; `engine_kwargs`:
         more `vllm.LLM` arguments (low-rank ES's LoRA slots, es/vllm_lora.py engine_kwargs)."""
@@ -31,8 +36,6 @@ class VLLMSampler:
         except ImportError:
             raise BackendError("generate.backend = \"vllm\" but vLLM is not installed",
                                hint="pip install 'prover-cli[gpu]' on a CUDA machine, or use generate.backend = \"transformers\"") from None
-        from prover_cli.policy.built_models import resolve_model_path
-
         model, generate = model_config, generate_config
         path = model_path or resolve_model_path(model.name, model.cache_dir, model.tiny_seed)
         kwargs: dict[str, Any] = dict(
@@ -51,8 +54,9 @@ class VLLMSampler:
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
-        self.model_path, self.revision = path, kwargs["revision"]
-        self._es_weights = None
+        self.model_path: str | None = path
+        self.revision: str | None = kwargs["revision"]
+        self._es_weights: VLLMWeights | None = None
 
     @classmethod
     def from_engine(cls, llm: Any) -> "VLLMSampler":
@@ -116,8 +120,6 @@ class VLLMSampler:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        from prover_cli.policy.model_dir import set_config_dtype
-
         weights = self.es_weights()
         weights.save(out / "model.safetensors")  # the master: fp32 for a bf16/fp16 engine
         source = Path(self._checkpoint_dir())
@@ -130,6 +132,8 @@ class VLLMSampler:
 
     def _checkpoint_dir(self) -> str:
         """A local directory with the checkpoint's safetensors (vLLM already downloaded them)."""
+        if self.model_path is None:  # `from_engine`: the engine's owner holds the checkpoint
+            raise BackendError("this vLLM sampler wraps an engine built elsewhere: it has no checkpoint directory")
         if Path(self.model_path).is_dir():
             return self.model_path
         from huggingface_hub import snapshot_download

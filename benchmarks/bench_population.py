@@ -9,9 +9,11 @@ the code the training loop runs (es/population.py), on the demo's base (`tiny-co
 float32, greedy members) and the demo's sampling settings (configs/demo.toml). Scoring is left
 out: the countdown check is the same Python for both and costs microseconds a sample. Both modes
 share one loaded sampler and one theta, and are timed interleaved (best of `--repeats` each), so a
-change of machine load hits both alike. Shapes:
+change of machine load hits both alike. Each mode's CPU-seconds (this process's, best of the repeats)
+are printed beside its wall time: on a shared machine the CPU-seconds ratio is the steadier figure. Shapes:
 
-- demo: configs/demo.toml as shipped (population 16 x 8 problems x 1 sample = 128 samples an iteration);
+- demo: configs/demo.toml as shipped (es.population x es.problems_per_iteration x es.samples_per_problem,
+  read from the config: 16 x 256 x 1 = 4,096 samples an iteration since #42's operating point);
 - paper: the ES-at-scale paper's operating point, population 30 x 200 problems x 1 sample
   (6,000 samples an iteration), `--paper-problems` to scale the problem count down (printed).
 
@@ -63,7 +65,7 @@ def measure(shape: str, args: argparse.Namespace, cache_dir: str) -> dict:
     from prover_cli.es.population import pick_problems
 
     with tempfile.TemporaryDirectory(prefix=f"bench-population-{shape}-") as tmp:
-        problems_per_member = args.paper_problems if shape == "paper" else 8
+        problems_per_member = args.paper_problems  # used at the paper's shape only: the demo's is its config's
         noise = [f"es.noise={args.noise}", f"es.rank={args.rank}"] if args.noise == "lowrank" else []
         one, together, problems = populations(shape, problems_per_member, args.chunk, Path(tmp), cache_dir, noise)
         es = one.config.es
@@ -74,12 +76,14 @@ def measure(shape: str, args: argparse.Namespace, cache_dir: str) -> dict:
         pairs = [(a, b) for x, y in zip(first, second) for a, b in zip(x, y)]
         agree = sum(a == b for a, b in pairs)
         best = {"one": float("inf"), "batched": float("inf")}
+        cpu = {"one": float("inf"), "batched": float("inf")}
         for _ in range(args.repeats):
             for name, population in (("one", one), ("batched", together)):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 population.members(1, batch)
                 best[name] = min(best[name], time.perf_counter() - started)
-        return {"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
+                cpu[name] = min(cpu[name], time.process_time() - cpu_started)
+        return {"one_cpu_s": cpu["one"], "batched_cpu_s": cpu["batched"],"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
                 "chunk": together.config.es.batched_members, "agree": agree, "compared": len(pairs),
                 "one_s": best["one"], "batched_s": best["batched"]}
 
@@ -105,14 +109,17 @@ def main() -> None:
     print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.repeats}, {noise}; "
           f"member generation only (es/population.py LocalPopulation.members)")
     print("| shape | population x problems = samples | batched chunk | one at a time (samples/s) | "
-          "batched (samples/s) | ratio | completions equal |")
-    print("|---|---|---|---|---|---|---|")
+          "batched (samples/s) | ratio | one at a time (samples/CPU-s) | batched (samples/CPU-s) | ratio (CPU) | "
+          "completions equal |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for shape in shapes:
         r = measure(shape, args, args.cache_dir)
         note = "" if shape == "demo" or r["problems"] == 200 else " (scaled from 200)"
         print(f"| {shape} | {r['population']} x {r['problems']}{note} = {r['samples']} | {r['chunk']} | "
               f"{r['samples'] / r['one_s']:.0f} | {r['samples'] / r['batched_s']:.0f} | "
-              f"{r['one_s'] / r['batched_s']:.2f}x | {r['agree']}/{r['compared']} |", flush=True)
+              f"{r['one_s'] / r['batched_s']:.2f}x | {r['samples'] / r['one_cpu_s']:.0f} | "
+              f"{r['samples'] / r['batched_cpu_s']:.0f} | {r['one_cpu_s'] / r['batched_cpu_s']:.2f}x | "
+              f"{r['agree']}/{r['compared']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,19 @@ print(budget_line(config))
 print(noise_line(config))
 PY
 prover train es --config "$CONFIG" --set run.dir="$RUN/es"
+python3 - "$RUN/es" <<'PY'
+# how much of the ES update was signal (es/signal.py): the whole run's pooled share, and the mean of
+# the es/signal_share values the run recorded (each pooled over its last 5 iterations)
+import json, pathlib, sys
+from prover_cli.es.signal import NOISE_BELOW, pooled_share, share_error
+lines = [json.loads(x) for x in (pathlib.Path(sys.argv[1]) / "metrics.jsonl").read_text().splitlines()]
+parts = [(r["es/signal_var"], r["es/noise_var"]) for r in lines if "es/noise_var" in r]
+shares = [r["es/signal_share"] for r in lines if "es/signal_share" in r]
+run, error = pooled_share(parts, window=len(parts)), share_error(parts, window=None)
+if run is not None and shares:
+    print(f"ES signal share: {run:.2f} +- {error or 0:.2f} over the run's {len(parts)} iterations (mean of the recorded "
+          f"es/signal_share {sum(shares) / len(shares):.2f}); 1 = all signal, below {NOISE_BELOW} mostly noise")
+PY
 
 stage "5/8 eval: pass@k of the ES weights, rebuilt from the ledger"
 prover eval --config "$CONFIG" --set run.dir="$RUN/es" --ledger "$RUN/es/ledger.json"

@@ -37,8 +37,10 @@ def test_the_demo_script_explains_before_it_waits():
     assert script.index("print(noise_line(config))") < script.index('prover train es --config "$CONFIG"')
     from prover_cli.demo import noise_line
 
-    line = noise_line(load_config(DEMO))
-    assert "NOISE" in line and "scored greedily on the same 8 problems" in line and "\n" not in line
+    config = load_config(DEMO)
+    line = noise_line(config)
+    problems = config.es.problems_per_iteration  # 256 since #42 (8 before)
+    assert "NOISE" in line and f"scored greedily on the same {problems} problems" in line and "\n" not in line
 
 
 def test_building_the_base_says_so_first_and_only_the_first_time(tmp_path):

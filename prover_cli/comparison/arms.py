@@ -115,7 +115,8 @@ def _recorded(config: dict[str, Any], dotted: str) -> Any:
     if key in recorded:
         return recorded[key]
     field = next(f for f in fields(SECTIONS[section]) if f.name == key)
-    return field.default if field.default is not MISSING else field.default_factory()
+    # a dataclass field has a default or a default_factory; mypy cannot narrow `is not MISSING`
+    return field.default if field.default is not MISSING else field.default_factory()  # type: ignore[operator]
 
 
 def arm_identity(config: dict[str, Any], method: str) -> dict[str, Any]:
@@ -252,7 +253,8 @@ def paired(pairs: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict
     pairs = [(a, b) for a, b in pairs if key in a and key in b]
     if not pairs:
         return None
-    per_pair, problems = [], []
+    per_pair: list[float] = []
+    problems: list[list[float] | None] = []
     for a, b in pairs:
         pa, pb = per_problem(a, key), per_problem(b, key)
         if pa is not None and pb is not None:
@@ -303,16 +305,16 @@ def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
                     / max(training_records(r["records"])[-1]["samples/total"], 1) for r in runs], floor=0.0),
                "heldout": {}}
     for key, name in HELDOUT_METRICS:
-        finals = [_final(run, key) for run in runs]
-        if any(f is None for f in finals):
+        finals = [f for f in (_final(run, key) for run in runs) if f is not None]
+        if len(finals) < len(runs):
             continue
-        bases = [run["base"] if run["base"] and key in run["base"] else None for run in runs]
+        bases = [run["base"] for run in runs if run["base"] and key in run["base"]]
         entry = {"curve": curve(arm, key),
                  "final": _interval([f[key] for f in finals],
                                     (finals[0].get(f"{key}_lo"), finals[0].get(f"{key}_hi"))),
                  "final_samples": [f["samples/total"] for f in finals],
                  "base": None, "gain": None}
-        if all(b is not None for b in bases):
+        if len(bases) == len(runs):
             entry["base"] = _interval([b[key] for b in bases], (bases[0].get(f"{key}_lo"), bases[0].get(f"{key}_hi")))
             entry["gain"] = paired(list(zip(finals, bases)), key)
         summary["heldout"][name] = entry
@@ -344,8 +346,9 @@ def differences(arms: list[dict[str, Any]], allow_unequal_budgets: bool = False)
         finals_b: list[Any] = []
         for key, name in HELDOUT_METRICS:
             budgets = [min(run_budget(x), run_budget(y)) for x, y in pairs]
-            finals = [(final_at(x, key, budget), final_at(y, key, budget)) for (x, y), budget in zip(pairs, budgets)]
-            if any(fa is None or fb is None for fa, fb in finals):
+            found = [(final_at(x, key, budget), final_at(y, key, budget)) for (x, y), budget in zip(pairs, budgets)]
+            finals = [(fa, fb) for fa, fb in found if fa is not None and fb is not None]
+            if len(finals) < len(found):
                 continue
             for (x, y), budget, (fa, fb) in zip(pairs, budgets, finals):
                 _same_test_set(x, fa, y, fb)
@@ -493,7 +496,7 @@ def _compared_at(d: dict[str, Any]) -> str:
 
 def difference_table(diffs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [[d["name"], len(d["seeds"]), _signed(d.get("sampled")), _signed(d.get("greedy")),
-             (d.get("sampled") or d.get("greedy"))["basis"], _compared_at(d), d["contrast"]] for d in diffs]
+             (d.get("sampled") or d["greedy"])["basis"], _compared_at(d), d["contrast"]] for d in diffs]
     return {"title": "paired difference at the final evaluation, same held-out problems (95% interval), each run's last at or below the largest common budget",
             "columns": ["difference", "seeds", "sampled", "greedy", "interval", "compared at", "contrast"],
             "rows": rows}

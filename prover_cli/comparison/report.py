@@ -100,7 +100,7 @@ from prover_cli.comparison.report_figure import plot_runs
 from prover_cli.comparison.run_reader import check_comparable, load_run
 from prover_cli.errors import InputError
 from prover_cli.fsio.jsonl import log_malformed, with_malformed, write_text_atomic
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.training.metrics import METRICS_FILE
 
 REPORT_JSON = "report.json"
@@ -108,7 +108,7 @@ REPORT_PNG = "report.png"
 
 
 def report_runs(*, run_dirs: Sequence[str | Path], out_dir: str | Path | None = None,
-                reporter: Any = NULL_REPORTER, allow_unequal_budgets: bool = False) -> dict[str, Any]:
+                reporter: Reporter = NULL_REPORTER, allow_unequal_budgets: bool = False) -> dict[str, Any]:
     """Compare runs: tables, `report.json` and `report.png` in a new `out_dir`.
 
     Differences are taken at the largest budget both runs reached (`differences`); finals more

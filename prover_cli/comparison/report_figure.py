@@ -129,7 +129,7 @@ def build_figure(runs: list[dict[str, Any]]):
         for column, axis in enumerate(row):
             span = x_max[column] if x_max[column] > 0 else 1.0  # the base at 0 shows whole, bar and star
             axis.set_xlim(-0.02 * span, 1.03 * span)
-    handles = [Line2D([], [], color=arm["color"], marker=".", label=arm["display"]) for arm in arms]
+    handles: list[Any] = [Line2D([], [], color=arm["color"], marker=".", label=arm["display"]) for arm in arms]
     if starred:
         handles.append(Line2D([], [], color="black", marker="*", markersize=12, linestyle="none",
                               label="base (iteration 0)"))

@@ -170,6 +170,7 @@ def run_problem_files(run_dir: Path, config: dict[str, Any]) -> tuple[Any, Any, 
     `run.seed` (countdown and toy with `data.problems` empty and no problems file: the run generated
     them, prover_cli/tasks/problems.py), or None with the reason."""
     data, evaluation = config.get("data", {}), config.get("eval", {})
+    train: Path | list[dict[str, Any]] | None
     if data.get("problems"):
         train, why = recorded_path(run_dir, config, str(data["problems"]), "data.problems")
     elif (run_dir / "problems.jsonl").exists():

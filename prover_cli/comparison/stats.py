@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Sequence
+from typing import Any, Sequence
 
 Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
 
@@ -55,11 +55,11 @@ def t975(df: int) -> float:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
     if df in _T975:
         return _T975[df]
-    known = sorted(_T975) + [math.inf]
-    upper = next(d for d in known if d > df)
+    known = sorted(_T975)
+    upper = next((d for d in known if d > df), None)   # None: beyond the table, the normal quantile
     lower = max(d for d in known if d < df)
-    q_low, q_up = _T975[lower], _T975.get(upper, Z95)
-    weight = (1 / lower - 1 / df) / (1 / lower - (0 if upper == math.inf else 1 / upper))
+    q_low, q_up = _T975[lower], (Z95 if upper is None else _T975[upper])
+    weight = (1 / lower - 1 / df) / (1 / lower - (0 if upper is None else 1 / upper))
     return q_low + weight * (q_up - q_low)
 
 
@@ -224,7 +224,7 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
 # Power from a pilot: how many seeds, how many test problems (docs/study.md gives the formula)
 # --------------------------------------------------------------------------------------------
 
-def variance_components(per_seed_problem_differences: Sequence[Sequence[float]]) -> dict[str, float]:
+def variance_components(per_seed_problem_differences: Sequence[Sequence[float]]) -> dict[str, Any]:
     """From a pilot: each seed's per-problem paired differences (a - b, the same N problems).
 
     A seed's difference d_k is the mean of its N per-problem differences, so

@@ -29,7 +29,8 @@ def limited_data(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[
                 for budget in budgets:
                     values = [next((e[key] for e in r["records"] if key in e and e["samples/total"] == budget), None)
                               for r in runs]
-                    value = None if any(v is None for v in values) else sum(values) / len(values)
+                    present = [v for v in values if v is not None]
+                    value = None if len(present) < len(values) else sum(present) / len(present)
                     cells.append(_num(value))
                     if value is not None:
                         points.append({"arm": arm, "size": size, "distinct_training_problems": distinct,

@@ -13,11 +13,11 @@ from prover_cli.comparison.study.problem_sets import check_problems
 from prover_cli.comparison.study.registration import check_registration, read_record
 from prover_cli.comparison.study.runs import planned_runs, planned_tune_runs
 from prover_cli.on_modal.plan import plan as train_plan
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 
 
 def plan_study(study: Study, *, backend: str = "local", pilot: Sequence[str | Path] = (),
-               reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+               reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """Every run (tuning first) with its state and cost, the totals, the checks `run` would refuse on
     (done here, before anything is written), and (with a pilot) the power of each primary comparison."""
     problems = check_problems(study)

@@ -36,7 +36,7 @@ def power_of(c: Comparison, problem_differences: list[list[float]], label: str, 
         return {**entry, **parts, "note": "no variation at all in the pilot (every difference the same): it cannot "
                                           "size a study; pilot on a setting where the runs solve something"}
     alpha = c.alpha / family
-    options = dict(alpha=alpha, power=c.power, sided=c.sided)
+    options: dict[str, Any] = {"alpha": alpha, "power": c.power, "sided": c.sided}
     notes = []
     if parts["var_train_clipped"]:
         notes.append("LOWER BOUND: the pilot's training variance was clipped to 0, so seeds and problems needed are "

@@ -10,13 +10,14 @@ from typing import Any
 
 from prover_cli.comparison.study.design import Study
 from prover_cli.comparison.study.run_configs import run_config, tune_config, tuned_overrides
-from prover_cli.config import load_config
+from prover_cli.config import Config, load_config
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.fsio.jsonl import load_jsonl_strict, write_jsonl_atomic
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.streams import study_dev_split_rng
 from prover_cli.tasks.datasets import prepare_data
-from prover_cli.tasks.problems import content_key, generated_problems, heldout_problems, in_split, select_heldout
+from prover_cli.tasks.problems import (
+    HeldOutSet, content_key, generated_problems, heldout_problems, in_split, select_heldout)
 from prover_cli.training.metrics import METRICS_FILE
 
 
@@ -71,7 +72,7 @@ def check_problems(study: Study) -> dict[str, Any]:
     return out
 
 
-def _heldout_of(problems: list[dict[str, Any]], config: Any, source: str) -> Any:
+def _heldout_of(problems: list[dict[str, Any]], config: Config, source: str) -> HeldOutSet:
     return select_heldout(problems, train_split=config.data.train_split, valid_split=config.data.valid_split,
                           count=config.run.eval_problems, seed=config.run.eval_problems_seed, source=source)
 
@@ -85,7 +86,7 @@ def _dev_contents(study: Study, train: list[dict[str, Any]], test_contents: set[
     return sorted(rng.sample(contents, min(study.tune.dev_problems, len(contents))))
 
 
-def test_set(config: Any) -> dict[str, Any]:
+def test_set(config: Config) -> dict[str, Any]:
     """The held-out problems a run is scored on, fingerprinted by content (every field but the split);
     `heldout_sha256` is the fingerprint every run records in its held-out lines (eval/problems_sha256)."""
     problems = heldout_problems(config)
@@ -96,7 +97,7 @@ def test_set(config: Any) -> dict[str, Any]:
             "sha256": hashlib.sha256("\n".join(rows).encode("utf-8")).hexdigest(), "heldout_sha256": problems.sha256}
 
 
-def write_problems(study: Study, reporter: Any = NULL_REPORTER) -> None:
+def write_problems(study: Study, reporter: Reporter = NULL_REPORTER) -> None:
     """The study's one problems file (from `study.test_seed`) and, with [tune], the tuning problems file."""
     problems_path = study.dir / "problems.jsonl"
     if not problems_path.exists():
@@ -111,7 +112,7 @@ def write_problems(study: Study, reporter: Any = NULL_REPORTER) -> None:
         _write_tune_problems(study, reporter)
 
 
-def _write_tune_problems(study: Study, reporter: Any) -> None:
+def _write_tune_problems(study: Study, reporter: Reporter) -> None:
     """`<dir>/tune/problems.jsonl`: the study's problems without the test set's rows, a dev split of
     `tune.dev_problems` training problems (by content) relabelled as the held-out split, the rest training."""
     problems = load_jsonl_strict(study.dir / "problems.jsonl")

@@ -13,7 +13,7 @@ from prover_cli.comparison.study.problem_sets import check_problems, check_test_
 from prover_cli.comparison.study.run_configs import run_config, samples_of
 from prover_cli.errors import InputError, UsageError
 from prover_cli.fsio.jsonl import write_text_atomic
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 
 
 def registration(study: Study) -> dict[str, Any]:
@@ -102,7 +102,7 @@ def lock_registration(study: Study, fingerprint: dict[str, Any], record: dict[st
         write_text_atomic(study.dir / "study.toml", study.path.read_text(encoding="utf-8"))
 
 
-def prepare_test_set(study: Study, runs: list[dict[str, Any]], reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def prepare_test_set(study: Study, runs: list[dict[str, Any]], reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """Write the problems files once, check the record (registration, test set), lock it, return the fingerprint."""
     record = read_record(study)
     check_registration(study, record)

@@ -24,7 +24,7 @@ from prover_cli.comparison.study.runs import planned_runs, planned_tune_runs
 from prover_cli.comparison.study.tables import _csv, _markdown, _num, comparison_table
 from prover_cli.comparison.study.tuning import tune_results, tune_table
 from prover_cli.errors import InputError, UsageError
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 
 
 def exploratory(study: Study) -> list[Comparison]:
@@ -62,7 +62,7 @@ def _exploratory_entry(study: Study, c: Comparison, loaded: dict[tuple[str, int,
                 "not_comparable": str(exc)}
 
 
-def report_study(study: Study, *, reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def report_study(study: Study, *, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """The pre-registered comparisons first (Holm over the primary ones), the anchors, the power for the
     margins, the tuning phase, the limited-data table, then everything else as exploratory; tables,
     plots, per-seed CSV and JSONL into `<dir>/report/`, written whole or not at all."""
@@ -184,6 +184,7 @@ def _verdict(entry: dict[str, Any], adjusted: float | None, anchor: dict[str, An
                     f"({entry['b']} - base {told}), so non-inferiority to it says nothing ({p_text})")
         what = (f"non-inferior within {entry['margin']:g}" if shown else
                 f"non-inferiority within {entry['margin']:g} NOT shown")
+        assert anchor is not None   # `beat`
         what += f"; the comparator beat its base by {anchor['mean']:+.3f}"
     else:
         what = (f"differ, {'a' if entry['mean'] > 0 else 'b'} ahead" if shown else "no difference shown")

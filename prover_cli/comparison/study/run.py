@@ -11,9 +11,9 @@ from prover_cli.comparison.study.problem_sets import check_problems
 from prover_cli.comparison.study.registration import check_registration, prepare_test_set, read_record
 from prover_cli.comparison.study.runs import _train, planned_runs
 from prover_cli.comparison.study.tuning import tune_study
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 
-def run_study(study: Study, *, backend: str = "local", reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def run_study(study: Study, *, backend: str = "local", reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """The tuning phase when there is one (its choice frozen), then every test run not finished with
     this code and config; the rest reused. Everything `plan` checks is refused before anything is written."""
     check_problems(study)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.comparison.study.design import Arm, Study
-from prover_cli.config import load_config
+from prover_cli.config import Config, load_config
 from prover_cli.demo import sample_budgets
 from prover_cli.errors import ConfigError
 
@@ -23,7 +23,7 @@ def tuned_overrides(study: Study, method: str) -> list[str]:
     return list(study.tune.settings[method][index])
 
 
-def run_config(study: Study, arm: Arm, size: int, seed: int) -> Any:
+def run_config(study: Study, arm: Arm, size: int, seed: int) -> Config:
     """The resolved config of one run: the arm's base config, the study's and arm's overrides, the tuned
     setting of its method, then the keys the study sets (seed, directory, training-set size, the problems file)."""
     sets = [*arm.overrides, *tuned_overrides(study, arm.method), f"run.seed={seed}", f"data.train_size={size}",
@@ -44,7 +44,7 @@ def tune_arm(study: Study, method: str) -> Arm:
     return next(a for a in study.arms.values() if a.method == method and not a.null)
 
 
-def tune_config(study: Study, method: str, index: int, seed: int) -> Any:
+def tune_config(study: Study, method: str, index: int, seed: int) -> Config:
     """One tuning run: the method's arm with setting `index`, on the tuning problems (dev split held out)."""
     assert study.tune is not None
     arm = tune_arm(study, method)
@@ -59,12 +59,12 @@ def tune_config(study: Study, method: str, index: int, seed: int) -> Any:
         raise ConfigError(f"{study.path}: tune.{method}[{index}]: {exc}", hint=exc.hint) from None
 
 
-def samples_of(config: Any, method: str) -> int:
+def samples_of(config: Config, method: str) -> int:
     """The run's training budget in samples (what `prover report` compares; held-out not counted)."""
     return sample_budgets(config)[method]
 
 
-def _same_evaluation(config: Any) -> dict[str, Any]:
+def _same_evaluation(config: Config) -> dict[str, Any]:
     """Everything that decides the test set and how it is scored: the same in every arm."""
     return {"data.task": config.data.task, "data.valid_split": config.data.valid_split,
             "data.train_split": config.data.train_split, "run.eval_problems": config.run.eval_problems,

@@ -13,9 +13,10 @@ from prover_cli import backends
 from prover_cli.comparison.study.design import DONE_FILE, METHODS, Study
 from prover_cli.comparison.study.problem_sets import test_set
 from prover_cli.comparison.study.run_configs import run_config, run_dir, samples_of, tune_config
-from prover_cli.config import tomllib
+from prover_cli.config import Config, tomllib
 from prover_cli.errors import InputError
 from prover_cli.fsio.jsonl import write_text_atomic
+from prover_cli.progress import Reporter
 from prover_cli.tasks.problems import train_problems
 from prover_cli.training.metrics import CODE_FILE, code_version
 
@@ -56,7 +57,7 @@ def _toml_dict(text: str) -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def run_state(config: Any) -> tuple[str, str]:
+def run_state(config: Config) -> tuple[str, str]:
     """("finished", "") for a run to reuse; ("missing" | "stale", why) for one to train (again)."""
     directory = Path(config.run.dir)
     if not directory.exists():
@@ -90,7 +91,7 @@ def run_state(config: Any) -> tuple[str, str]:
     return "finished", ""
 
 
-def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Any, fingerprint: dict[str, Any],
+def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Reporter, fingerprint: dict[str, Any],
            phase: str) -> list[dict[str, Any]]:
     """Train every run of `runs` that is not finished, each whole (a stale directory removed first)."""
     todo = [run for run in runs if run["state"] != "finished"]
@@ -121,7 +122,7 @@ def _mark_done(run: dict[str, Any], fingerprint: dict[str, Any]) -> None:
         indent=2, sort_keys=True) + "\n")
 
 
-def _run_on_modal(todo: list[dict[str, Any]], reporter: Any) -> None:
+def _run_on_modal(todo: list[dict[str, Any]], reporter: Reporter) -> None:
     """Whole runs fanned out on Modal, one `train_es` / `train_grpo` call each (functions.study_runs),
     each writing its own directory on the runs Volume; the small files come back to the same paths.
     tests/test_study.py runs it with the Volume stand-in and each call in a stand-in container."""

@@ -183,7 +183,8 @@ class _StudyReader:
             raise self.bad(f"{where}.margin", "a non-inferiority test needs margin > 0 (how much worse is still acceptable)")
         if sides["b"][0] == BASE:
             sides["b"] = (BASE, sides["a"][1])
-        return Comparison(*sides["a"], *sides["b"], metric, test, role=role, **numbers)
+        return Comparison(*sides["a"], *sides["b"], metric, test, role=role, margin=numbers["margin"],
+                          alpha=numbers["alpha"], power=numbers["power"])
 
     def side(self, table: dict[str, Any], where: str, side: str, arms: dict[str, Arm], sizes: list[int]) -> tuple[str, int]:
         arm = self.text(f"{where}.{side}", table.get(side))
@@ -226,7 +227,7 @@ class _StudyReader:
                                                  f"strings, got {str(value)[:80]}")
             if len(value) > 32:
                 raise self.bad(f"tune.{method}", f"{len(value)} settings: at most 32")
-            listed = []
+            listed: list[list[str]] = []
             for i, setting in enumerate(value):
                 items = self.overrides(f"tune.{method}[{i}]", setting)
                 for item in items:
@@ -266,7 +267,7 @@ def _mark_nulls(study: Study, read: _StudyReader) -> None:
 def _anchors(study: Study, read: _StudyReader) -> list[Comparison]:
     """Each method arm - its base and - its method's null arm, per size, on every primary metric."""
     metrics = list(dict.fromkeys(c.metric for c in study.primary))
-    nulls = {}
+    nulls: dict[str, str] = {}
     for arm in study.arms.values():
         if arm.null:
             nulls.setdefault(arm.method, arm.name)

@@ -20,7 +20,7 @@ from prover_cli.comparison.study.study_file import _frozen_choice
 from prover_cli.comparison.study.tables import _num
 from prover_cli.errors import InputError, UsageError
 from prover_cli.fsio.jsonl import write_text_atomic
-from prover_cli.progress import NULL_REPORTER
+from prover_cli.progress import NULL_REPORTER, Reporter
 
 
 def tune_results(study: Study, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -40,10 +40,10 @@ def tune_results(study: Study, runs: list[dict[str, Any]]) -> dict[str, Any]:
         entry[run["setting"]]["samples"] = run["samples"]
     chosen = {}
     for method, entries in results.items():
-        for entry in entries:
-            values = [v for v in entry["per_seed"].values() if v is not None]
+        for setting in entries:
+            values = [v for v in setting["per_seed"].values() if v is not None]
             mean, low, high = mean_interval(values) if values else (None, None, None)
-            entry.update(mean=mean, lo=low, hi=high)
+            setting.update(mean=mean, lo=low, hi=high)
         ranked = [e for e in entries if e["mean"] is not None]
         if not ranked:
             raise InputError(f"tune.{method}: no tuning run has a {study.tune.metric} evaluation on the dev split")
@@ -51,7 +51,7 @@ def tune_results(study: Study, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"metric": study.tune.metric, "seeds": study.tune.seeds, "results": results, "chosen": chosen}
 
 
-def tune_study(study: Study, *, backend: str = "local", reporter: Any = NULL_REPORTER) -> dict[str, Any]:
+def tune_study(study: Study, *, backend: str = "local", reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     """The tuning phase: train what is missing on the dev split, choose, freeze the choice (tune/chosen.json,
     and study.json's registration) before any test-set run."""
     if study.tune is None:

@@ -1,4 +1,4 @@
-"""stats.py: the intervals, checked against values computed independently."""
+"""comparison/stats.py: the intervals, checked against values computed independently."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""study.py and `prover study`: the file's validation, the plan, an end-to-end study on the tiny model
+"""comparison/study/ and `prover study`: the file's validation, the plan, an end-to-end study on the tiny model
 (2 arms x 2 sizes x 2 seeds) that reruns nothing when run again and reruns a run made by other code,
 the pairing across data sizes on one test set, the report's order (primary, Holm, exploratory)."""
 

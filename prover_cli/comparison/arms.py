@@ -43,7 +43,7 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "null_control": run["null"],
         "seed": run["seed"],
         "model": run["model"],
-        "train_size": _identity(run).get("data.train_size", 0),
+        "train_size": run_identity(run).get("data.train_size", 0),
         "decoding": run.get("decoding", "?"),
         "iterations": iterations,
         "samples": samples,
@@ -156,7 +156,7 @@ def group_arms(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (`es (sigma=0.003)`, `es (data.train_size=16)`). Never two settings merged into one arm."""
     arms: list[dict[str, Any]] = []
     for run in runs:
-        identity = _identity(run)
+        identity = run_identity(run)
         key = json.dumps([run["method"], identity], sort_keys=True)
         arm = next((a for a in arms if a["key"] == key), None)
         if arm is None:
@@ -179,7 +179,7 @@ def group_arms(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return arms
 
 
-def _identity(run: dict[str, Any]) -> dict[str, Any]:
+def run_identity(run: dict[str, Any]) -> dict[str, Any]:
     """The run's `arm_identity`; for a run dict built by hand rather than by `load_run`, its method section,
     null control and model, as arms were told apart before identities existed."""
     if "identity" in run:
@@ -210,7 +210,7 @@ def _toml(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (str, list)) else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _spread(values: list[float], floor: float | None = None) -> dict[str, Any]:
+def spread_of(values: list[float], floor: float | None = None) -> dict[str, Any]:
     """Mean and 95% interval over seeds (t) of any number (`floor`: its least possible value); none for one seed."""
     mean, low, high = mean_interval(values)
     if floor is not None and low is not None:
@@ -296,11 +296,11 @@ def summarize_arm(arm: dict[str, Any]) -> dict[str, Any]:
                "runs": [run["name"] for run in runs], "seeds": [run["seed"] for run in runs],
                "iterations": sum(len(training_records(r["records"])) for r in runs) / len(runs),
                "samples": sum(training_records(r["records"])[-1]["samples/total"] for r in runs) / len(runs),
-               "final_reward": _spread([training_records(r["records"])[-1]["reward/mean"] for r in runs]),
-               "verified_per_iteration": _spread(
+               "final_reward": spread_of([training_records(r["records"])[-1]["reward/mean"] for r in runs]),
+               "verified_per_iteration": spread_of(
                    [sum(x["verify/verified"] for x in training_records(r["records"])) / len(training_records(r["records"]))
                     for r in runs], floor=0.0),
-               "verified_per_1k_samples": _spread(
+               "verified_per_1k_samples": spread_of(
                    [sum(x["verify/verified"] for x in training_records(r["records"])) * 1000
                     / max(training_records(r["records"])[-1]["samples/total"], 1) for r in runs], floor=0.0),
                "heldout": {}}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prover_cli.comparison.arms import EVAL_RATE, GREEDY_RATE, SIGNAL_SHARE, _spread, curve, group_arms
+from prover_cli.comparison.arms import EVAL_RATE, GREEDY_RATE, SIGNAL_SHARE, curve, group_arms, spread_of
 from prover_cli.es.signal import NOISE_BELOW, WINDOW
 from prover_cli.training.metrics import training_records
 
@@ -39,7 +39,7 @@ def _training_curve(arm: dict[str, Any]) -> list[dict[str, Any]]:
     points = []
     for iteration in sorted(set.intersection(*(set(p) for p in per_run))):
         records = [p[iteration] for p in per_run]
-        point = _spread([r["reward/mean"] for r in records])
+        point = spread_of([r["reward/mean"] for r in records])
         point.update({"iteration": iteration,
                       "samples": sum(r["samples/total"] for r in records) / len(records),
                       "tokens": sum(r.get("tokens/total", 0) for r in records) / len(records),
@@ -157,7 +157,7 @@ def plot_signal(row: Any, runs: list[dict[str, Any]], arms: list[dict[str, Any]]
         points = []
         for iteration in sorted(set.intersection(*(set(p) for p in per_run))):
             records = [p[iteration] for p in per_run]
-            point = _spread([r[SIGNAL_SHARE] for r in records])
+            point = spread_of([r[SIGNAL_SHARE] for r in records])
             point.update({"samples": sum(r["samples/total"] for r in records) / len(records),
                           "tokens": sum(r.get("tokens/total", 0) for r in records) / len(records),
                           "elapsed_s": sum(r["time/elapsed_s"] for r in records) / len(records)})

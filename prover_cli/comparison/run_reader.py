@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from prover_cli.comparison.arms import (
-    EVAL_RATE, GREEDY_RATE, SIGNAL_KEYS, _identity, arm_identity, decoding, group_arms)
+    EVAL_RATE, GREEDY_RATE, SIGNAL_KEYS, arm_identity, decoding, group_arms, run_identity)
 from prover_cli.config import config_from_dict
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.fsio.jsonl import load_jsonl_strict
@@ -271,7 +271,7 @@ def check_comparable(runs: list[dict[str, Any]], arms: list[dict[str, Any]] | No
                 f"{b['dir']} has {fingerprint(b)}", hint=hints[which])
 
         def group(run: dict[str, Any]) -> Any:  # a training set is compared only at one size
-            return _identity(run).get("data.train_size", 0) if which == "train" else None
+            return run_identity(run).get("data.train_size", 0) if which == "train" else None
 
         by_seed: dict[Any, dict[str, Any]] = {}
         for run in runs:

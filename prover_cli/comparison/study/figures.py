@@ -10,8 +10,8 @@ from typing import Any
 from prover_cli.comparison.compare import evaluation_budgets, per_problem
 from prover_cli.comparison.stats import mean_interval, paired_difference
 from prover_cli.comparison.study.design import AXES, BASE, Comparison, METRICS, Study
-from prover_cli.comparison.study.limited_data import _plot_limited_data
-from prover_cli.comparison.study.paired import _pair_of, evaluations_at
+from prover_cli.comparison.study.limited_data import plot_limited_data
+from prover_cli.comparison.study.paired import evaluations_at, pair_of
 
 
 def _curve(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -32,7 +32,7 @@ def difference_curve(study: Study, c: Comparison, loaded: dict[tuple[str, int, i
     """The paired difference a - b at every budget both sides were evaluated at in every seed (each
     side's evaluation by the one rule, compare.final_at): mean over seeds and 95% t band."""
     key = METRICS[c.metric]
-    pairs = [_pair_of(study, c, loaded, s) for s in study.seeds]
+    pairs = [pair_of(study, c, loaded, s) for s in study.seeds]
     pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
     if not pairs or c.b == BASE:
         return []
@@ -131,5 +131,5 @@ def plot_study(study: Study, loaded: dict[tuple[str, int, int], Any], primary: l
         layout["curves"][name] = counts
     layout["min_points"] = min(layout["curves"]["curves_samples.png"].values(), default=0)
     if len(study.train_sizes) > 1:
-        layout["files"].append(_plot_limited_data(study, loaded, out))
+        layout["files"].append(plot_limited_data(study, loaded, out))
     return layout

@@ -9,7 +9,7 @@ from typing import Any
 
 from prover_cli.comparison.compare import evaluation_budgets
 from prover_cli.comparison.study.design import METRICS, Study
-from prover_cli.comparison.study.tables import _num
+from prover_cli.comparison.study.tables import format_number
 from prover_cli.tasks.problems import content_key, train_problems
 
 
@@ -31,7 +31,7 @@ def limited_data(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[
                               for r in runs]
                     present = [v for v in values if v is not None]
                     value = None if len(present) < len(values) else sum(present) / len(present)
-                    cells.append(_num(value))
+                    cells.append(format_number(value))
                     if value is not None:
                         points.append({"arm": arm, "size": size, "distinct_training_problems": distinct,
                                        "metric": metric, "samples": budget, "rate": value})
@@ -46,7 +46,7 @@ def _eval_budgets(run: dict[str, Any]) -> list[float]:
     return evaluation_budgets(run, METRICS["greedy"])
 
 
-def _plot_limited_data(study: Study, loaded: dict[tuple[str, int, int], Any], out: Path) -> str:
+def plot_limited_data(study: Study, loaded: dict[tuple[str, int, int], Any], out: Path) -> str:
     import matplotlib.pyplot as plt
 
     points = limited_data(study, loaded)["points"]

@@ -13,7 +13,7 @@ from prover_cli.comparison.study.design import BASE, Comparison, METRICS, Study
 from prover_cli.errors import InputError, UsageError
 
 
-def _pair_of(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], dict[str, Any]], seed: int):
+def pair_of(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], dict[str, Any]], seed: int):
     """The two runs of one seed a comparison pairs (an anchor against the base: the run with itself)."""
     x = loaded.get((c.a, c.a_size, seed))
     y = x if c.b == BASE else loaded.get((c.b, c.b_size, seed))
@@ -31,7 +31,7 @@ def compare(study: Study, c: Comparison, loaded: dict[tuple[str, int, int], dict
     key = METRICS[c.metric]
     per_seed = []
     for seed in study.seeds:
-        x, y = _pair_of(study, c, loaded, seed)
+        x, y = pair_of(study, c, loaded, seed)
         if x is None or y is None:
             continue
         budget = run_budget(x) if c.b == BASE else min(run_budget(x), run_budget(y))

@@ -21,7 +21,7 @@ from prover_cli.comparison.study.paired import compare
 from prover_cli.comparison.study.power import power_table, study_power
 from prover_cli.comparison.study.registration import check_registration, prepare_test_set, read_record
 from prover_cli.comparison.study.runs import planned_runs, planned_tune_runs
-from prover_cli.comparison.study.tables import _csv, _markdown, _num, comparison_table
+from prover_cli.comparison.study.tables import comparison_table, format_number, to_csv, to_markdown
 from prover_cli.comparison.study.tuning import tune_results, tune_table
 from prover_cli.errors import InputError, UsageError
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -140,11 +140,11 @@ def _write_report_dir(out: Path, study: Study, loaded: dict[tuple[str, int, int]
     try:
         (staging / "per_seed.jsonl").write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in per_seed_rows),
                                                 encoding="utf-8")
-        (staging / "per_seed.csv").write_text(_csv(per_seed_rows), encoding="utf-8")
+        (staging / "per_seed.csv").write_text(to_csv(per_seed_rows), encoding="utf-8")
         layout = plot_study(study, loaded, primary, secondary, staging)
         summary["figures"] = layout
         (staging / "study_report.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        (staging / "tables.md").write_text("\n".join(_markdown(t) for t in tables), encoding="utf-8")
+        (staging / "tables.md").write_text("\n".join(to_markdown(t) for t in tables), encoding="utf-8")
         for path in staging.iterdir():
             with path.open("rb") as handle:
                 os.fsync(handle.fileno())
@@ -179,7 +179,7 @@ def _verdict(entry: dict[str, Any], adjusted: float | None, anchor: dict[str, An
         beat = anchor is not None and anchor.get("lo") is not None and anchor["lo"] > 0
         if not beat:
             told = "-" if anchor is None or anchor.get("mean") is None else (
-                f"{anchor['mean']:+.3f} ({_num(anchor['lo'], True)}..{_num(anchor['hi'], True)})")
+                f"{anchor['mean']:+.3f} ({format_number(anchor['lo'], True)}..{format_number(anchor['hi'], True)})")
             return (f"{entry['name']}: NO VERDICT: the comparator {entry['b']} did not beat its base "
                     f"({entry['b']} - base {told}), so non-inferiority to it says nothing ({p_text})")
         what = (f"non-inferior within {entry['margin']:g}" if shown else
@@ -218,7 +218,7 @@ def arms_table(study: Study, loaded: dict[tuple[str, int, int], Any]) -> dict[st
             for key in METRICS.values():
                 finals = [[r for r in loaded[(arm, size, s)]["records"] if key in r][-1][key] for s in study.seeds]
                 mean, low, high = mean_interval(finals)
-                cells.append(f"{mean:.3f} ({_num(low)}..{_num(high)})")
+                cells.append(f"{mean:.3f} ({format_number(low)}..{format_number(high)})")
             rows.append([arm, size or "all", len(study.seeds), *cells])
     return {"title": "held-out final, mean over seeds (95% t interval): every arm and training-set size",
             "columns": ["arm", "train size", "seeds", "sampled", "greedy"], "rows": rows}

@@ -9,7 +9,7 @@ from typing import Any
 from prover_cli.comparison.study.design import Study
 from prover_cli.comparison.study.problem_sets import check_problems
 from prover_cli.comparison.study.registration import check_registration, prepare_test_set, read_record
-from prover_cli.comparison.study.runs import _train, planned_runs
+from prover_cli.comparison.study.runs import planned_runs, train_missing
 from prover_cli.comparison.study.tuning import tune_study
 from prover_cli.progress import NULL_REPORTER, Reporter
 
@@ -23,7 +23,7 @@ def run_study(study: Study, *, backend: str = "local", reporter: Reporter = NULL
         tuned = tune_study(study, backend=backend, reporter=reporter)
     runs = planned_runs(study)
     fingerprint = prepare_test_set(study, runs, reporter)
-    todo = _train(study, runs, backend, reporter, fingerprint, "test")
+    todo = train_missing(study, runs, backend, reporter, fingerprint, "test")
     rows = [[r["arm"], r["size"] or "all", r["seed"], str(r["dir"]), "trained" if r in todo else "reused"] for r in runs]
     return {"ok": True, "study": study.name, "dir": str(study.dir), "trained": len(todo), "reused": len(runs) - len(todo),
             "test_set": fingerprint, **({"tune": {k: tuned[k] for k in ("trained", "reused", "chosen")}} if tuned else {}),

@@ -64,7 +64,7 @@ def samples_of(config: Config, method: str) -> int:
     return sample_budgets(config)[method]
 
 
-def _same_evaluation(config: Config) -> dict[str, Any]:
+def same_evaluation(config: Config) -> dict[str, Any]:
     """Everything that decides the test set and how it is scored: the same in every arm."""
     return {"data.task": config.data.task, "data.valid_split": config.data.valid_split,
             "data.train_split": config.data.train_split, "run.eval_problems": config.run.eval_problems,

@@ -91,7 +91,7 @@ def run_state(config: Config) -> tuple[str, str]:
     return "finished", ""
 
 
-def _train(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Reporter, fingerprint: dict[str, Any],
+def train_missing(study: Study, runs: list[dict[str, Any]], backend: str, reporter: Reporter, fingerprint: dict[str, Any],
            phase: str) -> list[dict[str, Any]]:
     """Train every run of `runs` that is not finished, each whole (a stale directory removed first)."""
     todo = [run for run in runs if run["state"] != "finished"]

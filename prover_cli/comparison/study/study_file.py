@@ -14,7 +14,7 @@ from prover_cli.comparison.compare import unequal
 from prover_cli.comparison.study.design import (
     Arm, BASE, CHOSEN_JSON, Comparison, MAX_FILE_BYTES, MAX_RUNS, MAX_SEEDS, METHODS, METRICS, STUDY_KEYS, Study,
     TESTS, Tune, resolve_study)
-from prover_cli.comparison.study.run_configs import _same_evaluation, run_config, samples_of, tune_config
+from prover_cli.comparison.study.run_configs import run_config, same_evaluation, samples_of, tune_config
 from prover_cli.config import SEED_MAX, read_toml
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.shipped import resolve_config
@@ -77,7 +77,7 @@ def load_study(path: str | Path) -> Study:
     _mark_nulls(study, read)
     if study.anchors:
         study.secondary += _anchors(study, read)
-    study.chosen = _frozen_choice(study)
+    study.chosen = frozen_choice(study)
     _check_design(study)
     return study
 
@@ -301,7 +301,7 @@ def _check_design(study: Study) -> None:
             if config.data.valid_split == config.data.train_split:
                 raise ConfigError(f"{where}: data.valid_split = data.train_split = {config.data.valid_split!r}: the test "
                                   "set would be the training set", hint="hold out a split the runs do not train on")
-            for key, value in _same_evaluation(config).items():
+            for key, value in same_evaluation(config).items():
                 seen = first.setdefault(key, (arm.name, value))
                 if seen[1] != value:
                     raise ConfigError(f"{where}: {key} = {value!r} but arm {seen[0]} has {seen[1]!r}: every arm must "
@@ -345,7 +345,7 @@ def _check_tune(study: Study) -> None:
                           hint="pair a change of es.samples_per_problem or es.population with es.iterations")
 
 
-def _frozen_choice(study: Study) -> dict[str, int] | None:
+def frozen_choice(study: Study) -> dict[str, int] | None:
     """The choice recorded in <dir>/tune/chosen.json (None before tuning finished)."""
     path = study.dir / "tune" / CHOSEN_JSON
     if study.tune is None or not path.exists():

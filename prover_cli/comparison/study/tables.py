@@ -7,7 +7,7 @@ import csv
 import io
 from typing import Any
 
-def _csv(rows: list[dict[str, Any]]) -> str:
+def to_csv(rows: list[dict[str, Any]]) -> str:
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
@@ -18,7 +18,7 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def _num(value: float | None, signed: bool = False, digits: int = 3) -> str:
+def format_number(value: float | None, signed: bool = False, digits: int = 3) -> str:
     if value is None:
         return "-"
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
@@ -41,7 +41,7 @@ def comparison_table(title: str, entries: list[dict[str, Any]], holm_column: boo
         if e.get("not_comparable"):
             row = [e["name"], 0, "NOT COMPARABLE", test, e["not_comparable"], "-"]
         else:
-            row = [e["name"], len(e["seeds"]), f"{_num(e['mean'], True)} ({_num(e['lo'], True)}..{_num(e['hi'], True)})",
+            row = [e["name"], len(e["seeds"]), f"{format_number(e['mean'], True)} ({format_number(e['lo'], True)}..{format_number(e['hi'], True)})",
                    test, "-" if e.get("p") is None else f"{e['p']:.3g}", _budget_text(e.get("budget"))]
         if holm_column:
             row += ["-" if e.get("p_holm") is None else f"{e['p_holm']:.3g}", e["verdict"].split(": ", 1)[1]]
@@ -51,7 +51,7 @@ def comparison_table(title: str, entries: list[dict[str, Any]], holm_column: boo
     return {"title": title, "columns": columns + (["p (Holm)", "verdict"] if holm_column else []), "rows": rows}
 
 
-def _markdown(table: dict[str, Any]) -> str:
+def to_markdown(table: dict[str, Any]) -> str:
     lines = [f"### {table['title']}", "", "| " + " | ".join(table["columns"]) + " |",
              "|" + "---|" * len(table["columns"])]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table["rows"]]

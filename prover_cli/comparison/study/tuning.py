@@ -15,9 +15,9 @@ from prover_cli.comparison.study.problem_sets import (
     check_problems, check_test_set_fresh, dev_set, test_set, write_problems)
 from prover_cli.comparison.study.registration import check_registration, lock_registration, read_record
 from prover_cli.comparison.study.run_configs import run_config
-from prover_cli.comparison.study.runs import _train, planned_tune_runs
-from prover_cli.comparison.study.study_file import _frozen_choice
-from prover_cli.comparison.study.tables import _num
+from prover_cli.comparison.study.runs import planned_tune_runs, train_missing
+from prover_cli.comparison.study.study_file import frozen_choice
+from prover_cli.comparison.study.tables import format_number
 from prover_cli.errors import InputError, UsageError
 from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.progress import NULL_REPORTER, Reporter
@@ -68,9 +68,9 @@ def tune_study(study: Study, *, backend: str = "local", reporter: Reporter = NUL
         raise InputError(f"{study.dir / 'tune' / 'problems.jsonl'}: the dev split is the test set")
     check_test_set_fresh(study, test)
     lock_registration(study, test, record)
-    todo = _train(study, runs, backend, reporter, dev, "tune")
+    todo = train_missing(study, runs, backend, reporter, dev, "tune")
     results = tune_results(study, runs)
-    frozen = _frozen_choice(study)
+    frozen = frozen_choice(study)
     if frozen is None:
         write_text_atomic(study.dir / "tune" / CHOSEN_JSON, json.dumps({**results, "dev_set": dev}, indent=2,
                                                                       sort_keys=True) + "\n")
@@ -78,7 +78,7 @@ def tune_study(study: Study, *, backend: str = "local", reporter: Reporter = NUL
         raise InputError(f"{study.dir / 'tune' / CHOSEN_JSON}: frozen choice {frozen} but the tuning runs now choose "
                          f"{results['chosen']}: they were trained again by other code",
                          hint="the choice stays frozen: start a new study.dir to tune again")
-    study.chosen = _frozen_choice(study)
+    study.chosen = frozen_choice(study)
     lock_registration(study, test, read_record(study))
     return {"ok": True, "study": study.name, "trained": len(todo), "reused": len(runs) - len(todo), "dev_set": dev,
             "chosen": {m: study.tune.settings[m][i] for m, i in (study.chosen or {}).items()},
@@ -91,9 +91,9 @@ def tune_table(study: Study, results: dict[str, Any]) -> dict[str, Any]:
     for method, entries in results["results"].items():
         for e in entries:
             seeds = ", ".join("-" if v is None else f"{v:.3f}" for v in e["per_seed"].values())
-            band = f" ({_num(e['lo'])}..{_num(e['hi'])})" if e.get("lo") is not None else ""
+            band = f" ({format_number(e['lo'])}..{format_number(e['hi'])})" if e.get("lo") is not None else ""
             rows.append([method, e["setting"], " ".join(e["set"]) or "(base config)", f"{e.get('samples', 0):,}", seeds,
-                         f"{_num(e['mean'])}{band}", "CHOSEN" if results["chosen"].get(method) == e["setting"] else ""])
+                         f"{format_number(e['mean'])}{band}", "CHOSEN" if results["chosen"].get(method) == e["setting"] else ""])
     k = max(len(v) for v in study.tune.settings.values())
     return {"title": f"tuning on the dev split ({study.tune.dev_problems} training problems held out; "
                      f"{k} settings x {len(study.tune.seeds)} seeds per method, equal budgets; "

@@ -41,7 +41,7 @@ result and report.json say `UNEQUAL BUDGETS: es N samples vs grpo M samples`. Ru
 `run.seed` are scored on the same held-out problems and are paired; two evaluations whose test
 sets' fingerprints (`eval/problems_sha256`) differ are refused;
 each pair's difference is taken problem by problem (`eval/by_problem`), and the interval is t
-over the pairs, or over the problems for a single pair (prover_cli/stats.py says why).
+over the pairs, or over the problems for a single pair (prover_cli/comparison/stats.py says why).
 
 Outputs:
 - `report.json`: every run's summary, every arm's aggregates per budget, every difference;

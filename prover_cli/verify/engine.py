@@ -28,16 +28,24 @@ import re
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from prover_cli.errors import InputError
 from prover_cli.fsio.jsonl import BadLine, ResumableWriter, read_jsonl
 from prover_cli.progress import NULL_REPORTER
 from prover_cli.signals import stop_signals_as_interrupt
-from prover_cli.verify.text.lexer import configured_mathlib, set_token_table, table_for_config
+from prover_cli.verify.kernel.batching import second_stage
+from prover_cli.verify.kernel.pins import CHECKER, pin_for, pin_warning
+from prover_cli.verify.kernel.stage import KernelStage
+from prover_cli.verify.lean.kimina import KiminaBackend
+from prover_cli.verify.lean.pool import ReplPool
 from prover_cli.verify.placement import Placement, current, place, when_left
+from prover_cli.verify.text.lexer import configured_mathlib, set_token_table, table_for_config
 from prover_cli.verify.text.rules import VERDICTS, Verdict
 from prover_cli.verify.text.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config, VerifyConfig
 
 OnResult = Callable[[Any, dict, Verdict], None]
 
@@ -49,10 +57,10 @@ OnResult = Callable[[Any, dict, Verdict], None]
 Stage = Callable[[Candidate, Verdict], Verdict]
 
 
-def verifier_identity(verify_config: Any) -> dict[str, Any]:
+def verifier_identity(verify_config: VerifyConfig) -> dict[str, Any]:
     """Recorded in every verdict line Lean had a part in, so a verdict always says what produced it
     (a verdict the text checks reached alone records `text_checks_identity()` instead)."""
-    identity = {"backend": verify_config.backend, "lean_toolchain": verify_config.lean_toolchain,
+    identity: dict[str, Any] = {"backend": verify_config.backend, "lean_toolchain": verify_config.lean_toolchain,
                 "mathlib_rev": verify_config.mathlib_rev}
     if verify_config.backend == "repl":
         # the toolchain `lake env repl` runs is the one `<project_dir>/lean-toolchain` names
@@ -72,7 +80,7 @@ def verifier_identity(verify_config: Any) -> dict[str, Any]:
     return identity
 
 
-def _repl_toolchain(verify_config: Any) -> tuple[str, str]:
+def _repl_toolchain(verify_config: VerifyConfig) -> tuple[str, str]:
     """(toolchain, where it was read): the project's `lean-toolchain` file, else the config."""
     project = Path(verify_config.project_dir or ".")
     path = project / "lean-toolchain"
@@ -96,12 +104,10 @@ class TextVerdict(Verdict):
     """A verdict of the text checks alone (statement.py, denylist.py): no Lean process saw the proof."""
 
 
-def kernel_identity(verify_config: Any) -> dict[str, Any] | bool:
+def kernel_identity(verify_config: VerifyConfig) -> dict[str, Any] | bool:
     """`false`, or the checker and the commit pinned for the toolchain."""
     if not verify_config.kernel_check:
         return False
-    from prover_cli.verify.kernel.pins import CHECKER, pin_for
-
     pin = pin_for(verify_config.lean_toolchain)
     return {"checker": pin.checker if pin else CHECKER, "commit": pin.commit if pin else None,
             "toolchain": pin.toolchain if pin else None}
@@ -123,7 +129,7 @@ RULES_VERSION = 6   # 4: statement check by Lean (restated trusted statement), c
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def policy_digest(verify_config: Any) -> str:
+def policy_digest(verify_config: VerifyConfig) -> str:
     """What a verdict depends on besides the record: the verifier policy and the toolchain."""
     policy = {
         "rules": RULES_VERSION,
@@ -192,7 +198,7 @@ class Verifier:
     its processes run (placement.py); `proofs`, when known, lets it size them for that many.
     `config` is the `[verify]` config as it holds there (its commands and paths)."""
 
-    def __init__(self, verify_config: Any, *, transport_factory: Any = None, stages: Iterable[Stage] = (),
+    def __init__(self, verify_config: VerifyConfig, *, transport_factory: Any = None, stages: Iterable[Stage] = (),
                  kernel_runner: Any = None, proofs: int | None = None):
         placed = place(verify_config, transport_factory=transport_factory, kernel_runner=kernel_runner,
                        proofs=proofs)
@@ -208,18 +214,15 @@ class Verifier:
         self.identity = verifier_identity(verify_config)
         self.kernel = None
         if verify_config.kernel_check:
-            from prover_cli.verify.kernel.stage import KernelStage
-
             # `kernel_runner` runs each stage step; None: local processes (Modal's gives each a Sandbox)
             self.kernel = KernelStage(verify_config, runner=kernel_runner)
         if verify_config.backend == "kimina":
-            from prover_cli.verify.lean.kimina import KiminaBackend
-
-            self.backend = KiminaBackend(verify_config)
+            self.backend: KiminaBackend | ReplPool = KiminaBackend(verify_config)
         else:
-            from prover_cli.verify.lean.pool import ReplPool
-
-            self.backend = ReplPool(verify_config, transport_factory=transport_factory)
+            # a place that bills idle processes (keep_warm False: Modal's Sandboxes) ends each REPL
+            # after its last proof of a call, not when the kernel stage and the other REPLs are done
+            release_idle = placed.placement is not None and not placed.placement.keep_warm
+            self.backend = ReplPool(verify_config, transport_factory=transport_factory, release_idle=release_idle)
 
     def __enter__(self) -> "Verifier":
         return self
@@ -258,8 +261,6 @@ class Verifier:
 
             self.backend.run(candidates, report)
             return
-        from prover_cli.verify.kernel.batching import second_stage
-
         # the kernel stage last, after any other stage: its checks run in parallel, off this thread
         canary = self.config if self.config.canary else None
         with second_stage(self.kernel, set(self.config.allowed_axioms), canary_config=canary,
@@ -309,18 +310,14 @@ class Verifier:
         return results  # type: ignore[return-value]
 
 
-def fast_path_once(verify_config: Any, candidate: Candidate, *, transport_factory: Any = None) -> Verdict:
+def fast_path_once(verify_config: VerifyConfig, candidate: Candidate, *, transport_factory: Any = None) -> Verdict:
     """The fast path's verdict on one candidate, from a backend started for it alone."""
     import dataclasses
 
     config = dataclasses.replace(verify_config, workers=1, canary=False)
     if config.backend == "kimina":
-        from prover_cli.verify.lean.kimina import KiminaBackend
-
         backend: Any = KiminaBackend(config)
     else:
-        from prover_cli.verify.lean.pool import ReplPool
-
         backend = ReplPool(config, transport_factory=transport_factory)
     verdicts: list[Verdict] = []
     try:
@@ -330,7 +327,7 @@ def fast_path_once(verify_config: Any, candidate: Candidate, *, transport_factor
     return verdicts[0]
 
 
-def verify_records(records: list[dict[str, Any]], verify_config: Any,
+def verify_records(records: list[dict[str, Any]], verify_config: VerifyConfig,
                    reporter: Any = NULL_REPORTER, *, keep_warm: bool = False,
                    transport_factory: Any = None, kernel_runner: Any = None) -> list[dict[str, Any]]:
     """One verdict dict per record, in input order (`id`, `verdict`, `reason`, …).
@@ -353,7 +350,7 @@ def verify_records(records: list[dict[str, Any]], verify_config: Any,
 _WARM: dict[str, tuple[Placement | None, Verifier]] = {}
 
 
-def _warm_verifier(verify_config: Any, transport_factory: Any = None, kernel_runner: Any = None) -> Verifier:
+def _warm_verifier(verify_config: VerifyConfig, transport_factory: Any = None, kernel_runner: Any = None) -> Verifier:
     import atexit
     import dataclasses
     import json
@@ -387,7 +384,7 @@ when_left(lambda placement: close_warm_verifiers(placement=placement))
 # `prover verify`
 # --------------------------------------------------------------------------------------------
 
-def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | None = None,
+def verify_file(config: Config, *, proofs_path: str | Path, out_path: str | Path | None = None,
                 reporter: Any = NULL_REPORTER, transport_factory: Any = None,
                 kernel_runner: Any = None) -> dict[str, Any]:
     """Verify a JSONL of proofs into a JSONL of verdicts (resumable); returns the summary."""
@@ -432,8 +429,6 @@ def verify_file(config: Any, *, proofs_path: str | Path, out_path: str | Path | 
     policy = policy_digest(verify_config)
     digests = {r["id"]: {"record": record_digest(r, verify_config.header), "policy": policy}
                for _, r in records}
-    from prover_cli.verify.kernel.pins import pin_warning
-
     # said once per command: in the summary (its `warnings` table for humans, the key with --json)
     warnings = [KERNEL_CHECK_OFF_WARNING] if not verify_config.kernel_check else []
     warnings += [w for w in [pin_warning(verify_config)] if w]

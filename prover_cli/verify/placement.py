@@ -25,10 +25,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
-def _as_configured(verify_config: Any, proofs: int | None) -> Any:
+def _as_configured(verify_config: VerifyConfig, proofs: int | None) -> VerifyConfig:
     return verify_config
 
 
@@ -44,7 +47,8 @@ class Placement:
     # placed verify_config -> an isolated.Runner for the kernel stage's steps (None: local processes)
     kernel_runner: Callable[[Any], Any] | None = None
     # False: `verify_records(..., keep_warm=True)` starts and stops its processes per call (a warm
-    # process there would be billed while it idles between batches)
+    # process there would be billed while it idles between batches), and each REPL process ends
+    # after its last proof of a call (engine.Verifier: ReplPool's release_idle)
     keep_warm: bool = True
 
 
@@ -107,13 +111,13 @@ def verification_at(placement: Placement, *, this_thread: bool = False) -> Itera
 class Placed:
     """What one verifier runs with: the config as it holds there, its REPL pipes and kernel runner."""
 
-    config: Any
+    config: VerifyConfig
     transport_factory: Any
     kernel_runner: Any
     placement: Placement | None   # None: the caller chose the place (explicit factory or runner)
 
 
-def place(verify_config: Any, *, transport_factory: Any = None, kernel_runner: Any = None,
+def place(verify_config: VerifyConfig, *, transport_factory: Any = None, kernel_runner: Any = None,
           proofs: int | None = None) -> Placed:
     """The caller's own transport/runner when it passed either (config unchanged), else the
     current placement's, with the config it gives for `proofs` proofs."""

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from prover_cli.verify.kernel.job import KernelJob
 from prover_cli.verify.kernel.kernel_canary import ensure_kernel_canary
 from prover_cli.verify.kernel.pins import kernel_workers
 from prover_cli.verify.kernel.stage import KernelStage, kernel_verdict
 from prover_cli.verify.text.rules import Verdict
+
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
 class second_stage:
@@ -29,7 +33,7 @@ class second_stage:
     With `canary_config`, the kernel canary runs (once, cached) before the first pass is checked,
     its fooled case through `canary_fast_path` (a fresh fast path: the batch's is busy)."""
 
-    def __init__(self, stage: KernelStage, allowed: Iterable[str], canary_config: Any = None,
+    def __init__(self, stage: KernelStage, allowed: Iterable[str], canary_config: VerifyConfig | None = None,
                  canary_fast_path: Any = None):
         self.stage = stage
         self.allowed = frozenset(allowed)
@@ -47,6 +51,11 @@ class second_stage:
         workers = kernel_workers(self.stage.config) if self.stage.batch_size == 1 else 1
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check")
         return self
+
+    @property
+    def _pool(self) -> ThreadPoolExecutor:
+        """The executor __enter__ made (a cast: outside `with` it is None, and using it fails as it always did)."""
+        return cast(ThreadPoolExecutor, self.executor)
 
     def submit(self, candidate: Any, verdict: Verdict, key_record: tuple[Any, Any], on_result: Any) -> None:
         self._raise_failure()
@@ -72,7 +81,7 @@ class second_stage:
             batch, self.buffer = self.buffer[:self.stage.batch_size], self.buffer[self.stage.batch_size:]
             if not batch or self.stopped:
                 return
-            future = self.executor.submit(self.stage.check, [item[0] for item in batch], self.allowed)
+            future = self._pool.submit(self.stage.check, [item[0] for item in batch], self.allowed)
             self.pending.add(future)
         future.add_done_callback(lambda done: self._report(done, batch))
 
@@ -122,4 +131,4 @@ class second_stage:
             for future in pending:
                 future.cancel()
             self.stage.stop()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)

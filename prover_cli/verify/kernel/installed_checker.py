@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli.errors import ConfigError
 from prover_cli.verify.kernel.pins import OWN_CHECKER_FILES, CheckerPin, checker_command, toolchain_version
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,7 +94,7 @@ def manifest_mismatch(checker_manifest: Path, project_manifest: Path) -> str | N
     return f"the kernel checker was built against other packages than the project's: {'; '.join(bad)}" if bad else None
 
 
-def checker_manifest_problem(verify_config: Any, pin: CheckerPin) -> str | None:
+def checker_manifest_problem(verify_config: VerifyConfig, pin: CheckerPin) -> str | None:
     """The installed checker's packages against verify.project_dir's lake-manifest.json: why they
     differ, or None (also None when no checkout of the checker is found: `prover doctor` reports
     that its version is unknown). ConfigError when a manifest is not one."""

@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Protocol
 
 from prover_cli.errors import BackendError
+from prover_cli.verify.lean.box import boxed, find_program, program_argv
+from prover_cli.verify.lean.repl import ReplTimeout
+from prover_cli.verify.lean.transport import LocalTransport, signal_name
 
 MAX_OUTPUT_BYTES = 8 << 20      # stdout / stderr kept per step; beyond is cut (and said so)
 MAX_FILE_BYTES = 1 << 30        # an output file larger than this is not read back
@@ -54,8 +57,6 @@ class RunResult:
 
     def describe(self) -> str:
         """One line: how it ended, for a verdict's reason."""
-        from prover_cli.verify.lean.transport import signal_name
-
         if self.timed_out:
             return "no answer before the deadline (killed)"
         if self.signal is not None:
@@ -98,9 +99,6 @@ class LocalRunner:
     def run(self, argv: list[str], inputs: dict[str, bytes], outputs: tuple[str, ...],
             timeout_s: float, what: str = "command") -> RunResult:
         """`what` names the config key the command comes from, for the error when it cannot start."""
-        from prover_cli.verify.lean.box import boxed, find_program, program_argv
-        from prover_cli.verify.lean.transport import LocalTransport
-
         program = program_argv(argv)   # through `env NAME=VALUE` (kernel/pins.py CHECKER_ENV): env would start
         if program and "{dir}" not in program[0] and find_program(program[0], self.project_dir or os.getcwd()) is None:
             raise BackendError(f"{what} = {argv}: cannot start `{program[0]}`: not found",
@@ -161,8 +159,6 @@ def _exit_code(transport, deadline: float) -> int | None:
 
 def _read_until_eof(transport, deadline: float) -> tuple[str, bool]:
     """All of stdout (up to MAX_OUTPUT_BYTES kept) until EOF, or (what came, True) at the deadline."""
-    from prover_cli.verify.lean.repl import ReplTimeout
-
     transport.close_stdin()   # the step reads no stdin: EOF at once
     chunks: list[bytes] = []
     size = 0

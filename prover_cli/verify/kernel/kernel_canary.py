@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from prover_cli.errors import BackendError
 from prover_cli.verify.kernel.job import Elaborated, KernelJob, KernelResult
@@ -16,6 +16,9 @@ from prover_cli.verify.kernel.stage import KernelStage, compile_module, kernel_v
 from prover_cli.verify.lean.canary import Canary, cache_dir, cached_pass, project_files, store_pass
 from prover_cli.verify.text.rules import Verdict
 from prover_cli.verify.text.statement import Candidate
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +267,8 @@ def check_attack(stage: KernelStage, attack: KernelAttack) -> KernelResult:
         return KernelResult("error", f"{bad}: the attack must compile for the canary to test the checker",
                             time_s=round(time.monotonic() - start, 4))
     job = KernelJob("", attack.target, attack.theorem, "")
-    [result] = stage._check_batch([(job, Elaborated(compiled[0], compiled[1], time.monotonic() - start))],
+    target, submission = (cast(bytes, c) for c in compiled)   # no reason among them: both compiled
+    [result] = stage._check_batch([(job, Elaborated(target, submission, time.monotonic() - start))],
                                   CHECKER_AXIOMS)
     return result
 
@@ -301,7 +305,7 @@ def run_kernel_canary(stage: KernelStage, header: str, fast_path: Any = None) ->
 KERNEL_CANARY_VERSION = 5   # 3: the public attacks (KERNEL_ATTACKS); 4: the fast path's declarations in both modules; 5: #39's three
 
 
-def ensure_kernel_canary(stage: KernelStage, verify_config: Any, fast_path: Any = None) -> None:
+def ensure_kernel_canary(stage: KernelStage, verify_config: VerifyConfig, fast_path: Any = None) -> None:
     """Run the kernel canary once per toolchain and checker (a pass is cached on disk beside the
     fast path's canary; a failure never is); BackendError naming the rule when one fails."""
     import hashlib

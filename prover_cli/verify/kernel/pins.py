@@ -7,9 +7,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from prover_cli.errors import BackendError
+
+
+class KernelSettings(Protocol):
+    """The verify settings the pins read: a config.VerifyConfig. Named here, not imported, because
+    config.py imports this module (a type-only import back would be an import circle)."""
+
+    lean_toolchain: str
+    kernel_check: bool
+    allow_native_decide: bool
+    allowed_axioms: list[str]
+    kernel_check_workers: int
+    workers: int
+    kernel_checker_command: list[str]
+
 
 CHECKER = "SafeVerify"
 CHECKER_REPO = "GasStationManager/SafeVerify"
@@ -134,7 +148,7 @@ def pin_for(lean_toolchain: str) -> CheckerPin | None:
     return PINS.get(toolchain_version(lean_toolchain))
 
 
-def pin_warning(verify_config: Any) -> str | None:
+def pin_warning(verify_config: KernelSettings) -> str | None:
     """What the configured checker does not guarantee, as a warning for doctor and the verify
     summary (None when the kernel stage is off or unpinned)."""
     pin = pin_for(verify_config.lean_toolchain) if verify_config.kernel_check else None
@@ -152,7 +166,7 @@ def pin_warning(verify_config: Any) -> str | None:
     return None
 
 
-def policy_problem(verify_config: Any) -> tuple[str, str] | None:
+def policy_problem(verify_config: KernelSettings) -> tuple[str, str] | None:
     """(key, why) when the verify policy accepts proofs the kernel stage always rejects, else None."""
     if verify_config.allow_native_decide:
         return ("allow_native_decide", "the kernel checker replays native evaluation through the kernel, which cannot "
@@ -165,17 +179,17 @@ def policy_problem(verify_config: Any) -> tuple[str, str] | None:
     return None
 
 
-def kernel_workers(verify_config: Any) -> int:
+def kernel_workers(verify_config: KernelSettings) -> int:
     """How many proofs go through the stage at a time: verify.kernel_check_workers, else verify.workers."""
     return max(1, int(verify_config.kernel_check_workers or verify_config.workers))
 
 
-def checker_command(verify_config: Any, pin: CheckerPin) -> list[str]:
+def checker_command(verify_config: KernelSettings, pin: CheckerPin) -> list[str]:
     """verify.kernel_checker_command with `{checker}` replaced by the pinned checker's program."""
     return [arg.replace("{checker}", pin.program) for arg in verify_config.kernel_checker_command]
 
 
-def require_pin(verify_config: Any) -> CheckerPin:
+def require_pin(verify_config: KernelSettings) -> CheckerPin:
     pin = pin_for(verify_config.lean_toolchain)
     refused = REFUSED_PINS.get(toolchain_version(verify_config.lean_toolchain))
     if pin is None and refused is not None:

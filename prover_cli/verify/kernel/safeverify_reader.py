@@ -141,7 +141,8 @@ def _only_the_trusted_aux_failed(result: RunResult) -> bool:
     the only `N used disallowed axioms. #[…]` line must be `_prover_trusted`'s, listing only the
     hole axiom and allowed ones. Every throw before that summary (imports, replay, the kernel's
     second check, Nat literals) has another message. Anything else: False (fail closed)."""
-    if _exception(result.stderr) is None or not _exception(result.stderr).startswith("SafeVerify check failed."):
+    exception = _exception(result.stderr)
+    if exception is None or not exception.startswith("SafeVerify check failed."):
         return False
     try:
         report = json.loads(result.files["report.json"].decode("utf-8"))

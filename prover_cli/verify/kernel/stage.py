@@ -50,7 +50,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
 from prover_cli.errors import BackendError
 from prover_cli.verify.kernel.installed_checker import checker_manifest_problem
@@ -64,6 +64,10 @@ from prover_cli.verify.text.rules import Verdict
 from prover_cli.verify.text.statement import BadRecord
 
 
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
+
+
 # --------------------------------------------------------------------------------------------
 # The stage
 # --------------------------------------------------------------------------------------------
@@ -74,7 +78,7 @@ class KernelStage:
     imports the header once (`header_imports` counts what the checker reported); with
     SafeVerify, one process per proof (it takes one pair per run)."""
 
-    def __init__(self, verify_config: Any, runner: Runner | None = None):
+    def __init__(self, verify_config: VerifyConfig, runner: Runner | None = None):
         self.config = verify_config
         self.pin = require_pin(verify_config)
         problem = policy_problem(verify_config)
@@ -82,9 +86,9 @@ class KernelStage:
             raise BackendError(f"verify.{problem[0]}: {problem[1]} with verify.kernel_check = true",
                                hint="set verify.kernel_check = false to accept such proofs without the kernel re-check")
         if runner is None:   # local: the installed checker must be built against the project's packages
-            problem = checker_manifest_problem(verify_config, self.pin)
-            if problem is not None:
-                raise BackendError(f"verification refuses to use the kernel checker: {problem}",
+            mismatch = checker_manifest_problem(verify_config, self.pin)
+            if mismatch is not None:
+                raise BackendError(f"verification refuses to use the kernel checker: {mismatch}",
                                    hint="rebuild the checker against the project's lake-manifest.json "
                                         "(docs/verify.md, *The kernel stage*), then run `prover doctor`")
         self.runner = runner or local_runner(verify_config)   # in the box verify.box asks for
@@ -176,7 +180,7 @@ class KernelStage:
         if failure is not None:
             failure.time_s = round(time_s, 4)
             return failure
-        return Elaborated(target, olean, time_s)
+        return Elaborated(target, cast(bytes, olean), time_s)   # no failure: `lean -o` wrote it
 
     def _check_batch(self, items: list[tuple[KernelJob, Elaborated]], allowed: frozenset) -> list[KernelResult]:
         """The checker on these proofs; a batch whose process fails is split until each proof has

@@ -44,6 +44,7 @@ import os
 import shutil
 import subprocess
 import threading
+from typing import Sequence
 
 from prover_cli.errors import BackendError
 
@@ -74,7 +75,7 @@ INSTALL_HINT = ("install bubblewrap (`apt-get install bubblewrap`, `dnf install 
 # The argv
 # --------------------------------------------------------------------------------------------
 
-def bwrap_argv(command: list[str], *, bwrap: str, read_only: list[str], writable: list[str] = (),
+def bwrap_argv(command: list[str], *, bwrap: str, read_only: list[str], writable: Sequence[str] = (),
                cwd: str, env: dict[str, str]) -> list[str]:
     """`bwrap … -- command`: `read_only` paths bound read-only at the same place (a symbolic
     link recreated as itself), `writable` directories bound writable, `cwd` the working
@@ -109,7 +110,7 @@ def secrets_under(path: str, home: str | None = None) -> str | None:
     return None
 
 
-def mount_problem(read_only: list[str], writable: list[str] = (), what: str = "verify.repl_command") -> str | None:
+def mount_problem(read_only: list[str], writable: Sequence[str] = (), what: str = "verify.repl_command") -> str | None:
     """Why the box must not be made with these binds (a message naming the mount), or None."""
     for path in [*read_only, *writable]:
         secret = secrets_under(path)
@@ -226,7 +227,7 @@ def probe(bwrap: str | None = None, timeout_s: float = 30.0, verify_config: obje
     return True, f"`{bwrap}` runs `true` in the box (new namespaces, no network, read-only binds)"
 
 
-def boxed(command: list[str], box: str, cwd: str | None, writable: list[str] = (),
+def boxed(command: list[str], box: str, cwd: str | None, writable: Sequence[str] = (),
           what: str = "verify.repl_command") -> list[str]:
     """`command` as it must run under `verify.box`: in the box ("bubblewrap"), or unchanged
     ("none", the explicit opt-out). Raises BackendError, naming the key and the fix, when the

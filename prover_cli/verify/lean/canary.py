@@ -25,11 +25,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli.errors import BackendError
 from prover_cli.verify.text.rules import AllowedAxioms
 from prover_cli.verify.text.statement import Candidate
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 CANARY_VERSION = 2   # 2: Lean's statement check by restatement; five binder/universe shapes
 STANDARD_AXIOMS = ("propext", "Classical.choice", "Quot.sound")
@@ -108,7 +111,7 @@ NATIVE_CANARY = Canary("native_decide allowed", "`native_decide` is verified und
                        "verified", native=True)
 
 
-def canaries_for(verify_config: Any) -> tuple[Canary, ...]:
+def canaries_for(verify_config: VerifyConfig) -> tuple[Canary, ...]:
     extra = (NATIVE_CANARY,) if verify_config.allow_native_decide else ()
     return CANARIES + extra
 
@@ -192,7 +195,7 @@ def cache_dir() -> Path:
     return Path(base) / "prover" / "canary"
 
 
-def _key_fields(config: Any, transport: Any = None) -> dict[str, Any]:
+def _key_fields(config: VerifyConfig, transport: Any = None) -> dict[str, Any]:
     """What identifies a toolchain here: the REPL command and project, the `lean-toolchain` and
     `lake-manifest.json` it runs with, the header, the configured versions and the policy, and
     for a non-local transport its `canary_key` (an attribute of its factory, e.g. an image id)."""
@@ -203,10 +206,10 @@ def _key_fields(config: Any, transport: Any = None) -> dict[str, Any]:
             "transport": None if transport is None else str(transport)}
 
 
-def project_files(config: Any) -> tuple[Path, dict[str, str | None]]:
+def project_files(config: VerifyConfig) -> tuple[Path, dict[str, str | None]]:
     """The Lean project and the hashes of its `lean-toolchain` and `lake-manifest.json`."""
     project = Path(config.project_dir or os.getcwd()).resolve()
-    files = {}
+    files: dict[str, str | None] = {}
     for name in ("lean-toolchain", "lake-manifest.json"):
         try:
             files[name] = hashlib.sha256((project / name).read_bytes()).hexdigest()
@@ -215,6 +218,6 @@ def project_files(config: Any) -> tuple[Path, dict[str, str | None]]:
     return project, files
 
 
-def canary_cache_key(config: Any, transport: Any = None) -> str:
+def canary_cache_key(config: VerifyConfig, transport: Any = None) -> str:
     text = json.dumps(_key_fields(config, transport), sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:24]

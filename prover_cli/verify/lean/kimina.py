@@ -60,9 +60,10 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, cast
 
 from prover_cli.errors import BackendError
+from prover_cli.verify.lean import canary
 from prover_cli.verify.text.rules import (
     TRUSTED,
     Verdict,
@@ -77,6 +78,9 @@ from prover_cli.verify.text.rules import (
     trusted_command,
 )
 from prover_cli.verify.text.statement import BadRecord, Candidate, trusted_signature
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 HTTP_MARGIN_S = 30.0  # the server's own header run and queueing come on top of the proof's timeout
 SERVER_MAX_WAIT_S = 60.0  # LEAN_SERVER_MAX_WAIT: a snippet waits this long for a REPL, then 429
@@ -128,33 +132,33 @@ def judge_trusted(result: Any, candidate: Candidate) -> str | Verdict:
     """The namespace prefix (`""` or `"Ns."`) the trusted header leaves open, from the reply to
     `trusted_code`, or the record's `error` (a statement that does not elaborate in its header,
     or an answer we cannot read)."""
-    response, failure = _response_of(result)
-    if failure is not None:
-        failure.reason = f"the trusted statement could not be checked: {failure.reason}"
-        return failure
+    response = _response_of(result)
+    if isinstance(response, Verdict):
+        response.reason = f"the trusted statement could not be checked: {response.reason}"
+        return response
     namespace, why = read_trusted_namespace({**response, "env": 0})
     if namespace is None:
         return Verdict("error", f"the trusted statement does not elaborate in the header's environment: {why}")
     return namespace
 
 
-def _response_of(result: Any) -> tuple[dict[str, Any] | None, Verdict | None]:
+def _response_of(result: Any) -> dict[str, Any] | Verdict:
     """The REPL response in one `results[i]` entry, or the verdict its absence means."""
     if not isinstance(result, dict):
-        return None, Verdict("error", "Kimina server returned a result that is not an object")
+        return Verdict("error", "Kimina server returned a result that is not an object")
     if result.get("error"):
         error = str(result["error"])
         status = "timeout" if "timed out" in error else "error"
-        return None, Verdict(status, f"Kimina server: {error[:300]}")
+        return Verdict(status, f"Kimina server: {error[:300]}")
     response = result.get("response")
     if not isinstance(response, dict):
-        return None, Verdict("error", "Kimina server returned no REPL response")
+        return Verdict("error", "Kimina server returned no REPL response")
     if "message" in response:
-        return None, Verdict("error", f"REPL protocol error: {str(response['message'])[:300]}")
+        return Verdict("error", f"REPL protocol error: {str(response['message'])[:300]}")
     messages = response.get("messages") or []
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        return None, Verdict("error", "Kimina server returned a malformed `messages` field")
-    return response, None
+        return Verdict("error", "Kimina server returned a malformed `messages` field")
+    return response
 
 
 def _alias_line(code: str) -> int | None:
@@ -172,14 +176,14 @@ def _alias_line(code: str) -> int | None:
     return start - skipped + 1
 
 
-def judge_kimina(result: Any, candidate: Candidate, alias: str, allowed: set[str], code: str = "") -> Verdict:
+def judge_kimina(result: Any, candidate: Candidate, alias: str, allowed: AbstractSet[str], code: str = "") -> Verdict:
     """The verdict rules on one `results[i]` entry of the server's reply to `kimina_code` (`code`):
     no error (the proof's, or the alias's: Lean does not accept the target as a proof of the
     trusted statement), no sorry, and exactly one `#print axioms` answer naming the nonce alias,
     listing only allowed axioms."""
-    response, failure = _response_of(result)
-    if failure is not None:
-        return failure
+    response = _response_of(result)
+    if isinstance(response, Verdict):
+        return response
     messages = response.get("messages") or []
     sorries = response.get("sorries") or []
     ours = [m for m in messages if _reported_name(m) == alias]
@@ -210,7 +214,7 @@ def _reported_name(message: Any) -> str | None:
 class KiminaBackend:
     """Same interface as ReplPool: `run(candidates, on_verdict)` and `close()`."""
 
-    def __init__(self, verify_config: Any):
+    def __init__(self, verify_config: VerifyConfig):
         self.config = verify_config
         self.allowed = allowed_axioms(verify_config)
         # (header, statement, target) -> the namespace prefix the header leaves open
@@ -240,9 +244,7 @@ class KiminaBackend:
     def run(self, candidates: Iterable[Candidate], on_verdict: Callable[[Candidate, Verdict], None]) -> None:
         todo = list(candidates)
         if todo and not self._canary_done:
-            from prover_cli.verify.lean.canary import ensure_canary
-
-            ensure_canary(self)   # BackendError naming the rule when this server breaks one
+            canary.ensure_canary(self)   # BackendError naming the rule when this server breaks one
             self._canary_done = True
         batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
         self._failed = {}
@@ -251,9 +253,9 @@ class KiminaBackend:
             # all ask for it), then the proofs.
             problems = list({(c.header, c.statement, c.target): c for c in todo
                              if (c.header, c.statement, c.target) not in self._expected}.values())
-            for future in [pool.submit(self._trusted_namespaces, problems[i:i + self.batch_size])
-                           for i in range(0, len(problems), self.batch_size)]:
-                future.result()
+            for namespaces in [pool.submit(self._trusted_namespaces, problems[i:i + self.batch_size])
+                               for i in range(0, len(problems), self.batch_size)]:
+                namespaces.result()
             pending = {pool.submit(self.check_batch, batch): batch for batch in batches}
             try:
                 while pending:
@@ -266,10 +268,10 @@ class KiminaBackend:
                 for future in pending:
                     future.cancel()
 
-    def check(self, candidate: Candidate, allowed: set[str] | None = None) -> Verdict:
+    def check(self, candidate: Candidate, allowed: AbstractSet[str] | None = None) -> Verdict:
         return self.check_batch([candidate], allowed)[0]
 
-    def check_canaries(self, pairs: list[tuple[Candidate, set[str]]]) -> list[Verdict]:
+    def check_canaries(self, pairs: list[tuple[Candidate, AbstractSet[str]]]) -> list[Verdict]:
         """The canary's proofs, each under its own axiom policy (canary.py), in batches."""
         verdicts = []
         for i in range(0, len(pairs), self.batch_size):
@@ -277,21 +279,21 @@ class KiminaBackend:
             verdicts += self._checked([c for c, _ in chunk], [a for _, a in chunk])
         return verdicts
 
-    def check_batch(self, batch: list[Candidate], allowed: set[str] | None = None) -> list[Verdict]:
+    def check_batch(self, batch: list[Candidate], allowed: AbstractSet[str] | None = None) -> list[Verdict]:
         """Verdicts of one batch: each problem's trusted statement checked once (cached per
         problem), then one request for the proofs; after an HTTP 500, one request per proof."""
         return self._checked(batch, [self.allowed if allowed is None else allowed] * len(batch))
 
-    def _checked(self, batch: list[Candidate], alloweds: list[set[str]]) -> list[Verdict]:
+    def _checked(self, batch: list[Candidate], alloweds: list[AbstractSet[str]]) -> list[Verdict]:
         expected = self._trusted_namespaces(batch)
         verdicts: list[Verdict | None] = [e if isinstance(e, Verdict) else None for e in expected]
         todo = [k for k, v in enumerate(verdicts) if v is None]
         for k, verdict in zip(todo, self._proofs([batch[k] for k in todo], [alloweds[k] for k in todo],
-                                                 [expected[k] for k in todo])):
+                                                 [cast(str, expected[k]) for k in todo])):   # todo: the namespaces
             verdicts[k] = verdict
         return verdicts  # type: ignore[return-value]
 
-    def _proofs(self, batch: list[Candidate], alloweds: list[set[str]],
+    def _proofs(self, batch: list[Candidate], alloweds: list[AbstractSet[str]],
                 expected: list[str]) -> list[Verdict]:
         if not batch:
             return []
@@ -365,7 +367,7 @@ class KiminaBackend:
             raise BackendError(f"{self.url}: reply is not {{\"results\": [one result per proof]}}: {str(reply)[:200]}")
         return [by_id[str(k)] for k in range(len(codes))]
 
-    def _request(self, batch: list[Candidate], alloweds: list[set[str]],
+    def _request(self, batch: list[Candidate], alloweds: list[AbstractSet[str]],
                  expected: list[str]) -> list[Verdict]:
         names = [f"_prover_same_{secrets.token_hex(8)}" for _ in batch]
         codes = [kimina_code(c, name, namespace) for c, name, namespace in zip(batch, names, expected)]

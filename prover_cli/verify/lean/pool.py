@@ -31,9 +31,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, AbstractSet, Callable, Iterable
 
 from prover_cli.errors import BackendError
+from prover_cli.verify.lean import canary
 from prover_cli.verify.text.lexer import text_may_run_code
 from prover_cli.verify.lean.repl import ReplDied, ReplFault, ReplProcess, ReplTimeout
 from prover_cli.verify.text.rules import (
@@ -48,8 +49,11 @@ from prover_cli.verify.text.rules import (
     trusted_command,
 )
 from prover_cli.verify.text.statement import BadRecord, Candidate, trusted_signature
-from prover_cli.verify.lean.toolchain import check_capabilities
+from prover_cli.verify.lean.toolchain import Version, check_capabilities
 from prover_cli.verify.lean.transport import TransportFactory, local_transport_factory, signal_name
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 OnVerdict = Callable[[Candidate, Verdict], None]
 
@@ -73,15 +77,20 @@ class _KilledFromOutside(Exception):
 
 class ReplPool:
     """`verify.workers` REPL processes. `transport_factory` makes the byte pipe of each (a new,
-    unstarted `Transport` per call); None means local subprocesses from `verify.repl_command`."""
+    unstarted `Transport` per call); None means local subprocesses from `verify.repl_command`.
+    `release_idle`: a worker that finds no proof left in `run` ends its process at once (a place
+    that bills an idle process, Modal's Sandboxes: it is not kept up while the kernel stage or the
+    other workers finish); the next `run` starts it again, header and all."""
 
-    def __init__(self, verify_config: Any, transport_factory: TransportFactory | None = None):
+    def __init__(self, verify_config: VerifyConfig, transport_factory: TransportFactory | None = None,
+                 release_idle: bool = False):
         self.config = verify_config
+        self.release_idle = release_idle
         self.allowed = allowed_axioms(verify_config)
         self.transport_factory = transport_factory or local_transport_factory(verify_config)
         self.processes = [ReplProcess(self.transport_factory()) for _ in range(verify_config.workers)]
         self._canary_done = not verify_config.canary
-        self.lean_version = None   # detected at each REPL start (toolchain.py)
+        self.lean_version: Version | None = None   # detected at each REPL start (toolchain.py)
 
     def run(self, candidates: Iterable[Candidate], on_verdict: OnVerdict) -> None:
         """Check every candidate; `on_verdict` is called in *this* thread as each verdict is known."""
@@ -93,9 +102,7 @@ class ReplPool:
         if total == 0:
             return
         if not self._canary_done:
-            from prover_cli.verify.lean.canary import ensure_canary
-
-            ensure_canary(self)   # BackendError naming the rule when this toolchain breaks one
+            canary.ensure_canary(self)   # BackendError naming the rule when this toolchain breaks one
             self._canary_done = True
         results: queue.Queue = queue.Queue()
         stop = threading.Event()
@@ -136,6 +143,8 @@ class ReplPool:
             try:
                 candidate = jobs.get_nowait()
             except queue.Empty:
+                if self.release_idle:
+                    proc.kill()   # no proof left for it in this run: its Sandbox ends now
                 return
             try:
                 verdict = self.check(proc, candidate)
@@ -154,7 +163,7 @@ class ReplPool:
                 return  # the batch was stopped: this verdict may come from a killed process
             results.put((candidate, verdict))
 
-    def check(self, proc: ReplProcess, candidate: Candidate, allowed: set[str] | None = None) -> Verdict:
+    def check(self, proc: ReplProcess, candidate: Candidate, allowed: AbstractSet[str] | None = None) -> Verdict:
         """One proof on one process: header (cached), the trusted statement (cached per problem
         and process), the proof command, then the statement and axiom check (`alias_command`).
 
@@ -190,7 +199,7 @@ class ReplPool:
             proc.kill()
         return verdict
 
-    def _check_once(self, proc: ReplProcess, candidate: Candidate, allowed: set[str]) -> Verdict:
+    def _check_once(self, proc: ReplProcess, candidate: Candidate, allowed: AbstractSet[str]) -> Verdict:
         header_env = self._header_env(proc, candidate.header)
         try:
             # the trusted statement, declared before any untrusted text (once per problem and process;

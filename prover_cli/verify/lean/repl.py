@@ -39,7 +39,8 @@ def encode_request(request: dict[str, Any]) -> bytes:
 def split_requests(text: str) -> list[str]:
     """What the REPL does with its input: lines up to an empty line, joined with no separator.
     (Used by tests on the transcripts' `.in` files; the stand-in REPL does the same on its own.)"""
-    requests, current = [], []
+    requests: list[str] = []
+    current: list[str] = []
     for line in text.split("\n"):
         if line.strip() == "":
             if current:

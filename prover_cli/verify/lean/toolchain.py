@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prover_cli.errors import BackendError
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 Version = tuple[int, int, int]
 
@@ -53,7 +56,7 @@ def parse_toolchain(text: str) -> Version | None:
     return (int(match.group(1)), int(match.group(2)), int(match.group(3))) if match else None
 
 
-def detect_version(verify_config: Any) -> tuple[Version | None, str]:
+def detect_version(verify_config: VerifyConfig) -> tuple[Version | None, str]:
     """(version, where it was read), from `<verify.project_dir>/lean-toolchain`, else
     `verify.lean_toolchain`; (None, why) when neither names a release."""
     project = Path(verify_config.project_dir or ".")
@@ -77,11 +80,11 @@ def missing_capabilities(version: Version | None, sent: dict[str, tuple[Version,
     return [form for form, (since, _) in sent.items() if version < since]
 
 
-def check_capabilities(verify_config: Any, sent: dict[str, tuple[Version, str]] = SENT) -> Version | None:
+def check_capabilities(verify_config: VerifyConfig, sent: dict[str, tuple[Version, str]] = SENT) -> Version | None:
     """The detected version; BackendError naming each form this toolchain lacks."""
     version, where = detect_version(verify_config)
     missing = missing_capabilities(version, sent)
-    if missing:
+    if missing and version is not None:   # missing is empty when the version is unknown
         shown = ".".join(map(str, version))
         raise BackendError(f"Lean {shown} (read from {where}) lacks what the verifier sends: "
                            + "; ".join(f"`{form}` needs Lean {'.'.join(map(str, sent[form][0]))} "

@@ -32,9 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Protocol
+from typing import IO, Callable, Protocol, cast
 
 from prover_cli.errors import BackendError
+from prover_cli.verify.lean.box import boxed
 
 READ_CHUNK_BYTES = 1 << 16
 
@@ -101,11 +102,17 @@ class LocalTransport:
         self.command = list(command)
         self.cwd = cwd or None
         self.memory_limit_gb = memory_limit_gb
-        self._proc: subprocess.Popen | None = None
-        self._stderr = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
         self._watchdog_w: int | None = None   # our end of the watchdog pipe: closing it kills the REPL
         self._repl_pgid: int | None = None    # the REPL's own process group (the wrapper reports it)
         self._we_killed = False               # signal_kill() was ours: not a death "from outside"
+
+    @property
+    def _started(self) -> subprocess.Popen[bytes]:
+        """The process start() made, typed as such: before start() or after kill() it is None and
+        the caller's attribute access fails, as it always did (a cast, no check added)."""
+        return cast("subprocess.Popen[bytes]", self._proc)
 
     @property
     def pid(self) -> int | None:
@@ -147,15 +154,15 @@ class LocalTransport:
         os.close(watch_r)
         self._watchdog_w = watch_w
         self._we_killed = False
-        os.set_blocking(self._proc.stdin.fileno(), False)
-        os.set_blocking(self._proc.stdout.fileno(), False)
+        os.set_blocking(cast(IO[bytes], self._started.stdin).fileno(), False)
+        os.set_blocking(cast(IO[bytes], self._started.stdout).fileno(), False)
         self._check_started()
 
     def _check_started(self) -> None:
         """The wrapper reports a command it cannot exec on stderr and exits 127: say so now."""
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
-            code = self._proc.poll()
+            code = self._started.poll()
             raw = self._raw_stderr(2000)
             if code == 127 and "repl_watchdog: cannot start:" in raw:
                 why = raw.split("repl_watchdog: cannot start:", 1)[1].strip()
@@ -174,7 +181,7 @@ class LocalTransport:
                            "within 5 s")
 
     def write(self, data: bytes, deadline: float) -> None:
-        fd = self._proc.stdin.fileno()
+        fd = cast(IO[bytes], self._started.stdin).fileno()
         view = memoryview(data)
         while view:
             remaining = deadline - time.monotonic()
@@ -191,7 +198,7 @@ class LocalTransport:
             view = view[written:]
 
     def read_some(self, deadline: float) -> bytes:
-        fd = self._proc.stdout.fileno()
+        fd = cast(IO[bytes], self._started.stdout).fileno()
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not _wait(fd, select.POLLIN, remaining):
             raise ReplTimeout("no answer before the deadline")
@@ -282,9 +289,9 @@ class LocalTransport:
         if proc is not None:
             if group is not None:
                 _killpg(group)
-            for stream in (proc.stdin, proc.stdout):
+            for stream in (proc.stdin, proc.stdout):   # both pipes (PIPE above): never None
                 try:
-                    stream.close()
+                    cast(IO[bytes], stream).close()
                 except OSError:
                     pass
             try:
@@ -356,8 +363,6 @@ class BoxedLocalTransport(LocalTransport):
         self.unboxed_command = list(command)
 
     def start(self) -> None:
-        from prover_cli.verify.lean.box import boxed
-
         if self.cwd is None or os.path.isdir(self.cwd):   # else LocalTransport names the missing directory
             self.command = boxed(self.unboxed_command, self.box, self.cwd, what=self.what)
         super().start()

@@ -363,9 +363,10 @@ def _literal_end(tokens: list[Token], k: int) -> int | None:
             if not (tokens[j].kind == "ident" and j + 2 < len(tokens) and tokens[j + 1].text == ":"
                     and tokens[j + 2].text == "=" and tokens[j + 2].start == tokens[j + 1].end):
                 return None
-            j = _literal_end(tokens, j + 3)
-            if j is None or j >= len(tokens):
+            after = _literal_end(tokens, j + 3)
+            if after is None or after >= len(tokens):
                 return None
+            j = after
             if tokens[j].text == ",":
                 j += 1
         return j + 1 if j < len(tokens) else None
@@ -388,7 +389,7 @@ def _check_set_option(token: Token, option: Token | None, rest: list[Token], lin
 
 def open_names(tokens: list[Token], k: int) -> list[str]:
     """The namespaces of the `open … in` at `k` (`_is_local_open` holds)."""
-    names = []
+    names: list[str] = []
     for t in tokens[k + 1:]:
         if t.text == "in":
             return names

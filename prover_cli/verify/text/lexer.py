@@ -44,9 +44,17 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
 from prover_cli.errors import BackendError
+
+
+class TableSettings(Protocol):
+    """The verify settings that pick the token table: a config.VerifyConfig. Named here, not
+    imported, because config.py imports the allowlist, which imports this module."""
+
+    mathlib_rev: str
+    project_dir: str
 
 
 class LexError(ValueError):
@@ -166,7 +174,7 @@ def mathlib_table(rev: str) -> TokenTable | None:
     return None
 
 
-def configured_mathlib(verify_config: Any) -> str:
+def configured_mathlib(verify_config: TableSettings) -> str:
     """The Mathlib the REPL reads: the `mathlib` package's commit in `<verify.project_dir>/
     lake-manifest.json` when there is one (what `lake env repl` loads), else `verify.mathlib_rev`
     (what the Modal image is built from)."""
@@ -181,7 +189,7 @@ def configured_mathlib(verify_config: Any) -> str:
     return verify_config.mathlib_rev
 
 
-def table_for_config(verify_config: Any) -> TokenTable:
+def table_for_config(verify_config: TableSettings) -> TokenTable:
     """The table for the configured Mathlib; Lean core's alone (every quote a Mathlib token would
     cover is then refused: fail closed) when none is recorded for it."""
     rev = configured_mathlib(verify_config)
@@ -289,7 +297,7 @@ def lex(text: str, table: "TokenTable | None" = None) -> Lexed:
     while i < n:
         ch = text[i]
         if ch in " \t\r\n":
-            i = _WHITESPACE_RUN.match(text, i).end()
+            i = cast(re.Match, _WHITESPACE_RUN.match(text, i)).end()   # text[i] is whitespace: it matches
         elif text.startswith("--", i):
             end = text.find("\n", i)
             end = n if end < 0 else end
@@ -313,13 +321,13 @@ def lex(text: str, table: "TokenTable | None" = None) -> Lexed:
                 raise LexError(f"a `'` directly after `{before.text}` that no recorded token covers "
                                f"({table.name}): Lean reads it by a token table we cannot classify", i)
             if text.startswith("''", i):   # Lean: `'` then `'` is never a char literal; the table decides
-                end = table.longest(text, i)
-                if end is None:
+                longest = table.longest(text, i)
+                if longest is None:
                     raise LexError(f"`''` is not a token of {table.name}: we cannot tell how Lean reads it", i)
-                i = table_token(i, end)
-            elif (end := _char_literal_end(text, i)) is not None:
-                tokens.append(Token("char", text[i:end], i, end))
-                i = end
+                i = table_token(i, longest)
+            elif (char_end := _char_literal_end(text, i)) is not None:
+                tokens.append(Token("char", text[i:char_end], i, char_end))
+                i = char_end
             else:   # not a char literal: Lean stops with a parse error here; we keep scanning
                 tokens.append(Token("symbol", ch, i, i + 1))
                 i += 1
@@ -339,8 +347,8 @@ def lex(text: str, table: "TokenTable | None" = None) -> Lexed:
             end, components = _ident_end(text, i + 1)
             tokens.append(Token("hash", text[i:end], i, end, components))
             i = end
-        elif ch in table.by_first and (end := table.longest(text, i)) is not None:
-            i = table_token(i, end)
+        elif ch in table.by_first and (longest := table.longest(text, i)) is not None:
+            i = table_token(i, longest)
         else:
             tokens.append(Token("symbol", ch, i, i + 1))
             i += 1
@@ -492,7 +500,7 @@ def _ident_end(text: str, i: int) -> tuple[int, tuple[str, ...]]:
             components.append(text[i + 1:close])
             i = close + 1
         else:
-            j = _ID_REST_RUN.match(text, i + 1).end()
+            j = cast(re.Match, _ID_REST_RUN.match(text, i + 1)).end()   # `*`: it always matches
             components.append(text[i:j])
             i = j
         if i + 1 < n and text[i] == "." and (is_id_first(text[i + 1]) or text[i + 1] == "«"):

@@ -76,7 +76,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, AbstractSet, Any
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
 VERDICTS = ("verified", "rejected", "timeout", "error")
@@ -132,7 +135,7 @@ class AllowedAxioms(frozenset):
         return self.native and isinstance(name, str) and NATIVE_AUX_AXIOM.match(name) is not None
 
 
-def allowed_axioms(verify_config: Any) -> AllowedAxioms:   # a config.VerifyConfig
+def allowed_axioms(verify_config: VerifyConfig) -> AllowedAxioms:
     # Typed access, no coercion: `bool("false")` would allow native axioms nobody chose.
     native, names = verify_config.allow_native_decide, verify_config.allowed_axioms
     if not isinstance(native, bool) or not isinstance(names, (list, tuple, set, frozenset)) \
@@ -221,7 +224,7 @@ def judge_proof(response: Any) -> Verdict | None:
     return None
 
 
-def judge_axioms(messages: list[dict[str, Any]], target: str, allowed: set[str],
+def judge_axioms(messages: list[dict[str, Any]], target: str, allowed: AbstractSet[str],
                  proof_messages: list[dict[str, Any]]) -> Verdict:
     """Rules 4-5 on the messages that answer `#print axioms <target>`."""
     answers = [(m, parse_axioms_message(m.get("data"))) for m in messages]
@@ -305,7 +308,7 @@ def read_trusted_namespace(response: Any) -> tuple[str | None, str]:
     return names[0][:-len(TRUSTED)], ""
 
 
-def judge_alias(response: Any, target: str, allowed: set[str], proof_messages: list[dict[str, Any]],
+def judge_alias(response: Any, target: str, allowed: AbstractSet[str], proof_messages: list[dict[str, Any]],
                 alias: str = SAME) -> Verdict:
     """Rules 4-5 on the answer to `alias_command`: an error is the statement check failing (Lean
     does not accept the target as a proof of the trusted statement: another statement, another

@@ -37,17 +37,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, AbstractSet, Any, Sequence
 
+from prover_cli.policy.prompts import extract_lean_block
 from prover_cli.verify.text.allowlist import (
+    ALLOWED_COMMANDS,
+    COMMAND_KEYWORDS,
+    INERT_COMMANDS,
     RESOURCE_OPTIONS,
+    _is_local_open,
     check_characters,
     check_commands,
     code_commands_used,
+    open_names,
     opened_namespaces,
 )
 from prover_cli.verify.text.denylist import scan_tokens
 from prover_cli.verify.text.lexer import LexError, Lexed, Token, lex, line_col
+
+if TYPE_CHECKING:
+    from prover_cli.config import VerifyConfig
 
 
 
@@ -81,7 +90,7 @@ class TextPolicy:
     max_proof_chars: int = 200_000
 
     @classmethod
-    def from_config(cls, verify_config: Any) -> "TextPolicy":   # a config.VerifyConfig
+    def from_config(cls, verify_config: VerifyConfig) -> "TextPolicy":
         # Typed access, no fallbacks: an object that lacks a key, or holds a value of another
         # type (`"false"` is truthy), is a bug to raise, not a policy to guess.
         native, commands, limit = (verify_config.allow_native_decide, verify_config.allow_commands,
@@ -182,8 +191,6 @@ def may_run_code(body: str, policy: TextPolicy) -> bool:
     policy: compiled code through `native_decide` (when allowed), or a command that
     `verify.allow_commands` admits beyond the inert ones. The pool recycles the process after such
     a record: code can write into the protocol stream and register process-global state."""
-    from prover_cli.verify.text.allowlist import INERT_COMMANDS
-
     if not policy.allow_native_decide and not set(policy.allow_commands) - INERT_COMMANDS:
         return False   # the default policy: nothing in checked text runs code of its own
     try:
@@ -225,7 +232,8 @@ def target_name(trusted: Lexed) -> str:
         raise BadRecord("`formal_statement` must start with `theorem NAME` (or `lemma NAME`)")
     tail = tokens[-3:] if tokens[-1].text == "by" else tokens[-2:] + [None]
     colon, equals = tail[0], tail[1]
-    if not (colon is not None and colon.text == ":" and equals.text == "=" and colon.end == equals.start):
+    if not (colon is not None and equals is not None and colon.text == ":" and equals.text == "="
+            and colon.end == equals.start):
         raise BadRecord("`formal_statement` must end with `:= by` (or `:=`), so that the proof "
                         "cannot extend the statement")
     return tokens[1].text
@@ -246,7 +254,7 @@ def assemble_proof(statement: str, proof: str, *, allow_native_decide: bool = Fa
     return statement + separator + lexed.code
 
 
-def _allow(lexed: Lexed, policy: TextPolicy, what: str, skip: list[tuple[int, int]] = (), header: str = "",
+def _allow(lexed: Lexed, policy: TextPolicy, what: str, skip: Sequence[tuple[int, int]] = (), header: str = "",
            in_tactic_block: bool = False, declaration_opens: bool = True) -> None:
     """The allowlist (`allowlist.py`): characters, then commands."""
     problem = check_characters(lexed) or check_commands(
@@ -292,8 +300,6 @@ def _deny(lexed: Lexed, allow_native_decide: bool, what: str, tokens: list[Token
 def last_lean_block(completion: str) -> str:
     # One extraction rule for the whole product (policy/prompts.py): the last complete ```lean4/```lean
     # block outside <think>, so what generate/eval call "the answer" is what gets verified.
-    from prover_cli.policy.prompts import extract_lean_block
-
     block = extract_lean_block(completion)
     if block is None:
         raise Rejected("no complete ```lean4 code block after the thinking section of the completion")
@@ -448,10 +454,8 @@ def _last_part(token: Token) -> str:
 
 
 def _check_before_target(before: list[Token], block: str, statement_tokens: list[Token],
-                         allowed: set[str] = frozenset(), near_copy: str = "", code: str = "",
+                         allowed: AbstractSet[str] = frozenset(), near_copy: str = "", code: str = "",
                          header_opens: frozenset[str] = frozenset()) -> None:
-    from prover_cli.verify.text.allowlist import _is_local_open, open_names
-
     # `… in` commands directly before the target (a chain: `open A in` + `set_option … in` +
     # `theorem NAME`) each apply to the rest, so to the target's statement, which must elaborate
     # with nothing but the trusted header in front of it.
@@ -487,8 +491,6 @@ def _check_before_target(before: list[Token], block: str, statement_tokens: list
 def _target_prefixes(before: list[Token], code: str) -> list[tuple[int, int]]:
     """(start, end) token ranges of the `set_option <opt> <value> in` and one-line `open … in`
     commands that end right where the target starts, last first."""
-    from prover_cli.verify.text.allowlist import _is_local_open, open_names
-
     found, end = [], len(before)
     while end > 0 and before[end - 1].text == "in":
         if end >= 4 and before[end - 4].text == "set_option":
@@ -525,8 +527,6 @@ FIRST_COMMANDS = frozenset({"theorem", "lemma", "set_option", "open"})
 def _trusted_commands(header: str) -> tuple[list[Token], list[int]]:
     """The trusted header's tokens after its import lines, and the indices where a command
     starts (the first token of a line that is a command keyword), plus 0 and the end."""
-    from prover_cli.verify.text.allowlist import ALLOWED_COMMANDS, COMMAND_KEYWORDS
-
     lexed = lex(header)   # header_imports() has lexed it already: no LexError here
     code, import_end, in_import = lexed.code, 0, False
     offset = 0
@@ -585,7 +585,7 @@ def _trusted_copy(lexed: Lexed, body_start: int, header: str) -> TrustedCopy:
     return TrustedCopy(body[0].start, body[j - i - 1].end, near)
 
 
-def _check_first_command(lexed: Lexed, body_start: int, block: str, allowed: set[str] = frozenset()) -> None:
+def _check_first_command(lexed: Lexed, body_start: int, block: str, allowed: AbstractSet[str] = frozenset()) -> None:
     """What follows the trusted header must start a new command (`theorem`, `lemma`, `set_option
     … in`), at the start of its line: a backend that sends header and proof as one file (Kimina)
     would otherwise let a leading `+ 1` or an indented name continue the header's last command

@@ -40,7 +40,7 @@ from prover_cli.comparison.study.run import run_study
 from prover_cli.comparison.study.study_file import load_study
 from prover_cli.comparison.study.tuning import tune_study
 from prover_cli.config import load_config
-from prover_cli.doctor import run_doctor, run_modal_doctor, summarize
+from prover_cli.doctor import run_local_checks, run_modal_doctor, summarize
 from prover_cli.errors import (ConfigError, InputError, MachineError, ProverError, UsageError, _file_in_traceback,
                                decode_error_from, write_fault_from)
 from prover_cli.evaluate import eval_output_dir
@@ -674,7 +674,7 @@ def doctor(
     if backend == "modal":
         _render(out, run_modal_doctor(cfg, dry_run=dry_run), "prover doctor --backend modal")
         return
-    checks = run_doctor(cfg)
+    checks = run_local_checks(cfg)
     found = summarize(checks, cfg)
     if json_mode:
         out.result({"checks": [c.to_dict() for c in checks], "ready": found["ready"], "summary": found["summary"],

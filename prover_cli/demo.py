@@ -15,6 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prover_cli.errors import ConfigError, InputError
+from prover_cli.policy import samplers  # a module: `samplers.load_sampler` is looked up per call (tests swap it)
+from prover_cli.policy.built_models import resolve_model_path
+from prover_cli.policy.tiny_model import TINY_NAME, tiny_model_dir
+from prover_cli.policy.warmstart import WARMSTART_NAME, warmstart_dir
+from prover_cli.progress import NULL_REPORTER, quiet_third_party_bars
+from prover_cli.tasks.problems import heldout_problems
+from prover_cli.training.heldout import evaluate_base, weights_sha256
+from prover_cli.training.metrics import METRICS_FILE, read_metrics
+
 if TYPE_CHECKING:
     from prover_cli.config import Config
 
@@ -28,8 +38,6 @@ def sample_budgets(config: Config) -> dict[str, int]:
 
 def grpo_eval_every(config: Config) -> int:
     """GRPO's `run.eval_every` that evaluates at ES's sample budgets (`run.eval_every` is in ES iterations)."""
-    from prover_cli.errors import ConfigError
-
     es, g = config.es, config.grpo
     per_iteration = es.population * es.problems_per_iteration * es.samples_per_problem
     per_step = g.per_device_train_batch_size * g.gradient_accumulation_steps
@@ -53,9 +61,6 @@ def budget_line(config: Config) -> str:
 def base_is_built(config: Config) -> bool:
     """Whether `model.name` (`tiny-countdown`, `tiny`) is already in `model.cache_dir`; True for any
     other name (nothing to build)."""
-    from prover_cli.policy.tiny_model import TINY_NAME, tiny_model_dir
-    from prover_cli.policy.warmstart import WARMSTART_NAME, warmstart_dir
-
     m = config.model
     if m.name == WARMSTART_NAME:
         return (warmstart_dir(m.cache_dir, m.tiny_seed) / "prover_warmstart.json").exists()
@@ -69,11 +74,7 @@ def build_base(config: Config, say: Any = print) -> str:
     first `generate` would otherwise sit at 0 % with no word while it is built)."""
     import time
 
-    from prover_cli.progress import quiet_third_party_bars
-
     quiet_third_party_bars()   # called from scripts/demo.sh, outside `prover`: no transformers bars
-    from prover_cli.policy.built_models import resolve_model_path
-
     m = config.model
     if base_is_built(config):
         say(f"base model {m.name}: cached in {m.cache_dir}/")
@@ -100,23 +101,14 @@ def noise_line(config: Config) -> str:
 def base_heldout(config: Config, reporter: Any = None) -> dict[str, Any]:
     """The held-out `eval/*` keys of the base model (`model.name`): the evaluation both trainers write
     as their iteration 0 (prover_cli/training/heldout.py `evaluate_base`, cached, so computed once)."""
-    from prover_cli.progress import NULL_REPORTER, quiet_third_party_bars
-
     quiet_third_party_bars()   # called from scripts outside `prover` (scripts/demo.sh): no "Loading weights" bar
-    from prover_cli.training.heldout import evaluate_base, weights_sha256
-    from prover_cli.tasks.problems import heldout_problems
-    from prover_cli.policy.samplers import load_sampler
-
-    sampler: Any = load_sampler(config.model, config.generate)  # a transformers sampler: `.model` is its torch module
+    sampler: Any = samplers.load_sampler(config.model, config.generate)  # a transformers sampler: `.model` is its torch module
     return evaluate_base(sampler, config, heldout_problems(config), weights_sha256(sampler.model),
                          reporter=reporter or NULL_REPORTER)
 
 
 def last_heldout(run_dir: str | Path) -> dict[str, Any]:
     """The last metrics.jsonl line of a run that carries `eval/verified_rate`."""
-    from prover_cli.errors import InputError
-    from prover_cli.training.metrics import METRICS_FILE, read_metrics
-
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         raise InputError(f"{path}: no metrics (was the run trained?)")

@@ -20,6 +20,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prover_cli.backends import modal_credentials_present, modal_module
+from prover_cli.errors import ProverError
+from prover_cli.es import fused_cpu, fused_gpu
+from prover_cli.on_modal.plan import doctor_plan
+from prover_cli.verify.engine import fast_path_once
+from prover_cli.verify.kernel.installed_checker import checker_manifest_problem, describe_installed_checker
+from prover_cli.verify.kernel.kernel_canary import kernel_canary_failures, run_kernel_canary
+from prover_cli.verify.kernel.pins import REFUSED_PINS, checker_command, pin_for, pin_warning, toolchain_version
+from prover_cli.verify.kernel.stage import KernelStage
+from prover_cli.verify.lean.box import INSTALL_HINT, boxed, probe
+from prover_cli.verify.lean.canary import canaries_for, failures_message, run_canary
+from prover_cli.verify.lean.pool import ReplPool
+
 if TYPE_CHECKING:
     from prover_cli.config import Config, VerifyConfig
 
@@ -30,7 +43,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
-    need: str = ""   # NEEDED, OPTIONAL or REAL_RUN for the config checked (`need_of`); set by `run_doctor`
+    need: str = ""   # NEEDED, OPTIONAL or REAL_RUN for the config checked (`need_of`); set by `run_local_checks`
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,8 +146,6 @@ def check_es_fused() -> list[Check]:
         return []
     import torch
 
-    from prover_cli.es import fused_cpu, fused_gpu
-
     checks = [Check("es fused (cpu)", fused_cpu.available(), fused_cpu.status(),
                     "" if fused_cpu.available() else "install a C compiler (gcc) for the fused path; "
                     "the eager torch path gives the same bits, slower")]
@@ -160,8 +171,6 @@ def check_package(name: str, fix: str) -> Check:
 
 def check_box(verify_config: VerifyConfig) -> Check:
     """Whether the box (verify/lean/box.py) is in force: `bwrap` exists and runs `true` in the box."""
-    from prover_cli.verify.lean.box import INSTALL_HINT, probe
-
     name = "box"
     if verify_config.box == "none":
         return Check(name, False, "not in force (verify.box = \"none\", your opt-out): the REPLs and the kernel "
@@ -176,9 +185,6 @@ def check_box(verify_config: VerifyConfig) -> Check:
 def check_lean(repl_command: list[str], project_dir: str, timeout_s: float = 60.0, box: str = "none") -> Check:
     """Start the REPL (in the box when `box` is "bubblewrap") and send one trivial command; it must
     answer with an environment."""
-    from prover_cli.errors import ProverError
-    from prover_cli.verify.lean.box import boxed
-
     program = repl_command[0] if repl_command else ""
     fix = ("install elan and build leanprover-community/repl in a Lake project with Mathlib, then set "
            "verify.repl_command and verify.project_dir (see docs/verify.md), or use --backend modal")
@@ -208,10 +214,6 @@ def check_canary(verify_config: VerifyConfig, transport_factory: Any = None) -> 
     """Run the verify canary (prover_cli/verify/lean/canary.py) on the configured REPL (or REPLs from
     `transport_factory`: a Modal Sandbox's): honest proofs must verify and each cheat must be
     rejected, else our rules do not hold on this toolchain."""
-    from prover_cli.errors import ProverError
-    from prover_cli.verify.lean.canary import canaries_for, failures_message, run_canary
-    from prover_cli.verify.lean.pool import ReplPool
-
     fix = ("the verdict rules do not match this Lean version: verification refuses to run; report the "
            "failing rule, or use the toolchain of verify.lean_toolchain")
     pool = ReplPool(verify_config, transport_factory=transport_factory)
@@ -229,10 +231,6 @@ def check_canary(verify_config: VerifyConfig, transport_factory: Any = None) -> 
 
 def check_kernel_checker(verify_config: VerifyConfig) -> Check:
     """The kernel stage's checker: found, which version, built for the configured toolchain."""
-    from prover_cli.errors import ProverError
-    from prover_cli.verify.kernel.installed_checker import checker_manifest_problem, describe_installed_checker
-    from prover_cli.verify.kernel.pins import REFUSED_PINS, checker_command, pin_for, pin_warning, toolchain_version
-
     name = "kernel checker"
     if not verify_config.kernel_check:
         return Check(name, True, "off (verify.kernel_check = false): `verified` rests on the fast path's "
@@ -277,10 +275,6 @@ def check_kernel_canary(verify_config: VerifyConfig, runner: Any = None, fast_pa
     reports the seconds the honest one took (the stage's cost per proof here). `runner`: where
     each step runs (None: local processes; `prover doctor --backend modal`: fresh Sandboxes);
     `fast_path`: the fast path the fooled case goes through first (None: straight to the stage)."""
-    from prover_cli.errors import ProverError
-    from prover_cli.verify.kernel.kernel_canary import kernel_canary_failures, run_kernel_canary
-    from prover_cli.verify.kernel.stage import KernelStage
-
     fix = "the kernel stage does not hold on this toolchain: check the pinned checker and verify.lean_command"
     try:
         results = run_kernel_canary(KernelStage(verify_config, runner=runner), verify_config.header, fast_path)
@@ -294,15 +288,14 @@ def check_kernel_canary(verify_config: VerifyConfig, runner: Any = None, fast_pa
 
 
 def check_modal_credentials() -> Check:
-    from prover_cli.backends import modal_credentials_present
-
     if modal_credentials_present():
         return Check("modal token", True, "found")
     return Check("modal token", False, "no MODAL_TOKEN_ID/MODAL_TOKEN_SECRET and no ~/.modal.toml",
                  "run `modal token new` to use --backend modal")
 
 
-def run_doctor(config: Config) -> list[Check]:
+def run_local_checks(config: Config) -> list[Check]:
+    """`prover doctor`'s checks of this machine for `config` (Modal's: on_modal/doctor.py `run_doctor`)."""
     checks = [check_python()]
     checks += check_torch()
     checks += check_es_fused()
@@ -325,8 +318,6 @@ def run_doctor(config: Config) -> list[Check]:
     checks.append(checker)
     if config.verify.kernel_check:
         if checker.ok and lean.ok:
-            from prover_cli.verify.engine import fast_path_once
-
             checks.append(check_kernel_canary(config.verify, fast_path=lambda c: fast_path_once(config.verify, c)))
         else:
             checks.append(Check("kernel canary", False, "not run: " + ("no checker" if not checker.ok else "no REPL"),
@@ -343,9 +334,5 @@ def run_modal_doctor(config: Config, *, dry_run: bool = False) -> dict[str, Any]
     """The steps of prover_cli/on_modal/doctor.py: with `dry_run`, what each would start and cost
     (no `modal` import, no credentials); else run them on Modal, each with result, time and cost."""
     if dry_run:
-        from prover_cli.on_modal.plan import doctor_plan
-
         return doctor_plan(config)
-    from prover_cli.backends import modal_module
-
     return modal_module("prover_cli.on_modal.doctor").run_doctor(config)

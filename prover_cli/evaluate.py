@@ -52,10 +52,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from prover_cli import generate  # a module: `generate.generate_samples` is looked up per call (tests swap it)
+from prover_cli.config import check_eval_sampling, config_from_dict
 from prover_cli.errors import ConfigError, InputError
-from prover_cli.fsio.jsonl import ResumableWriter, load_jsonl_strict, log_malformed, with_malformed, write_text_atomic
-from prover_cli.tasks.problems import eval_problems_path
+from prover_cli.es.replay import replay_seeds
+from prover_cli.fsio.jsonl import (BadLine, ResumableWriter, load_jsonl_strict, log_malformed, read_jsonl,
+                                   with_malformed, write_text_atomic)
+from prover_cli.on_modal.plan import decode_tokens_per_s, gpu_price_per_hour
+from prover_cli.policy import rollout
+from prover_cli.policy.prompts import resolve_family
 from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import get_task
+from prover_cli.tasks.problems import content_key, eval_problems, eval_problems_path
+from prover_cli.verify import verify_file
+from prover_cli.verify.text.rules import VERDICTS
 
 if TYPE_CHECKING:
     from prover_cli.config import Config
@@ -133,9 +143,6 @@ def read_verdicts(path: Path, keep: Any = None) -> tuple[list[dict[str, Any]], l
 
     One bad line costs that line: it is reported by number and the rest are scored. `keep(record)`
     filters the usable records (eval keeps the samples of the problems it generated)."""
-    from prover_cli.fsio.jsonl import BadLine, read_jsonl
-    from prover_cli.verify.text.rules import VERDICTS
-
     records, malformed = [], []
     for line_no, record in read_jsonl(path):
         if isinstance(record, BadLine):
@@ -241,8 +248,6 @@ def run_eval(config: Config, *, model: str | None = None, ledger: str | Path | N
         return with_malformed(result, path, malformed)
     if model is not None and ledger is not None:
         raise ConfigError("--model and --ledger both name the weights to evaluate: pass one")
-    from prover_cli.config import check_eval_sampling
-
     check_eval_sampling(config)  # greedy with eval.n > 1: identical samples, or transformers refuses
     if ks[-1] > config.eval.n:
         raise ConfigError(f"--k {','.join(map(str, ks))}: k = {ks[-1]} exceeds eval.n = {config.eval.n} "
@@ -297,9 +302,6 @@ def _plot_title(model: str | None, run: str) -> str:
 
 def _generate_and_score(config: Config, model: str | None, ledger: Path | None, ks: list[int], out: Path | None,
                         reporter: Reporter) -> dict[str, Any]:
-    from prover_cli.generate import generate_samples
-    from prover_cli.tasks.problems import eval_problems
-
     problems_path = eval_problems_path(config)
     bad_problems: list[dict[str, Any]] = []  # reported and skipped; the command then exits 1
     try:
@@ -317,8 +319,6 @@ def _generate_and_score(config: Config, model: str | None, ledger: Path | None, 
     if ledger is not None:
         if not ledger.is_file():
             raise InputError(f"{ledger}: ledger not found")
-        from prover_cli.es.replay import replay_seeds  # torch: imported only when a ledger is given
-
         ledger_sha = hashlib.sha256(ledger.read_bytes()).hexdigest()
         model_dir = base / f"model-{ledger_sha[:12]}"
         reporter.log(f"rebuilding the weights of {ledger} into {model_dir}")
@@ -339,12 +339,10 @@ def _generate_and_score(config: Config, model: str | None, ledger: Path | None, 
     write_text_atomic(meta, json.dumps(identity, indent=2) + "\n")  # whole or not at all: a resume reads it
     samples_path, verdicts_path = eval_dir / "samples.jsonl", eval_dir / "verdicts.jsonl"
 
-    generated = generate_samples(config, problems, samples_path, n=config.eval.n, model=model_path,
+    generated = generate.generate_samples(config, problems, samples_path, n=config.eval.n, model=model_path,
                                  model_label=model_label, family_name=config.model.name if ledger else None,
                                  reporter=reporter, problems_label=str(problems_path))
     if config.data.task == "lean":
-        from prover_cli.verify import verify_file
-
         verify_file(config, proofs_path=samples_path, out_path=verdicts_path, reporter=reporter)
     else:
         _score_with_task(config, samples_path, verdicts_path, reporter)
@@ -372,8 +370,6 @@ def distinct_problems(problems: list[dict[str, Any]]) -> tuple[list[dict[str, An
     """Each problem once, its first row (`problems.content_key`: a countdown puzzle's numbers and
     target, a Lean statement up to whitespace and its name), as the held-out evaluation counts them:
     a puzzle drawn twice is one problem, not two chances. Returns (the problems, rows dropped)."""
-    from prover_cli.tasks.problems import content_key
-
     seen: set[str] = set()
     kept = []
     for problem in problems:
@@ -400,17 +396,13 @@ def _eval_label(config: Config, model_label: str) -> str:
 def _score_with_task(config: Config, samples_path: Path, verdicts_path: Path, reporter: Reporter) -> None:
     """Every task but Lean (countdown, toy, a registered one): reward 1.0 = solved, written as verdict
     records so one pass@k path scores all tasks."""
-    from prover_cli.policy import rollout
-    from prover_cli.generate import SAMPLE_FIELDS
-    from prover_cli.tasks import get_task
-
     task = get_task(config.data.task)
     samples = load_jsonl_strict(samples_path)
     with ResumableWriter(verdicts_path) as writer:
         todo = [s for s in samples if str(s.get("id")) not in writer.done_ids]
         if not todo:
             return
-        problems = [{**{k: v for k, v in s.items() if k not in SAMPLE_FIELDS}, "id": s["problem_id"]} for s in todo]
+        problems = [{**{k: v for k, v in s.items() if k not in generate.SAMPLE_FIELDS}, "id": s["problem_id"]} for s in todo]
         rewards = rollout.score(task, problems, [s["completion"] for s in todo], config, reporter=reporter)
         for sample, reward in zip(todo, rewards, strict=True):
             writer.write({"id": sample["id"], "problem_id": sample["problem_id"], "split": sample.get("split"),
@@ -659,9 +651,6 @@ def apply_preset(config: Config, preset: str, *, model_name: str | None = None, 
 
     `ks` (from `--k`) replaces the protocol's k values, and n becomes the largest of them.
     """
-    from prover_cli.config import config_from_dict
-    from prover_cli.policy.prompts import resolve_family
-
     if preset not in BENCHMARKS:
         raise ConfigError(f"--preset {preset!r}: must be one of {', '.join(EVAL_PRESETS)}")
     benchmark = BENCHMARKS[preset]
@@ -713,8 +702,6 @@ def eval_plan(config: Config, ks: list[int], applied: Applied | None, *, backend
     nominal = applied.benchmark.problems if applied else None
     problems = counted if counted is not None else nominal
     model_label = model or config.model.name
-    from prover_cli.policy.prompts import resolve_family
-
     family = applied.protocol.family if applied else resolve_family(model_label, config.model.family)
     rows = [["model", model_label], ["family (prompt)", family],
             ["problems", f"{problems_path} split {config.eval.split!r}: "
@@ -740,8 +727,6 @@ def eval_plan(config: Config, ks: list[int], applied: Applied | None, *, backend
                        "columns": ["k", "published", "source"], "rows": pub_rows})
         result["published"] = [{"k": p.k, "figure": p.figure, "source": p.source} for p in applied.published]
     if backend == "modal" and problems:
-        from prover_cli.on_modal.plan import decode_tokens_per_s, gpu_price_per_hour
-
         speed, gpu_price = decode_tokens_per_s(config), gpu_price_per_hour(config)  # 0: modal.gpu's table entry
         samples = problems * config.eval.n
         calls = math.ceil(problems / g.batch_size)

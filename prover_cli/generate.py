@@ -28,9 +28,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prover_cli import streams
-from prover_cli.errors import InputError
-from prover_cli.fsio.jsonl import ResumableWriter, fields_first
+from prover_cli.demo import base_is_built
+from prover_cli.errors import BackendError, InputError
+from prover_cli.fsio.jsonl import ResumableWriter, fields_first, log_malformed, with_malformed
+from prover_cli.policy import rollout, samplers  # `samplers.load_sampler` looked up per call: tests swap it
+from prover_cli.policy.built_models import BUILT_NAMES
+from prover_cli.policy.prompts import answer_completion, resolve_family
+from prover_cli.policy.samplers import sampling_params
 from prover_cli.progress import NULL_REPORTER, Reporter
+from prover_cli.tasks import get_task
+from prover_cli.tasks.datasets import SOLUTION_FIELDS
+from prover_cli.tasks.problems import check_fields, read_problems
 
 if TYPE_CHECKING:
     from prover_cli.config import Config
@@ -47,9 +55,6 @@ def generate_file(config: Config, *, problems_path: str | Path | None = None, ou
 
     `sampler`: an already loaded sampler to reuse (a Modal container keeps its vLLM engine warm
     across calls); by default one is loaded for `model` / `model.name`."""
-    from prover_cli.fsio.jsonl import log_malformed, with_malformed
-    from prover_cli.tasks.problems import read_problems
-
     path = Path(problems_path) if problems_path else config.problems_path
     malformed: list[dict[str, Any]] = []  # bad lines are reported and skipped; the run then exits 1
     problems = read_problems(path, split=config.generate.split or None, malformed=malformed,
@@ -77,12 +82,6 @@ def generate_samples(config: Config, problems: list[dict[str, Any]], out: Path, 
     `family_name` is the name the prompt family is resolved from (a rebuilt directory's path
     says nothing about the base model's family).
     """
-    from prover_cli.policy import rollout
-    from prover_cli.tasks.problems import check_fields
-    from prover_cli.policy.prompts import resolve_family
-    from prover_cli.policy.samplers import load_sampler, sampling_params
-    from prover_cli.tasks import get_task
-
     task_name = config.data.task
     task = get_task(task_name)
     check_fields(problems, task_name, problems_label)
@@ -107,12 +106,10 @@ def generate_samples(config: Config, problems: list[dict[str, Any]], out: Path, 
             if sampler is None:
                 check_hub_reachable(model or config.model.name, config.model.revision)
                 if model is None:
-                    from prover_cli.demo import base_is_built
-
                     if not base_is_built(config):   # said before the wait, not after it
                         reporter.log(f"building the base model {config.model.name} (first run only; then cached in "
                                      f"{config.model.cache_dir}/)")
-            sampler = sampler or load_sampler(config.model, config.generate, model_path=model)
+            sampler = sampler or samplers.load_sampler(config.model, config.generate, model_path=model)
             sampling_start = time.monotonic()  # tokens/s measures sampling, not loading the model
             batch_size = config.generate.batch_size
             with reporter.task("generate", total=len(todo) * n, unit="samples") as progress:
@@ -155,9 +152,6 @@ def check_hub_reachable(name: str, revision: str = "main", probe_s: float = HUB_
     huggingface_hub retries for about 100 s before its own error. A built name (`tiny`,
     `tiny-countdown`), a local path or a cached model is not checked: it loads without the hub."""
     import os
-
-    from prover_cli.policy.built_models import BUILT_NAMES
-    from prover_cli.errors import BackendError
 
     if name in BUILT_NAMES or Path(name).exists() or _in_hub_cache(name, revision):
         return
@@ -214,8 +208,6 @@ def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs
                    seeds: list[int], n: int, task_name: str, family: str, model_label: str,
                    counts: dict[str, int]) -> int:
     """Write the samples of a chunk of problems that are not in the file yet; returns new tokens."""
-    from prover_cli.policy.prompts import answer_completion
-
     new_tokens = 0
     for problem, samples, seed in zip(chunk, outputs, seeds, strict=True):
         for j, sample in enumerate(samples):
@@ -241,8 +233,6 @@ def _write_samples(writer: ResumableWriter, chunk: list[dict[str, Any]], outputs
 
 def _problem_fields(problem: dict[str, Any]) -> dict[str, Any]:
     """The problem's own fields (statement, header, numbers, split...), so eval can score a sample alone."""
-    from prover_cli.tasks.datasets import SOLUTION_FIELDS
-
     return {key: value for key, value in problem.items() if key not in SAMPLE_FIELDS and key not in SOLUTION_FIELDS}
 
 

@@ -38,6 +38,8 @@ from rich.progress import (
 from rich import box
 from rich.table import Table
 
+from prover_cli.fsio.jsonl import finite_or_null
+
 
 class _RichHandle:
     def __init__(self, progress: Progress, task_id: TaskID, unit: str):
@@ -253,8 +255,6 @@ class Out:
     def result(self, payload: Any) -> None:
         """The machine-readable result: printed to stdout with --json, ignored otherwise."""
         if self.json_mode:
-            from prover_cli.fsio.jsonl import finite_or_null   # JSON has no NaN: a non-finite figure reads null
-
             _RESULT["written"] = True  # set first: a failure while writing must not add a second document
             self.stdout.write(json.dumps(finite_or_null(payload), indent=2, sort_keys=True, default=str, allow_nan=False)
                               + "\n")

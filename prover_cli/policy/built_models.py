@@ -14,8 +14,8 @@ import errno
 from pathlib import Path
 
 from prover_cli.errors import ConfigError
-from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir, TINY_NAME
-from prover_cli.policy.warmstart import build_warmstart, warmstart_dir, WARMSTART_NAME
+from prover_cli.policy.tiny_model import TINY_NAME, build_tiny_model, tiny_model_dir
+from prover_cli.policy.warmstart import WARMSTART_NAME, build_warmstart, warmstart_dir
 
 BUILT_NAMES = (TINY_NAME, WARMSTART_NAME)  # model names built offline from `model.tiny_seed`, never downloaded
 

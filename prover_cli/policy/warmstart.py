@@ -30,7 +30,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from prover_cli.tasks.countdown import NAME as COUNTDOWN
+from prover_cli.fsio.jsonl import write_dir_atomic
+from prover_cli.policy.tiny_model import TINY_VERSION, build_tiny_model, tiny_model_dir
+from prover_cli.tasks import get_task
+from prover_cli.tasks.countdown import NAME as COUNTDOWN, check_answer, generate_problems, solve
 
 WARMSTART_NAME = "tiny-countdown"  # prover_cli/policy/built_models.py resolves this model.name to build_warmstart
 
@@ -54,8 +57,6 @@ def warmstart_key(tiny_seed: int, settings: dict[str, Any] | None = None) -> str
     """16 hex characters of sha256 over every input of the build (the cache key)."""
     import torch
 
-    from prover_cli.policy.tiny_model import TINY_VERSION
-
     inputs = {"version": WARMSTART_VERSION, "tiny_version": TINY_VERSION, "tiny_seed": tiny_seed,
               "settings": settings or WARMSTART, "torch": torch.__version__}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
@@ -71,9 +72,6 @@ def warmstart_dir(cache_dir: str | Path, tiny_seed: int = 0, settings: dict[str,
 
 def training_pairs(tokenizer: Any, tiny_seed: int, settings: dict[str, Any]) -> list[tuple[str, str]]:
     """(chat-templated prompt, completion) of every generated `train` problem, in order."""
-    from prover_cli.tasks import get_task
-    from prover_cli.tasks.countdown import check_answer, generate_problems, solve
-
     task = get_task(settings["task"])
     problems = generate_problems(settings["problems"], settings["countdown_numbers"],
                                  settings["countdown_max_number"], seed=settings["data_seed"] + tiny_seed,
@@ -148,8 +146,6 @@ def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int =
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prover_cli.policy.tiny_model import build_tiny_model, tiny_model_dir
-
     settings = settings or WARMSTART
     out = Path(out_dir)
     marker = out / "prover_warmstart.json"
@@ -167,8 +163,6 @@ def build_warmstart(out_dir: str | Path, cache_dir: str | Path, tiny_seed: int =
             losses = warm_start(model, tokenizer, pairs, settings, seed=tiny_seed)
     finally:
         torch.set_num_threads(threads)
-    from prover_cli.fsio.jsonl import write_dir_atomic
-
     record = {"version": WARMSTART_VERSION, "tiny_seed": tiny_seed, "settings": settings,
               "key": warmstart_key(tiny_seed, settings), "train_pairs": len(pairs),
               "loss_first": losses[0], "loss_last": losses[-1]}

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from prover_cli.errors import BackendError, InputError
-from prover_cli.policy.built_models import resolve_model_path
 from prover_cli.es.weights import NamedWeights, save_model_dir
+from prover_cli.policy.built_models import resolve_model_path
 from prover_cli.policy.model_dir import check_loaded_model, check_model_dir, save_tokenizer
 from prover_cli.policy.samplers import Sample, SamplingParams, register_sampler
 

@@ -39,7 +39,7 @@ from prover_cli.comparison.study.report import report_study
 from prover_cli.comparison.study.run import run_study
 from prover_cli.comparison.study.study_file import load_study
 from prover_cli.comparison.study.tuning import tune_study
-from prover_cli.config import load_config
+from prover_cli.config import Config, load_config
 from prover_cli.doctor import run_local_checks, run_modal_doctor, summarize
 from prover_cli.errors import (ConfigError, InputError, MachineError, ProverError, UsageError, _file_in_traceback,
                                decode_error_from, write_fault_from)
@@ -265,13 +265,13 @@ def resume_command(command_name: str) -> str | None:
     return shlex.join(argv)
 
 
-def _setup(config: Optional[Path], overrides: Optional[List[str]], json_mode: bool):
+def _setup(config: Optional[Path], overrides: Optional[List[str]], json_mode: bool) -> tuple[Config, Out]:
     cfg = load_config(resolve_config(config) if config is not None else None, overrides or [])  # prover_cli/shipped.py
     jsonl.configure(max_line_bytes=cfg.io.max_line_bytes)
     return cfg, Out(json_mode=json_mode)
 
 
-def _render(out, result: dict[str, Any], title: str) -> None:
+def _render(out: Out, result: dict[str, Any], title: str) -> None:
     """Tables for humans (stderr), the result as JSON for machines (stdout); exit 1 if not ok."""
     result = dict(result)
     tables = result.pop("tables", [])
@@ -287,7 +287,7 @@ def _render(out, result: dict[str, Any], title: str) -> None:
         raise typer.Exit(1)
 
 
-def _run(backend: str, name: str, config, out, title: str, /, writes: Sequence[Path] = (),
+def _run(backend: str, name: str, config: Config, out: Out, title: str, /, writes: Sequence[Path] = (),
          **kwargs: Any) -> None:
     """Lock what the command `writes`, run it on `backend`, render its result.
 
@@ -301,7 +301,7 @@ def _run(backend: str, name: str, config, out, title: str, /, writes: Sequence[P
     _render(out, result, title)
 
 
-def _lock_targets(config, writes: Sequence[Path]) -> list[Path]:
+def _lock_targets(config: Config, writes: Sequence[Path]) -> list[Path]:
     """Each output, and the run directory too when an output lies inside it (one writer per run dir)."""
     run_dir = Path(os.path.realpath(config.run_dir))
     targets = [Path(w) for w in writes]

@@ -20,7 +20,7 @@ from prover_cli.policy import samplers  # a module: `samplers.load_sampler` is l
 from prover_cli.policy.built_models import resolve_model_path
 from prover_cli.policy.tiny_model import TINY_NAME, tiny_model_dir
 from prover_cli.policy.warmstart import WARMSTART_NAME, warmstart_dir
-from prover_cli.progress import NULL_REPORTER, quiet_third_party_bars
+from prover_cli.progress import NULL_REPORTER, Reporter, quiet_third_party_bars
 from prover_cli.tasks.problems import heldout_problems
 from prover_cli.training.heldout import evaluate_base, weights_sha256
 from prover_cli.training.metrics import METRICS_FILE, read_metrics
@@ -98,7 +98,7 @@ def noise_line(config: Config) -> str:
             "here, not a fault: the run still trains, and the held-out lines at the end say what it learned.")
 
 
-def base_heldout(config: Config, reporter: Any = None) -> dict[str, Any]:
+def base_heldout(config: Config, reporter: Reporter | None = None) -> dict[str, Any]:
     """The held-out `eval/*` keys of the base model (`model.name`): the evaluation both trainers write
     as their iteration 0 (prover_cli/training/heldout.py `evaluate_base`, cached, so computed once)."""
     quiet_third_party_bars()   # called from scripts outside `prover` (scripts/demo.sh): no "Loading weights" bar

@@ -76,7 +76,7 @@ def config_label(config: Config) -> str:
             "local backend")
 
 
-def summarize(checks: list[Check], config: Any) -> dict[str, Any]:
+def summarize(checks: list[Check], config: Config) -> dict[str, Any]:
     """The doctor's tables (what this config needs; what only a real run needs), what to do about
     each missing piece, and the one summary line (`ready`: nothing this config needs is missing)."""
     mine = [c for c in checks if c.need != REAL_RUN]

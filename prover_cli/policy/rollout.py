@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from prover_cli.config import Config
+    from prover_cli.progress import Reporter
 
 
 def prompts(task: Any, problems: Sequence[dict[str, Any]], tokenizer: Any, family: str) -> list[str]:
@@ -47,7 +48,7 @@ def texts(outputs: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def score(task: Any, problems: Sequence[dict[str, Any]], completions: Sequence[str], config: Config, *,
-          reporter: Any = None) -> list[float]:
+          reporter: Reporter | None = None) -> list[float]:
     """One reward per completion (problem-major, the same count for every problem), in one task call."""
     if not problems or len(completions) % len(problems):
         raise ValueError(f"{len(completions)} completions are not the same number for each of {len(problems)} problems")

@@ -51,7 +51,7 @@ def check_backend(value: str) -> str:
     raise typer.BadParameter(f"unknown backend {value!r}; {hint}use one of {', '.join(BACKENDS)}")
 
 
-def resolve(name: str) -> Callable[..., Any]:
+def resolve_function(name: str) -> Callable[..., Any]:
     """The library function of command `name`, imported now (lazily: heavy imports wait for a run)."""
     module_name, _, attr = FUNCTIONS[name].partition(":")
     return getattr(importlib.import_module(module_name), attr)
@@ -60,7 +60,7 @@ def resolve(name: str) -> Callable[..., Any]:
 def run(backend: str, name: str, config: Config, /, **kwargs: Any) -> Any:
     """Run library function `name` on `backend` with the config and keyword arguments."""
     if backend == "local":
-        return resolve(name)(config, **kwargs)
+        return resolve_function(name)(config, **kwargs)
     if backend == "modal":
         kwargs.pop("reporter", None)  # progress does not cross the wire; Modal shows its own logs
         return MODAL_RUNNER(name, config, kwargs)

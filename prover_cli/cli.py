@@ -558,7 +558,7 @@ def report(
       prover report runs/es runs/grpo --out reports/es-vs-grpo --json
     """
     out = Out(json_mode=json_mode)
-    result = backends.resolve("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out,
+    result = backends.resolve_function("report")(run_dirs=run_dirs, out_dir=out_dir, reporter=out,
                                         allow_unequal_budgets=allow_unequal_budgets)
     _render(out, result, "report")
 

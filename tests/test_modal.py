@@ -649,7 +649,7 @@ def test_es_arguments_hand_the_population_to_members_when_the_loop_takes_the_hoo
     def train_with_population(config, *, resume=False, reporter=None, population=None):
         raise AssertionError("not called here")
 
-    monkeypatch.setattr(functions, "resolve", lambda name: train_with_population)
+    monkeypatch.setattr(functions, "resolve_function", lambda name: train_with_population)
     config = config_from_dict({"run": {"dir": "runs/h"}})
     arguments = functions.es_arguments(config.to_dict())(config, {"resume": False})
     assert isinstance(arguments["population"], functions.ModalPopulation) and arguments["resume"] is False

@@ -97,7 +97,7 @@ def test_no_function_changes_the_working_directory(tmp_path, monkeypatch):
         functions._reload(volume)  # what a library call that waits on other containers does
         return {"ok": True}
 
-    monkeypatch.setattr(functions, "resolve", lambda name: library)
+    monkeypatch.setattr(functions, "resolve_function", lambda name: library)
     config = config_from_dict({"run": {"dir": "runs/x"}, "data": {"task": "countdown"}}).to_dict()
     assert functions.prepare_data.local(config, {"out_path": "data/p.jsonl"}) == {"ok": True}
     assert seen["cwd"] == os.getcwd() and str(volume._mount) not in seen["cwd"]
@@ -198,7 +198,7 @@ def test_a_generator_engine_child_process_does_not_block_the_next_reload(tmp_pat
     import prover_cli.policy.samplers as samplers
 
     monkeypatch.setattr(samplers, "load_sampler", lambda model_config, generate_config, model_path=None: EngineLikeSampler())
-    monkeypatch.setattr(functions, "resolve", lambda name: generate_file)
+    monkeypatch.setattr(functions, "resolve_function", lambda name: generate_file)
     config = config_from_dict({"run": {"dir": "runs/g"}}).to_dict()
     try:
         generator = functions.Generator(config_json=json.dumps(config))

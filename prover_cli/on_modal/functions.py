@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import modal
 
-from prover_cli.backends import resolve
+from prover_cli.backends import resolve_function
 from prover_cli.config import Config, config_from_dict
 from prover_cli.errors import ConfigError
 from prover_cli.es.ledger import LEDGER_FILE
@@ -194,7 +194,7 @@ def _call_library(name: str, config: dict[str, Any], kwargs: dict[str, Any], *, 
         arguments = _paths_in(kwargs)
         if before is not None:
             arguments = before(cfg, arguments)
-        result = resolve(name)(cfg, **arguments)
+        result = resolve_function(name)(cfg, **arguments)
     _commit(runs_volume)
     return _as_sent(result)
 
@@ -274,7 +274,7 @@ class Generator:
     def generate_file(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         _reload(runs_volume)
         arguments = {**_paths_in(kwargs), "sampler": self.sampler}
-        result = resolve("generate")(self.config, **arguments)
+        result = resolve_function("generate")(self.config, **arguments)
         _commit(runs_volume)
         return _as_sent(result)
 

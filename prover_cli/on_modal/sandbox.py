@@ -52,7 +52,7 @@ from prover_cli.on_modal.images import (
 )
 from prover_cli.on_modal.plan import MAX_TIMEOUT_S, kernel_step_size, resources
 from prover_cli.verify.kernel.isolated import RunResult
-from prover_cli.verify.kernel.pins import kernel_workers
+from prover_cli.verify.kernel.pins import effective_kernel_workers
 from prover_cli.verify.lean.repl import ReplDied, ReplTimeout
 from prover_cli.verify.lean.transport import describe_exit
 from prover_cli.verify.placement import Placement
@@ -548,7 +548,7 @@ def sandbox_concurrency(config: Config, verify_config: VerifyConfig, proofs: int
     return dataclasses.replace(
         verify_config,
         workers=min(WORKERS_MAX, verify_config.workers * batches),
-        kernel_check_workers=min(WORKERS_MAX, kernel_workers(verify_config) * batches),
+        kernel_check_workers=min(WORKERS_MAX, effective_kernel_workers(verify_config) * batches),
         max_proofs_per_process=min(verify_config.max_proofs_per_process, proofs_per_repl))
 
 

@@ -42,7 +42,7 @@ from prover_cli.verify.lean.pool import ReplPool
 from prover_cli.verify.placement import Placement, current, place, when_left
 from prover_cli.verify.text.lexer import configured_mathlib, set_token_table, table_for_config
 from prover_cli.verify.text.rules import VERDICTS, Verdict
-from prover_cli.verify.text.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, check_fields
+from prover_cli.verify.text.statement import BadRecord, Candidate, Rejected, TextPolicy, candidate_from_record, record_fields
 
 if TYPE_CHECKING:
     from prover_cli.config import Config, VerifyConfig
@@ -415,7 +415,7 @@ def verify_file(config: Config, *, proofs_path: str | Path, out_path: str | Path
             continue
         first_line[record_id] = line_no
         try:
-            check_fields(obj, verify_config.header)
+            record_fields(obj, verify_config.header)
         except BadRecord as exc:
             bad_fields[record_id] = str(exc)
             malformed.append({"line": line_no, "reason": f"id {record_id!r}: {exc}"})

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from prover_cli.config import MODAL_GPUS, Config, VerifyConfig
 from prover_cli.on_modal.calibration import check_physical_key, resolve
-from prover_cli.verify.kernel.pins import kernel_workers as workers
+from prover_cli.verify.kernel.pins import effective_kernel_workers as workers
 from prover_cli.verify.kernel.pins import pin_for
 
 MINUTES = 60

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from prover_cli.verify.kernel.job import KernelJob
 from prover_cli.verify.kernel.kernel_canary import ensure_kernel_canary
-from prover_cli.verify.kernel.pins import kernel_workers
+from prover_cli.verify.kernel.pins import effective_kernel_workers
 from prover_cli.verify.kernel.stage import KernelStage, kernel_verdict
 from prover_cli.verify.text.rules import Verdict
 
@@ -47,8 +47,8 @@ class second_stage:
         self.failure: BaseException | None = None
 
     def __enter__(self) -> "second_stage":
-        # one batch at a time when batches are large (each already runs kernel_workers `lean -o`)
-        workers = kernel_workers(self.stage.config) if self.stage.batch_size == 1 else 1
+        # one batch at a time when batches are large (each already runs effective_kernel_workers `lean -o`)
+        workers = effective_kernel_workers(self.stage.config) if self.stage.batch_size == 1 else 1
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check")
         return self
 

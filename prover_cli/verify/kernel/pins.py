@@ -179,7 +179,7 @@ def policy_problem(verify_config: KernelSettings) -> tuple[str, str] | None:
     return None
 
 
-def kernel_workers(verify_config: KernelSettings) -> int:
+def effective_kernel_workers(verify_config: KernelSettings) -> int:
     """How many proofs go through the stage at a time: verify.kernel_check_workers, else verify.workers."""
     return max(1, int(verify_config.kernel_check_workers or verify_config.workers))
 

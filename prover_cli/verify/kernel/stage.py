@@ -57,7 +57,7 @@ from prover_cli.verify.kernel.installed_checker import checker_manifest_problem
 from prover_cli.verify.kernel.isolated import Runner, local_runner
 from prover_cli.verify.kernel.job import (BODY_IMPORT, MODULE, Elaborated, KernelJob, KernelResult, checker_argv,
                                           elaborate_argv, first_error, proof_source, read_elaboration, target_source)
-from prover_cli.verify.kernel.pins import OWN_CHECKER, checker_command, kernel_workers, policy_problem, require_pin
+from prover_cli.verify.kernel.pins import OWN_CHECKER, checker_command, effective_kernel_workers, policy_problem, require_pin
 from prover_cli.verify.kernel.prover_check_reader import read_batch
 from prover_cli.verify.kernel.safeverify_reader import read_checker
 from prover_cli.verify.text.rules import Verdict
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------
 
 class KernelStage:
-    """Each proof: one `lean -o` process (`kernel_workers` at a time). Then the checker: with our
+    """Each proof: one `lean -o` process (`effective_kernel_workers` at a time). Then the checker: with our
     own (`prover_check`), one process per batch of up to verify.kernel_batch_size proofs, which
     imports the header once (`header_imports` counts what the checker reported); with
     SafeVerify, one process per proof (it takes one pair per run)."""
@@ -141,7 +141,7 @@ class KernelStage:
             kill_all()
 
     def _map(self, fn: Any, items: list) -> list:
-        workers = min(kernel_workers(self.config), len(items))
+        workers = min(effective_kernel_workers(self.config), len(items))
         if workers <= 1:
             return [fn(item) for item in items]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check") as pool:

@@ -141,7 +141,7 @@ class Fields:
     target: str      # NAME in `theorem NAME`
 
 
-def check_fields(record: dict[str, Any], default_header: str) -> Fields:
+def record_fields(record: dict[str, Any], default_header: str) -> Fields:
     """The record's fields, or BadRecord naming the field that is missing or ill-typed."""
     record_id = record.get("id")
     if not isinstance(record_id, str) or not record_id:
@@ -170,14 +170,14 @@ def check_fields(record: dict[str, Any], default_header: str) -> Fields:
 def check_statement(statement: str, header: str) -> str:
     """NAME if verify accepts this trusted statement and header, else BadRecord (prepare-data's contract)."""
     header_imports(header)  # the header must lex: it is sent to Lean as it is
-    return check_fields({"id": "-", "formal_statement": statement, "header": header, "proof": ""}, header).target
+    return record_fields({"id": "-", "formal_statement": statement, "header": header, "proof": ""}, header).target
 
 
 def candidate_from_record(record: dict[str, Any], default_header: str, *,
                           allow_native_decide: bool = False, policy: TextPolicy | None = None) -> Candidate:
     """Check the untrusted part of `record` and assemble the code; raises Rejected or BadRecord."""
     policy = policy or TextPolicy(allow_native_decide=allow_native_decide)
-    f = check_fields(record, default_header)
+    f = record_fields(record, default_header)
     if f.kind == "proof":
         body = assemble_proof(f.statement, f.untrusted, policy=policy, header=f.header)
     else:

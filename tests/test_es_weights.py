@@ -10,7 +10,7 @@ from prover_cli.errors import InputError
 from prover_cli.es.noise.full import fp32, noise, perturbed, stream_key, updated
 from prover_cli.es.vllm_worker import ESWorkerExtension
 from prover_cli.es.weights import NamedWeights, save_model_dir
-from prover_cli.policy.model_dir import fingerprint
+from prover_cli.policy.model_dir import weights_fingerprint
 from prover_cli.policy.samplers.vllm_sampler import VLLMWeights
 
 
@@ -91,12 +91,12 @@ def fused_view(reference: torch.nn.Module) -> dict[str, torch.Tensor]:
 def test_perturb_then_restore_is_bit_exact_and_the_base_never_moves():
     model = Reference()
     weights = NamedWeights.from_module(model)
-    before = fingerprint(dict(model.named_parameters()))
+    before = weights_fingerprint(dict(model.named_parameters()))
     weights.perturb(noise_seed=5, scale32=fp32(0.1))
-    assert fingerprint(dict(model.named_parameters())) != before
+    assert weights_fingerprint(dict(model.named_parameters())) != before
     assert weights.fingerprint() == before  # perturbation writes the live model only
     weights.restore()
-    assert fingerprint(dict(model.named_parameters())) == before
+    assert weights_fingerprint(dict(model.named_parameters())) == before
 
 
 def test_update_applies_the_sum_of_terms_to_base_and_model():
@@ -203,17 +203,17 @@ def test_final_dir_holds_the_fp32_master_and_its_config_says_so(tmp_path, tmp_pa
     save_model_dir(model, AutoTokenizer.from_pretrained(checkpoint), weights, tmp_path / "final")
     assert json.loads((tmp_path / "final" / "config.json").read_text())["dtype"] == "float32"
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")  # dtype from config.json
-    assert fingerprint(dict(loaded.named_parameters())) == weights.fingerprint()
+    assert weights_fingerprint(dict(loaded.named_parameters())) == weights.fingerprint()
     as_bf16 = AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype=torch.bfloat16)
-    assert fingerprint(dict(as_bf16.named_parameters())) == fingerprint(dict(model.named_parameters()))
+    assert weights_fingerprint(dict(as_bf16.named_parameters())) == weights_fingerprint(dict(model.named_parameters()))
 
 
 def test_fingerprint_covers_names_dtypes_and_bits_not_insertion_order():
     a = {"x": torch.zeros(3), "y": torch.ones(2)}
-    assert fingerprint(a) == fingerprint({"y": torch.ones(2), "x": torch.zeros(3)})
-    assert fingerprint(a) != fingerprint({"x": torch.zeros(3), "z": torch.ones(2)})
-    assert fingerprint(a) != fingerprint({"x": torch.zeros(3, dtype=torch.float64), "y": torch.ones(2)})
-    assert fingerprint(a) != fingerprint({"x": torch.tensor([0.0, 0.0, -0.0]), "y": torch.ones(2)})
+    assert weights_fingerprint(a) == weights_fingerprint({"y": torch.ones(2), "x": torch.zeros(3)})
+    assert weights_fingerprint(a) != weights_fingerprint({"x": torch.zeros(3), "z": torch.ones(2)})
+    assert weights_fingerprint(a) != weights_fingerprint({"x": torch.zeros(3, dtype=torch.float64), "y": torch.ones(2)})
+    assert weights_fingerprint(a) != weights_fingerprint({"x": torch.tensor([0.0, 0.0, -0.0]), "y": torch.ones(2)})
 
 
 def test_snapshot_save_and_load_round_trip(tmp_path):
@@ -298,7 +298,7 @@ def test_vllm_sampler_saves_a_from_pretrained_directory_with_the_transformers_bi
     reference = NamedWeights.from_module(AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32))
     reference.update([(1, fp32(0.01)), (2, fp32(-0.003))])
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype=torch.float32)
-    assert fingerprint(dict(loaded.named_parameters())) == reference.fingerprint() == sampler.es_weights().fingerprint()
+    assert weights_fingerprint(dict(loaded.named_parameters())) == reference.fingerprint() == sampler.es_weights().fingerprint()
     assert (tmp_path / "final" / "tokenizer.json").exists()
 
 
@@ -311,7 +311,7 @@ def test_the_fp32_master_of_a_bf16_model_is_the_same_on_cuda_and_cpu():
         for iteration in range(3):
             weights.update([(10 + iteration, fp32(3e-4)), (20 + iteration, fp32(-1e-4))])
         weights.perturb(7, fp32(1e-3))
-        live = fingerprint(dict(model.named_parameters()))
+        live = weights_fingerprint(dict(model.named_parameters()))
         weights.restore()
-        masters[device] = (weights.fingerprint(), live, fingerprint(dict(model.named_parameters())))
+        masters[device] = (weights.fingerprint(), live, weights_fingerprint(dict(model.named_parameters())))
     assert masters["cuda"] == masters["cpu"]

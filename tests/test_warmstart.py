@@ -22,9 +22,9 @@ def warm_cache(tmp_path_factory):
 def weights_fingerprint(model_dir):
     from safetensors.torch import load_file
 
-    from prover_cli.policy.model_dir import fingerprint
+    from prover_cli.policy.model_dir import weights_fingerprint
 
-    return fingerprint(load_file(str(model_dir / "model.safetensors")))
+    return weights_fingerprint(load_file(str(model_dir / "model.safetensors")))
 
 
 def test_solver_finds_a_checked_solution_for_every_generated_problem():

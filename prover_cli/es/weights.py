@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from prover_cli.errors import InputError
 from prover_cli.es.noise.full import perturb_into, perturb_many, restore_many, stream_key, update_many
 from prover_cli.fsio.jsonl import write_text_atomic
-from prover_cli.policy.model_dir import dtype_name, fingerprint, refuse_non_finite, save_tokenizer, set_config_dtype
+from prover_cli.policy.model_dir import dtype_name, weights_fingerprint, refuse_non_finite, save_tokenizer, set_config_dtype
 
 Write = Callable[[Iterable[tuple[str, Any]]], None]
 
@@ -145,7 +145,7 @@ class NamedWeights:
         return math.sqrt(squared_norm)
 
     def fingerprint(self) -> str:
-        return fingerprint(self.base)
+        return weights_fingerprint(self.base)
 
     # -- snapshots: the base as one safetensors file, written atomically ----------------------
     def save(self, path: str | Path) -> None:

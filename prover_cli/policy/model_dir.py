@@ -4,7 +4,7 @@
     same_weights(final, checkpoint)  # True when both hold the same tensors, bit for bit
     check_loaded_model(model, path, loading_info)   # after from_pretrained: no tensor missing, unexpected or NaN
     refuse_non_finite(named_tensors, out_dir)       # before a save: NonFiniteWeightsError, nothing written
-    fingerprint(tensors)             # sha256 of names, dtypes, shapes and bytes: what ledgers record
+    weights_fingerprint(tensors)                    # sha256 of names, dtypes, shapes and bytes: what ledgers record
     set_config_dtype(config_path, dtype)            # config.json says which dtype the weights are
 
 A corrupt, empty or missing file would otherwise surface as whatever transformers, tokenizers
@@ -337,7 +337,7 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def fingerprint(tensors: dict[str, Any]) -> str:
+def weights_fingerprint(tensors: dict[str, Any]) -> str:
     """sha256 (hex) over name, dtype, shape and raw bytes of each tensor, in name order.
 
     The bytes are read on the CPU, so the same weights give the same fingerprint on any device.

@@ -63,7 +63,7 @@ from prover_cli import streams
 from prover_cli.comparison.stats import rate_interval
 from prover_cli.fsio.jsonl import write_text_atomic
 from prover_cli.policy import rollout
-from prover_cli.policy.model_dir import fingerprint
+from prover_cli.policy.model_dir import weights_fingerprint
 from prover_cli.policy.samplers import SamplingParams
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks import get_task
@@ -253,7 +253,7 @@ def weights_sha256(model: Any) -> str:
             tensor = super().__getitem__(name).detach()
             return tensor.float() if tensor.is_floating_point() and tensor.element_size() < 4 else tensor
 
-    return fingerprint(Promoted(model.named_parameters()))
+    return weights_fingerprint(Promoted(model.named_parameters()))
 
 
 class HeldOutSchedule:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from prover_cli.policy import rollout
 from prover_cli import streams
@@ -49,8 +49,11 @@ from prover_cli.errors import ConfigError
 from prover_cli.es.noise.full import fp32, perturb_many, stream_key
 from prover_cli.es.update import member_noise
 
+if TYPE_CHECKING:
+    from prover_cli.config import ESConfig, GenerateConfig
 
-def check_batched(es: Any, generate: Any) -> None:
+
+def check_batched(es: ESConfig, generate: GenerateConfig) -> None:
     """ConfigError unless `es.batched_members` can apply with these [es] and [generate] sections
     (run start, before the model loads)."""
     if not es.batched_members:
@@ -185,7 +188,7 @@ class BatchedMembers:
                 twin._parameters = dict(module._parameters)  # holds no member's weights after the call
 
     def completions(self, task: Any, batch: list[dict[str, Any]], iteration: int, members: Sequence[int], *,
-                    es: Any, generate: Any, run_seed: int, family: str) -> list[list[str]]:
+                    es: ESConfig, generate: GenerateConfig, run_seed: int, family: str) -> list[list[str]]:
         """Each of `members`' completions of `batch`, problem-major, as `member_completions` returns
         them one member at a time (up to ties, module docstring): one `generate` call for all.
         `es`, `generate`: the config's sections; `family`: model.family."""

@@ -15,7 +15,7 @@ held-out evaluation (heldout.py) on the rebuilt weights.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prover_cli.errors import ReplayMismatchError
 from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
@@ -24,9 +24,12 @@ from prover_cli.es.population import load_es_sampler, member_completions
 from prover_cli.es.update import apply_rewards
 from prover_cli.tasks import get_task
 
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
 
 class MemberEvaluator:
-    def __init__(self, config: Any):
+    def __init__(self, config: Config):
         self.config = config
         self.task = get_task(config.data.task)
         self.sampler = load_es_sampler(config)
@@ -68,7 +71,7 @@ class MemberEvaluator:
         return member_completions(self.sampler, self.weights, self.task, problems, self.config, iteration, member)
 
 
-def heldout_at(config: Any, iteration: int, record: dict[str, Any], *, reporter: Any = None) -> dict[str, Any]:
+def heldout_at(config: Config, iteration: int, record: dict[str, Any], *, reporter: Any = None) -> dict[str, Any]:
     """`evaluate_heldout` of theta_iteration, rebuilt here from the base (or the newest snapshot),
     the ledger and `record` (the loop's record of `iteration`): the same problems, sampling and
     numbers as the loop's own evaluation of its live weights (es/train.py)."""

@@ -213,7 +213,7 @@ def load_es_sampler(config: Any) -> Any:
     if config.generate.backend == "vllm":
         from prover_cli.policy.samplers.vllm_sampler import ES_WORKER_EXTENSION
 
-        extra = {}
+        extra: dict[str, Any] = {}
         if config.es.noise == "lora":
             from prover_cli.es.vllm_lora import engine_kwargs
 

@@ -37,7 +37,7 @@ ledger, no metrics, no run directory) and leaves the weights as it found them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypedDict
 
 from prover_cli.es.signal import (NOISE_BELOW, iteration_variances, pooled_share, samples_for_share,
                                   share_error, single_scoring_share)
@@ -48,12 +48,24 @@ from prover_cli.policy import rollout
 from prover_cli import streams
 from prover_cli.tasks import get_task
 
+if TYPE_CHECKING:
+    from prover_cli.config import Config
+
 DEFAULT_SEEDS = 4
 SIGMA_FACTORS = (1 / 3, 1.0, 3.0)  # es.sigma and its neighbours, about half a decade apart
 NOISE_ITERATION = 1                # the members probed: the perturbations of training iteration 1
 
 
-def probe_cost(config: Any, seeds: int = DEFAULT_SEEDS) -> dict[str, int]:
+class ProbeCost(TypedDict):
+    """What `probe_cost` returns."""
+
+    samples: int
+    samples_per_member: int
+    scorers: int
+    iterations_of_training: float
+
+
+def probe_cost(config: Config, seeds: int = DEFAULT_SEEDS) -> ProbeCost:
     """Samples the probe generates and scores: seeds x J x (1 center + 3 sigmas x population)."""
     es = config.es
     per_member = es.problems_per_iteration * es.samples_per_problem
@@ -62,7 +74,7 @@ def probe_cost(config: Any, seeds: int = DEFAULT_SEEDS) -> dict[str, int]:
             "iterations_of_training": round(seeds * scorers / es.population, 1)}
 
 
-def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
+def probe_es(config: Config, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NULL_REPORTER) -> dict[str, Any]:
     if seeds < 2:
         raise ValueError("the probe needs at least 2 scorings to tell signal from noise")
     es = config.es
@@ -77,8 +89,8 @@ def probe_es(config: Any, *, seeds: int = DEFAULT_SEEDS, reporter: Reporter = NU
     weights = sampler.es_weights()
 
     center: list[float] = []                                           # [scoring]
-    members = {sigma: [[] for _ in range(es.population)] for sigma in sigmas}  # [member][scoring]
-    per_iteration = {sigma: [] for sigma in sigmas}                    # (es/signal_var, es/noise_var) of each
+    members: dict[float, list[list[float]]] = {sigma: [[] for _ in range(es.population)] for sigma in sigmas}  # [member][scoring]
+    per_iteration: dict[float, list[tuple[float, float] | None]] = {sigma: [] for sigma in sigmas}                    # (es/signal_var, es/noise_var) of each
     with reporter.task("probe es", total=seeds * cost["scorers"], unit="member") as bar:
         for scoring in range(1, seeds + 1):  # the problems and sampling seed of training iteration `scoring`
             batch = pick_problems(problems, config.run.seed, scoring, es.problems_per_iteration)

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 from prover_cli.errors import InputError, MachineError
 from prover_cli.fsio.lock import claim_identity
+from prover_cli.progress import Reporter
 
 # The longest line a reader holds in memory; `io.max_line_bytes` in the config sets it (the cli
 # calls `configure`). A proof is a few KiB; a 50 MB line is a broken file, not a record.
@@ -494,7 +495,7 @@ def _remove_quietly(path: Path) -> None:
 
 # -- malformed input lines: reported by number, the rest processed, the command exits 1 -------------
 
-def log_malformed(reporter: Any, path: str | Path, malformed: list[dict[str, Any]]) -> None:
+def log_malformed(reporter: Reporter, path: str | Path, malformed: list[dict[str, Any]]) -> None:
     """One `path:line: reason` log line per malformed input line (as each command reads its input)."""
     for item in malformed:
         reporter.log(f"{path}:{item['line']}: {item['reason']}")

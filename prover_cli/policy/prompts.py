@@ -49,6 +49,7 @@ import re
 from typing import Any
 
 from prover_cli.errors import BackendError, ConfigError
+from prover_cli.progress import Reporter
 
 FAMILIES = ("deepseek-v1.5", "deepseek-v1.5-cot", "deepseek-v2", "deepseek-v2-noncot", "goedel-v1", "goedel-v2",
             "kimina-preview", "kimina-prover", "plain")
@@ -120,7 +121,7 @@ def family_choice(model_name: str, family: str) -> tuple[str, str | None]:
                      f"`plain` (the statement alone, continued). Set model.family to one of {', '.join(FAMILIES)}")
 
 
-def resolve_family(model_name: str, family: str, reporter: Any = None, *, task: str = "lean") -> str:
+def resolve_family(model_name: str, family: str, reporter: Reporter | None = None, *, task: str = "lean") -> str:
     """The prompt family for `model_name`; `auto` logs its choice (or a warning) on `reporter`.
 
     Families are Lean prompts: for another `task` (countdown, toy: the task writes its own

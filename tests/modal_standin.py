@@ -522,6 +522,8 @@ class SandboxStandIn:
         self._processes: list[_Process] = []
         self._roots: list[int] = []
         self._returncode: int | None = None
+        self._created_s = time.monotonic()        # its lifetime, for tests: created ...
+        self._ended_s: float | None = None        # ... and ended (terminated, timed out)
         self._timer = threading.Timer(kwargs.get("timeout") or 300, self._end, args=(TIMEOUT_RETURNCODE,))
         self._timer.daemon = True
         self._timer.start()
@@ -607,6 +609,7 @@ class SandboxStandIn:
     def _end(self, code: int) -> None:
         if self._returncode is None:
             self._returncode = code
+            self._ended_s = time.monotonic()
         self._timer.cancel()
         everyone = [pid for root in self._roots for pid in _descendants(root)]  # setsid's children too
         for pid in everyone:

@@ -9,7 +9,6 @@ Sandboxes has its own file, tests/test_modal_sandbox.py.
 
 import contextlib
 import json
-import math
 import subprocess
 import sys
 import types
@@ -508,35 +507,34 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     # 30 members x 8 problems x 1 sample; 240 proofs in ceil(240 / 64) = 4 Lean batches
     assert plan["samples_per_iteration"] == 240 and plan["iterations"] == 100
     generation_s = 8192 / 100                 # max_tokens at 100 tokens/s: 81.92 s
-    # the kernel stage: every proof passes the fast path (modal.est_pass_rate = 1.0), each pass
-    # 4.5 s (modal.est_kernel_check_s_per_proof), 16 at a time (verify.kernel_check_workers in
-    # kimina-es.toml): 4 rounds = 18 s, then 2 prover_check processes of 32 passes (verify.kernel_batch_size),
-    # each importing the header once (modal.est_kernel_import_s = 5 s): 28 s per batch
-    kernel_s = math.ceil(64 / 16) * 4.5 + 2 * 5
-    per_pass = 4.5 + 2 * 5 / 64                       # a pass's share of its batch's imports: 4.65625 s
-    batch_s = 60 + math.ceil(64 / 4) * 5 + kernel_s   # header + 16 rounds of 4 proofs + the stage: 168 s
-    # one wave of 30 members (30 containers), one of 4 Sandboxes, then the update (modal.est_update_s = 30 s)
-    wall_s = generation_s + batch_s + 30
+    # the verification of the 240 proofs (8 problems) in one call, counted event by event as the code
+    # runs it (plan/verification.py; the same keys as kimina-es-lowrank.toml, whose count
+    # tests/test_modal_lowrank_cost.py works by hand): 16 REPL Sandboxes (2 cores, 16 GiB) side by
+    # side, each 60 s header + 15 proofs of 5 s and ended after its last (135 s); the 4 batches'
+    # kernel stages beside each other: 240 + 8 targets' `lean -o` (4 s) and 22 checker processes
+    # (5 s import + 0.5 s per pass) = 1222 kernel-Sandbox-seconds; the last verdict 156 s in
+    verify_s, repl_s, kernel_sandbox_s = 156.0, 16 * 135.0, 240 * 4.0 + 8 * 4.0 + 22 * 5.0 + 240 * 0.5
+    # one wave of 30 members (30 containers), the call's verification, then the update (modal.est_update_s = 30 s)
+    wall_s = generation_s + verify_s + 30
     # Billed container-seconds: the loop and 30 warm members are up the whole iteration (the
-    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; 4 Sandboxes of 8 cores, 64 GiB;
-    # the kernel stage's Sandboxes: 240 passes x 4.65625 s, each one REPL's share (2 cores, 16 GiB).
+    # members idle while Lean runs), each with 1 GPU, 8 cores, 64 GiB; the REPL and kernel Sandboxes
+    # each one REPL's share (2 cores, 16 GiB).
     gpu_container_s = 31 * wall_s
-    sandbox_s = 4 * batch_s
-    kernel_sandbox_s = 240 * per_pass
+    sandbox_s = repl_s + kernel_sandbox_s
     breakdown = plan["est_usd_breakdown"]
     assert breakdown["gpu"]["gpu_s"] == round(gpu_container_s, 1)
-    assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 8 + kernel_sandbox_s * 2, 1)
-    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 64 + kernel_sandbox_s * 16, 1)
-    assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s + kernel_sandbox_s, 1)
+    assert breakdown["cpu"]["core_s"] == round(gpu_container_s * 8 + sandbox_s * 2, 1)
+    assert breakdown["memory"]["gib_s"] == round(gpu_container_s * 64 + sandbox_s * 16, 1)
+    assert breakdown["cpu"]["container_s"] == round(gpu_container_s + sandbox_s, 1)
     # Sandboxes' CPU and memory at their own prices (0.142 per core-hour, 0.024 per GiB-hour); the H100
     # at Modal's list price (0.001097 USD/s = 3.9492 USD/h)
-    usd = (gpu_container_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (8 * 0.142 + 64 * 0.024)
-           + kernel_sandbox_s * (2 * 0.142 + 16 * 0.024)) / 3600
+    usd = (gpu_container_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + sandbox_s * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["est_wall_s_per_iteration"] == round(wall_s, 1)
     assert plan["est_gpu_hours_per_iteration"] == pytest.approx(gpu_container_s / 3600, abs=1e-4)
     assert plan["est_usd_per_iteration"] == pytest.approx(usd, abs=2e-4)
     assert plan["kernel_check"] is True and plan["est_kernel_check_core_s_per_proof"] == round(1.0 * (4.5 + 5 / 32) * 2, 1)
-    # once per run: the 30 members idle out their 1908 s window at most (1880 s + the stage's 28 s)
+    # once per run: the 30 members idle out their 1908 s window at most (1880 s + a batch's kernel
+    # stage with its 64 passes at once: 4 rounds of 4.5 s + 2 checker imports of 5 s = 28 s)
     once = 30 * 1908 * (3.9492 + 8 * 0.047 + 64 * 0.008) / 3600
     assert plan["est_usd_once"] == pytest.approx(once, abs=2e-4)
     # Held-out evaluation (run.eval_*): the base, every 10 iterations and the last = 11 evaluations of
@@ -545,13 +543,16 @@ def test_dry_run_kimina_es_on_modal(fake_runner):
     # engine, 0.70 of the H100, holds 215 sequences of 512 + 8,192 tokens: 256 sampled in 2 rounds, 64
     # greedy in 1: 3 x 81.92 s; gpu_memory.py),
     # then its proofs go to the Sandbox placement sized as 5 batches of 64 (sandbox_concurrency): 20
-    # REPL Sandboxes (2 cores, 16 GiB), each up for a batch's lifetime, the header and 16 proofs
-    # (60 + 80 s) and the batch's kernel stage (4 rounds of 4.5 s + 2 checker imports of 5 s);
-    # 320 kernel passes of 4.65625 s; the loop and its 30 warm members wait those 581.84 s with it.
-    lean_s = 60 + 16 * 5 + (4 * 4.5 + 2 * 5)
-    eval_s = 250 + 3 * 8192 / 100 + lean_s
-    eval_usd = (32 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 20 * lean_s * (2 * 0.142 + 16 * 0.024)
-                + 320 * per_pass * (2 * 0.142 + 16 * 0.024)) / 3600
+    # REPL Sandboxes (2 cores, 16 GiB), each up to its last proof, the header and 16 proofs
+    # (60 + 80 s); the 5 batches' kernel stages beside each other, as plan.verification_as_run
+    # counts them (320 proofs of 64 problems): the last verdict 160 s in; the loop and its 30 warm
+    # members wait with it.
+    run = modal_plan.verification_as_run(load_config(REPO / "configs/kimina-es.toml"), 320, 64)
+    assert (run.repls, run.repl_sandbox_s, run.wall_s) == (20, 20 * 140.0, 160.0)
+    assert run.kernel_sandbox_s == 320 * 4.0 + 64 * 4.0 + run.checker_processes * 5.0 + 320 * 0.5
+    eval_s = 250 + 3 * 8192 / 100 + run.wall_s
+    eval_usd = (32 * eval_s * (3.9492 + 8 * 0.047 + 64 * 0.008)
+                + (run.repl_sandbox_s + run.kernel_sandbox_s) * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_per_heldout_evaluation"] == pytest.approx(eval_usd, abs=2e-4)
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + once + eval_usd * 11, abs=0.05)
@@ -580,11 +581,12 @@ def test_dry_run_shows_the_kernel_stage_off_and_costs_nothing_for_it():
             "--set", "verify.kernel_check=false"]
     plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert plan["kernel_check"] is False and plan["est_kernel_check_core_s_per_proof"] == 0.0
-    # 240 proofs per step (the kimina-es budget, 24,000 samples) in Sandboxes of modal.verify_batch_size = 64, 4 workers each;
+    # 240 proofs per step (the kimina-es budget, 24,000 samples) in Sandboxes of modal.verify_batch_size = 64, 4 workers each
+    # (16 REPLs side by side: 15 proofs each after the header);
     # the 240 completions in 4 KV rounds (0.3 of the H100 holds 79 sequences of 512 + 8,192 tokens), then the
     # optimizer step: 6 x 1.777 B parameters x 240 x 8,704 tokens at 0.3 of 989 TFLOP/s (gpu_memory.py)
     train_s = 6 * 1_777_088_000 * 240 * (512 + 8192) / (989e12 * 0.3)
-    assert plan["est_wall_s_per_step"] == round(4 * 8192 / 100 + train_s + 60 + math.ceil(min(240, 64) / 4) * 5, 1)
+    assert plan["est_wall_s_per_step"] == round(4 * 8192 / 100 + train_s + 60 + 240 / 16 * 5, 1)
     human = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert "off: verify.kernel_check = false" in human.stderr and "kernel Sandbox" not in human.stderr
     local = runner.invoke(app, ["train", "grpo", "--config", str(REPO / "configs/kimina-grpo.toml"), "--dry-run"],
@@ -599,23 +601,24 @@ def test_dry_run_kimina_grpo_on_modal_and_es_locally():
                                "--backend", "modal", "--dry-run", "--json", "--set", "grpo.gradient_accumulation_steps=1"])
     assert grpo.exit_code == 0, grpo.stderr
     plan = json.loads(grpo.stdout)
-    # generation + one Lean batch of 8 proofs, then the kernel stage on all 8 (16 at a time: one round
-    # of 4.5 s, then one prover_check process: one 5 s import)
+    # generation + one Lean batch of 8 proofs (one problem x 8) on 4 REPL Sandboxes (2 cores, 16 GiB),
+    # 2 proofs each after the header (65 s, 70 s), each ended after its last; the kernel stage, one
+    # checker batch at a time: the first pass at once (its target and its `lean -o`, 8 s, then a
+    # checker of 5 + 0.5 s: 78.5 s), the other 7 together after it (`lean -o` side by side, 4 s, then
+    # 5 + 7 x 0.5 s): the last verdict 91 s in; 8 + 5.5 + 7 x 4 + 8.5 = 50 kernel-Sandbox-seconds
     # (and the optimizer step's forward and backward: 6 x 1.777 B parameters x 8 x 8,704 tokens at 0.3 of the
     # H100's 989 TFLOP/s; gpu_memory.py)
-    step_s = 8192 / 100 + 6 * 1_777_088_000 * 8 * (512 + 8192) / (989e12 * 0.3) + (60 + math.ceil(8 / 4) * 5 + 4.5 + 5)
+    step_s = 8192 / 100 + 6 * 1_777_088_000 * 8 * (512 + 8192) / (989e12 * 0.3) + 91
     assert plan["samples_per_step"] == 8 and plan["est_wall_s_per_step"] == round(step_s, 1)
-    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; one Sandbox: 8 cores, 64 GiB for
-    # 79.5 s; the kernel stage: 8 passes x (4.5 + 5 / 8) s in Sandboxes of 2 cores, 16 GiB
-    usd = (step_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + 79.5 * (8 * 0.142 + 64 * 0.024)
-           + 8 * (4.5 + 5 / 8) * (2 * 0.142 + 16 * 0.024)) / 3600
+    # the trainer: 1 GPU, 8 cores, 64 GiB for the whole step; 4 REPL Sandboxes for 70 s each and the
+    # kernel stage's 50 s, in Sandboxes of 2 cores, 16 GiB
+    usd = (step_s * (3.9492 + 8 * 0.047 + 64 * 0.008) + (4 * 70 + 50) * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["est_usd_per_step"] == pytest.approx(usd, abs=2e-4)
     # the same held-out evaluation as kimina-es: 11 x 320 samples, the trainer's GPU held through it
-    eval_batch_s = 60 + math.ceil(64 / 4) * 5 + math.ceil(64 / 16) * 4.5 + 2 * 5  # 168 s, kernel stage included
+    run = modal_plan.verification_as_run(load_config(REPO / "configs/kimina-grpo.toml"), 320, 64)  # 160 s
     # its generation in KV rounds: 256 sampled, 79 at a time (4 rounds), 64 greedy (1)
-    eval_usd = ((5 * 8192 / 100 + eval_batch_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
-                + 5 * eval_batch_s * (8 * 0.142 + 64 * 0.024)
-                + 320 * (4.5 + 2 * 5 / 64) * (2 * 0.142 + 16 * 0.024)) / 3600
+    eval_usd = ((5 * 8192 / 100 + run.wall_s) * (3.9492 + 8 * 0.047 + 64 * 0.008)
+                + (run.repl_sandbox_s + run.kernel_sandbox_s) * (2 * 0.142 + 16 * 0.024)) / 3600
     assert plan["heldout_evaluations"] == 11 and plan["heldout_samples_per_evaluation"] == 320
     assert plan["est_usd_total"] == pytest.approx(usd * 100 + eval_usd * 11, abs=0.05)
     assert set(plan["images"]) == {"orchestrator", "gpu", "trl", "lean"}

@@ -275,7 +275,9 @@ def test_kimina_es_fits_one_h100_per_engine_and_is_priced_at_both_slowdowns():
     # 5 GPUs, each 6 members one after another: busy most of the billed time; 100 iterations within Modal's 24 h call
     assert p["est_gpu_busy_fraction"] >= 0.85 and 100 * p["est_wall_s_per_iteration"] < 24 * 3600
     assert p["est_gpu_hours_per_iteration"] == pytest.approx(5 * p["est_wall_s_per_iteration"] / 3600, abs=1e-3)
-    assert p["est_usd_per_iteration"] < barrier["est_usd_per_iteration"] / 2
+    # about half the barrier's (0.52 times since #42: the barrier's verification, counted as the code
+    # runs it, now checks its batches' kernel stages side by side and ends each REPL after its last proof)
+    assert p["est_usd_per_iteration"] < 0.55 * barrier["est_usd_per_iteration"]
     assert barrier["est_gpu_busy_fraction"] < 0.3                           # the idle GPUs issue #33 measured
     held = next(r[1] for r in p["tables"][-1]["rows"] if r[0] == "held-out evaluation")
     assert "on the loop's GPU" in held and "256 sampled in 2 round(s) + 64 greedy in 1 round(s)" in held

@@ -230,8 +230,7 @@ def _measure_lean(config: Config, verify: Any) -> dict[str, dict[str, Any]]:
             verdict = pool.check(pool.processes[0], Candidate(id=f"calibration: {canary.name}", header=verify.header,
                                                               body=canary.body, target=canary.target,
                                                               statement=canary.statement),
-                                 # ReplPool.check is annotated set[str] but reads an AllowedAxioms, as its pool holds
-                                 AllowedAxioms(STANDARD_AXIOMS, native=False))  # type: ignore[arg-type]
+                                 AllowedAxioms(STANDARD_AXIOMS, native=False))
             if verdict.status != HONEST:
                 return {}   # an honest proof that does not verify measures nothing
             times.append(verdict.time_s)

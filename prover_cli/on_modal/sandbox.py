@@ -51,6 +51,7 @@ from prover_cli.on_modal.images import (
     sandbox_app,
 )
 from prover_cli.on_modal.plan import MAX_TIMEOUT_S, kernel_step_size, resources
+from prover_cli.on_modal.plan.verification import verification_batches
 from prover_cli.verify.kernel.isolated import RunResult
 from prover_cli.verify.kernel.pins import effective_kernel_workers
 from prover_cli.verify.lean.repl import ReplDied, ReplTimeout
@@ -409,12 +410,16 @@ sys.stdout.flush()
 
 class SandboxRunner:
     """`isolated.Runner` over Modal: every `run` is a fresh Sandbox from the Lean image, given
-    its input files on stdin and giving back its outputs on stdout, terminated afterwards."""
+    its input files on stdin and giving back its outputs on stdout, terminated afterwards.
+    `batches_at_once`: checker batches the kernel stage runs beside each other (KernelStage reads
+    it; second_stage in verify/kernel/batching.py): the call's verification batches, each with its
+    own kernel stage as the plan prices it, their steps within verify.kernel_check_workers."""
 
     canary_key = "modal-sandbox"
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, batches_at_once: int = 1):
         self.config = config
+        self.batches_at_once = max(1, batches_at_once)
         self.arguments = kernel_sandbox_arguments(config)
         self.memory_limit_gb = float(config.verify.memory_limit_gb)
         self._active: set[Any] = set()
@@ -538,12 +543,16 @@ def _kernel_verify_config(verify_config: VerifyConfig) -> Any:
                                kernel_checker_command=list(KERNEL_CHECKER_COMMAND))
 
 
+def batches_sized(config: Config, placed: VerifyConfig) -> int:
+    """The batches `sandbox_concurrency` sized `placed` for, read back from its kernel steps at once."""
+    return max(1, effective_kernel_workers(placed) // effective_kernel_workers(config.verify))
+
+
 def sandbox_concurrency(config: Config, verify_config: VerifyConfig, proofs: int | None) -> Any:
     """`verify_config` with the pool sized as the plan's batches (see the section's comment);
     `proofs` None (not known yet): as many batches as may run at once."""
     m = config.modal
-    batches = m.verify_max_containers if proofs is None else math.ceil(proofs / m.verify_batch_size)
-    batches = max(1, min(m.verify_max_containers, batches))
+    batches = verification_batches(config, proofs)
     proofs_per_repl = math.ceil(m.verify_batch_size / verify_config.workers)   # one REPL's share of a batch
     return dataclasses.replace(
         verify_config,
@@ -575,8 +584,9 @@ def verification_placement(config: Config) -> Any:
             where="modal sandboxes",
             configure=lambda verify, proofs: sandbox_concurrency(config, _sandbox_verify_config(verify), proofs),
             transport_factory=lambda verify: repl_sandboxes(config),
-            kernel_runner=lambda verify: SandboxRunner(config),
-            keep_warm=False)   # a warm REPL's Sandbox would be billed while it idles between batches
+            # a kernel stage per batch: the batches' checker batches run beside each other
+            kernel_runner=lambda verify: SandboxRunner(config, batches_at_once=batches_sized(config, verify)),
+            keep_warm=False)   # a REPL's Sandbox would be billed while it idles: each ends after its last proof
     return Placement(where="modal kernel sandboxes",
                      configure=lambda verify, proofs: _kernel_verify_config(verify),
                      kernel_runner=lambda verify: SandboxRunner(config))

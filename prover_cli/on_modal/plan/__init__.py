@@ -22,10 +22,12 @@ or idle, so each line is container-seconds x (GPUs, cores, GiB) x the `[modal]` 
 - memory (on_modal/gpu_memory.py): each GPU's weights, vLLM budget, fp32 masters, transients and CUDA
   contexts; a config that does not fit the GPU's memory with a margin is refused (ConfigError
   naming the config file and keys), by the dry run and by a run (remote.run_remote);
-- verification (Lean task only): each batch of `modal.verify_batch_size` proofs runs in its own
-  Sandbox: the header once per REPL (`modal.est_header_s`), then `modal.est_verify_s_per_proof`
-  per proof, `verify.workers` proofs at a time, on `modal.verify_cpus` cores and
-  `modal.verify_memory_gb` GiB;
+- verification (Lean task only), counted event by event as the code runs one call
+  (on_modal/plan/verification.py): `verify.workers` REPL Sandboxes per batch of `modal.verify_batch_size`
+  proofs, side by side, each importing the header (`modal.est_header_s`), then taking proofs of
+  `modal.est_verify_s_per_proof` from one queue and ending after its last; the kernel stage's
+  steps (`lean -o`, checker processes) in Sandboxes of their own, one checker batch per batch at
+  once; the call lasts to its last verdict;
 - low-rank ES on vLLM's LoRA path (`es.noise = "lora"`, es/vllm_lora.py): the whole population is
   ONE call on the loop's engine, every member's sequences together, in the rounds its KV budget
   (LoRA slots taken out of it, on_modal/gpu_memory.py) allows; no member containers; its proofs go to batch
@@ -60,6 +62,7 @@ The package, in the order it is built (each file imports only the ones above it)
 
 - pins.py            the images: every pin with its reason (the Makefile reads `VLLM` and `TRANSFORMERS` here)
 - sizing.py          `Resources`, the Lean and GPU sizes, the unit prices, one billed line (`_Line`)
+- verification.py    one verification call in batch Sandboxes, event by event, as the code runs it
 - iteration.py       one iteration's (or step's) work and timings, and the ES schedule that lays it out
 - containers.py      `resources(config)`: what every remote function asks for, the members' warm window
 - costs.py           the billed lines, the held-out evaluation, the run's total, `es_iteration_cost`
@@ -118,6 +121,7 @@ from prover_cli.on_modal.plan.sizing import (
     unit_prices,
     verify_batch_timeout_s,
 )
+from prover_cli.on_modal.plan.verification import VerificationRun, verification_as_run, verification_batches
 from prover_cli.on_modal.plan.iteration import (
     _timings,
     _work_per_iteration,
@@ -198,6 +202,7 @@ __all__ = [
     "TRL",
     "TYPER",
     "UNIT_NAMES",
+    "VerificationRun",
     "UPDATE_MARGIN_S",
     "VLLM",
     "_billed_lines",
@@ -243,6 +248,8 @@ __all__ = [
     "repl_tag",
     "resources",
     "unit_prices",
+    "verification_as_run",
+    "verification_batches",
     "verify_batch_timeout_s",
     "with_es_schedule",
     "with_resident_slowdown",

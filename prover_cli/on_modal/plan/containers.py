@@ -11,6 +11,7 @@ from prover_cli.on_modal.plan.sizing import (
     gpu_container_size,
     gpu_spec,
     HOURS,
+    kernel_imports_per_batch,
     kernel_step_size,
     kernel_step_timeout_s,
     kernel_workers,
@@ -35,10 +36,21 @@ def es_gap_bound_s(config: Config) -> float:
     header + every proof at its own timeout) plus the kernel stage's estimated time, then the update."""
     work = _work_per_iteration(config, "train_es")
     t = _timings(config, "train_es", work)
-    # the kernel stage after each batch's fast path: its estimate (each of its steps is bounded by
-    # verify.kernel_check_timeout_s, which this bound does not multiply out)
-    return ((t.gen_waves - 1) * t.generation_s + t.verify_waves * (verify_batch_timeout_s(config) + t.kernel_s)
+    return ((t.gen_waves - 1) * t.generation_s + t.verify_waves * (verify_batch_timeout_s(config) + batch_kernel_s(config))
             + UPDATE_MARGIN_S)
+
+
+def batch_kernel_s(config: Config) -> float:
+    """The kernel stage of one batch whose passes all arrive at once, for the bound above (not
+    moved by the fast path's estimate; each step is bounded by verify.kernel_check_timeout_s, which
+    the bound does not multiply out): its passes' `lean -o`, kernel_workers at a time, then its
+    checker processes one after another."""
+    m, v = config.modal, config.verify
+    if not v.kernel_check or config.data.task != "lean":
+        return 0.0
+    passes = math.ceil(m.verify_batch_size * m.est_pass_rate)
+    return (math.ceil(passes / kernel_workers(v)) * m.est_kernel_check_s_per_proof
+            + kernel_imports_per_batch(config, passes)[1] * m.est_kernel_import_s if passes else 0.0)
 
 
 def es_member_scaledown_window_s(config: Config) -> int:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from prover_cli.config import Config
+from prover_cli.config import WORKERS_MAX, Config
 from prover_cli.on_modal.calibration import resolve
 from prover_cli.on_modal.gpu_memory import GpuMemory, rounds
 from prover_cli.verify.kernel.pins import pin_for
@@ -58,11 +58,21 @@ def _billed_lines(config: Config, command: str, work: _Work, t: _Timings) -> lis
                                t.gen_containers * t.iteration_s))
     else:
         lines.append(_Line("train_grpo", res["train_grpo"], 1, 1, t.iteration_s))
-    if t.batches and not (command == "train_es" and es_pipelined(config)):
-        sandbox = res["verify_sandbox"]
-        lines.append(_Line("verify Sandbox", sandbox, min(t.batches, sandbox.max_containers), t.batches,
-                           t.batches * t.batch_s, sandbox=True))
-    if t.kernel_passes:
+    run = t.verification if not (command == "train_es" and es_pipelined(config)) else None
+    if t.batches and run is not None:
+        # every REPL Sandbox of the call (one REPL's share of a batch: sandbox.sandbox_arguments),
+        # from the call's start to its last proof (verification.py)
+        cores, mib = kernel_step_size(config)
+        repl = replace(res["verify_sandbox"], cpu=cores, memory_mb=mib)
+        lines.append(_Line("verify Sandbox", repl, run.repls, run.repl_sandboxes, run.repl_sandbox_s, sandbox=True))
+    if t.kernel_passes and run is not None:
+        # every kernel step of the call, as verification.py counts them: each pass's and target's
+        # `lean -o`, each checker process
+        kernel = res["kernel_sandbox"]
+        at_once = min(WORKERS_MAX, kernel_workers(config.verify) * run.batches)   # as sandbox_concurrency places it
+        lines.append(_Line("kernel Sandbox", kernel, min(at_once, kernel.max_containers), run.kernel_steps,
+                           run.kernel_sandbox_s, sandbox=True))
+    elif t.kernel_passes:
         kernel = res["kernel_sandbox"]
         batch_passes, groups = kernel_batches(config, command, work, t)
         per_pass = kernel_s_per_pass(config, batch_passes)
@@ -109,7 +119,8 @@ def _heldout_cost(config: Config, command: str, work: _Work, t: _Timings, res: d
     from the newest snapshot (the plan counts the worst case, `cold_member_replay`); the loop and the
     warm members wait. Both ES placements check its proofs as the Sandbox placement sizes the pool
     (sandbox.sandbox_concurrency): `verify.workers` REPL Sandboxes per `modal.verify_batch_size`
-    proofs, each up for a batch's lifetime (header, its proofs, its kernel stage)."""
+    proofs, each up to its last proof, the batches' kernel stages beside each other: one verification
+    call, counted as on_modal/plan/verification.py does)."""
     evaluations, samples = heldout_evaluations(config, work.iterations)
     r = config.run
     calls = 1 if r.eval_temperature == 0 else 2
@@ -118,13 +129,14 @@ def _heldout_cost(config: Config, command: str, work: _Work, t: _Timings, res: d
     sequences = [problems] if calls == 1 else [problems * r.eval_n, problems]   # sampled, then greedy
     call_rounds = [rounds(n, capacity) if problems else 1 for n in sequences]
     evaluation = _Work(work.unit, evaluations, samples, 1, config.generate.max_tokens,
-                       samples if config.data.task == "lean" else 0, rounds=sum(call_rounds))
+                       samples if config.data.task == "lean" else 0, rounds=sum(call_rounds), problems=max(1, problems))
     te = _timings(config, "train_grpo", evaluation)  # one container generates, then Lean checks
     es = command == "train_es"
     lines = [line for line in _billed_lines(config, "train_grpo", evaluation, te)
              if line.name != "train_grpo" and not (es and line.name == "verify Sandbox")]
     if es:
-        workers = te.batches * config.verify.workers
+        run = te.verification
+        workers = run.repls if run is not None else 0
         lean_s = te.verify_waves * te.batch_s
         in_loop = es_pipelined(config)
         replay_s = 0.0 if in_loop else cold_member_replay(config)[1]
@@ -135,10 +147,11 @@ def _heldout_cost(config: Config, command: str, work: _Work, t: _Timings, res: d
         if t.gen_containers:
             lines.append(_Line("ESMember", res["es_member"], t.gen_containers, 0, t.gen_containers * wall_s))
         if evaluation.proofs:
-            lines.append(_Line("eval REPL Sandbox", res["lean_worker"], workers, "-", te.batches * config.verify.workers
-                               * te.batch_s, sandbox=True))
+            lines.append(_Line("eval REPL Sandbox", res["lean_worker"], workers, "-",
+                               run.repl_sandbox_s if run is not None else 0.0, sandbox=True))
         lean = (f"{evaluation.proofs} proofs on {workers} REPL Sandboxes ({te.batches} batch(es) of "
-                f"{te.proofs_per_batch}, {te.batch_s:.0f} s each)" if evaluation.proofs else "no Lean")
+                f"{te.proofs_per_batch}, each REPL up to its last proof; the last verdict {te.batch_s:.0f} s in)"
+                if evaluation.proofs else "no Lean")
         members = f"{t.gen_containers} warm member container(s)" if t.gen_containers else ""
         held = (f"; on the loop's GPU with its live weights (no replay){f', {members} waiting' if members else ''}"
                 if in_loop else

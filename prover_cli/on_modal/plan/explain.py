@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from prover_cli.config import Config
 from prover_cli.on_modal.calibration import Figures
-from prover_cli.on_modal.plan.containers import es_gap_bound_s, es_gap_s
+from prover_cli.on_modal.plan.containers import batch_kernel_s, es_gap_bound_s, es_gap_s
 from prover_cli.on_modal.plan.costs import _Costs, _imports_said, kernel_batches, kernel_check_core_s_per_proof
 from prover_cli.on_modal.plan.iteration import (
     _kv_capacity,
@@ -113,11 +112,14 @@ def _first_notes(config: Config, command: str, work: _Work, t: _Timings, res: di
                                 f"{m.est_verify_s_per_proof:g} s each; the {m.est_header_s:g} s header once per worker "
                                 "per iteration (its share's pool kept warm through the share)")
                                if command == "train_es" and es_pipelined(config) and work.proofs else
-                               (f"{t.proofs_per_batch} proofs: {m.est_header_s:g} s header + "
-                                f"{math.ceil(t.proofs_per_batch / v.workers) if t.batches else 0} rounds x "
-                                f"{m.est_verify_s_per_proof:g} s = {t.batch_s:.0f} s; Sandbox killed after "
-                                f"{res['verify_sandbox'].timeout_s} s, its in-flight proofs retried once")
-                               if t.batches else f"none: `{config.data.task}` rewards are checked in Python"],
+                               (f"{work.proofs} proofs in one call: {t.batches} batch(es) of up to "
+                                f"{m.verify_batch_size}, {t.verification.repls} REPL Sandboxes side by side, each "
+                                f"{m.est_header_s:g} s header, then {m.est_verify_s_per_proof:g} s per proof, ending "
+                                f"after its last (the last fast-path verdict {t.verification.fast_path_end_s:.0f} s "
+                                f"in; the call's last verdict {t.batch_s:.0f} s in); a REPL Sandbox killed after "
+                                f"{res['verify_sandbox'].timeout_s} s, its in-flight proof retried once")
+                               if t.batches and t.verification is not None
+                               else f"none: `{config.data.task}` rewards are checked in Python"],
     ]
 
 
@@ -132,7 +134,7 @@ def _es_member_notes(config: Config, t: _Timings, res: dict[str, Resources]) -> 
     notes.append(["warm members", f"scaledown_window = {res['es_member'].scaledown_window_s} s: the longest "
                                  f"legitimate gap between a member's calls is {bound:.0f} s (verification "
                                  f"waves at their Sandboxes' {res['verify_sandbox'].timeout_s} s timeout, "
-                                 f"+ {t.kernel_s:.0f} s of kernel stage, + the update); estimated gap "
+                                 f"+ {batch_kernel_s(config):.0f} s of a batch's kernel stage, + the update); estimated gap "
                                  f"{es_gap_s(config):.0f} s"])
     notes.append(["cold member", f"replays at most {replay_iterations} iterations ({snapshots}) at "
                                 f"{m.est_replay_s_per_iteration:g} s each = {replay_s:.0f} s on its GPU "
@@ -167,7 +169,12 @@ def _cost_notes(config: Config, command: str, work: _Work, t: _Timings, res: dic
                           f"pass in Sandboxes of {res['kernel_sandbox'].cpu:g} cores "
                           f"= {kernel_check_core_s_per_proof(config):.1f} "
                           f"core-s expected per proof; {kernel_workers(v)} at a time per batch "
-                          f"(verify.kernel_check_workers): a batch waits {t.kernel_s:.0f} s for its checks")
+                          f"(verify.kernel_check_workers), each batch's checker batches beside the others': "
+                          f"{t.kernel_s:.0f} s after the last fast-path verdict"
+                          + (f"; as counted event by event: {t.verification.kernel_steps} kernel Sandboxes, "
+                             f"{t.verification.checker_processes} checker processes"
+                             if t.verification is not None and not (command == "train_es" and es_pipelined(config))
+                             else ""))
                          if t.kernel_passes else
                          ("off: verify.kernel_check = false, `verified` rests on the fast path alone"
                           if t.batches else "none: no proof goes to Lean")],

@@ -13,11 +13,10 @@ from prover_cli.on_modal.schedule import IterationWork, Prices, Result, Schedule
 from prover_cli.on_modal.plan.sizing import (
     decode_tokens_per_s,
     gpu_container_size,
-    kernel_imports_per_batch,
     kernel_step_size,
-    kernel_workers,
     unit_prices,
 )
+from prover_cli.on_modal.plan.verification import VerificationRun, verification_as_run
 
 
 @dataclass(frozen=True)
@@ -31,6 +30,7 @@ class _Work:
     rounds: int = 1           # rounds of one generation call: its sequences over what the engine's KV cache holds
     train_s: float = 0.0      # GRPO: the optimizer step's forward and backward passes
     train_note: str = ""
+    problems: int = 1         # distinct problems among the proofs (the kernel stage compiles each target once)
 
 
 def _memory(config: Config, command: str,
@@ -82,17 +82,19 @@ def _work_per_iteration(config: Config, command: str) -> _Work:
         samples = es.population * es.problems_per_iteration * es.samples_per_problem
         if es_one_call(config):   # every member's sequences in one call, in the loop engine's rounds
             return _Work("iteration", es.iterations, samples, 1, config.generate.max_tokens,
-                         samples if lean else 0, rounds=rounds(samples, _kv_capacity(config, command)))
+                         samples if lean else 0, rounds=rounds(samples, _kv_capacity(config, command)),
+                         problems=es.problems_per_iteration)
         batch = es.problems_per_iteration * es.samples_per_problem     # one member's call
         return _Work("iteration", es.iterations, samples, es.population, config.generate.max_tokens,
-                     samples if lean else 0, rounds=rounds(batch, _kv_capacity(config, command)))
+                     samples if lean else 0, rounds=rounds(batch, _kv_capacity(config, command)),
+                     problems=es.problems_per_iteration)
     g = config.grpo
     samples = g.per_device_train_batch_size * g.gradient_accumulation_steps
     calls = rounds(samples, _kv_capacity(config, command))   # TRL generates a step's completions in one call
     train_s, how = grpo_train_s(config, model_facts(config), samples,
                                 calls * g.max_completion_length / decode_tokens_per_s(config))
     return _Work("step", g.steps, samples, 1, g.max_completion_length, samples if lean else 0, rounds=calls,
-                 train_s=train_s, train_note=how)
+                 train_s=train_s, train_note=how, problems=max(1, samples // g.num_generations))
 
 
 def heldout_evaluations(config: Config, iterations: int) -> tuple[int, int]:
@@ -114,12 +116,13 @@ class _Timings:
     gen_containers: int
     batches: int              # Lean Sandboxes per iteration
     proofs_per_batch: int
-    batch_s: float            # one Sandbox's lifetime
+    batch_s: float            # the call's verification, wall: its batches side by side (verification.py)
     verify_waves: int
     iteration_s: float        # wall time of one iteration / step
     kernel_passes: int = 0    # fast-path passes per iteration, each through the kernel stage
-    kernel_s: float = 0.0     # one batch's kernel stage, wall (its passes, verify.workers at a time)
+    kernel_s: float = 0.0     # the kernel stage after the last fast-path verdict, wall
     es: Result | None = None  # ES: the simulated iteration (schedule.Result), which sets iteration_s
+    verification: VerificationRun | None = None   # the call's verification in batch Sandboxes, event by event
 
     @property
     def simulated(self) -> Result:
@@ -137,24 +140,24 @@ def _timings(config: Config, command: str, work: _Work) -> _Timings:
         gen_containers = min(work.generation_calls, m.max_containers)
     else:
         gen_waves, gen_containers = 1, 1
-    batches = math.ceil(work.proofs / m.verify_batch_size) if work.proofs else 0
+    # the call's proofs in batch Sandboxes as the code runs them (verification.py, event by event):
+    # its batches' REPLs side by side, each ending after its last proof, the batches' kernel stages
+    # beside each other; one wave (more batches than modal.verify_max_containers: their REPLs take more proofs)
+    run = verification_as_run(config, work.proofs, work.problems) if work.proofs else None
+    batches = run.batches if run else 0
     proofs_per_batch = min(m.verify_batch_size, work.proofs) if work.proofs else 0
-    batch_s = m.est_header_s + math.ceil(proofs_per_batch / v.workers) * m.est_verify_s_per_proof if batches else 0.0
+    batch_s = run.wall_s if run else 0.0
     kernel_passes = math.ceil(work.proofs * m.est_pass_rate) if v.kernel_check else 0
-    batch_passes = math.ceil(proofs_per_batch * m.est_pass_rate)
-    # `lean -o` of each pass, kernel_workers at a time, then the batch's checker processes in turn
-    kernel_s = (math.ceil(batch_passes / kernel_workers(v)) * m.est_kernel_check_s_per_proof
-                + kernel_imports_per_batch(config, batch_passes)[1] * m.est_kernel_import_s
-                if v.kernel_check and batches and batch_passes else 0.0)
-    batch_s += kernel_s     # the batch ends with its last kernel check (its REPL Sandbox waits for it)
-    verify_waves = math.ceil(batches / m.verify_max_containers) if batches else 0
+    kernel_s = run.kernel_tail_s if run else 0.0
+    verify_waves = 1 if run else 0
     iteration_s = gen_waves * generation_s + work.train_s + verify_waves * batch_s
     t = _Timings(generation_s, gen_waves, gen_containers, batches, proofs_per_batch, batch_s, verify_waves,
-                 iteration_s, kernel_passes, kernel_s)
+                 iteration_s, kernel_passes, kernel_s, verification=run)
     if command != "train_es":
         return t
     result = simulate(*es_simulation_inputs(config, work, t))
-    return replace(t, iteration_s=result.iteration_s, es=result, batches=result.batches,
+    # the simulator's one "batch" is the call's verification (its lifetime batch_s); pipelined: none
+    return replace(t, iteration_s=result.iteration_s, es=result, batches=t.batches if result.batches else 0,
                    gen_containers=es_member_containers(config))
 
 
@@ -232,18 +235,19 @@ def es_simulation_inputs(config: Config, work: _Work, t: _Timings) -> tuple[Iter
                   proof_s=m.est_verify_s_per_proof, header_s=m.est_header_s, update_s=m.est_update_s)
     if es_one_call(config):
         # the loop's engine generates every member at once (its rounds are in generation_s), then the
-        # proofs go to fresh batch Sandboxes as in the barrier schedule; no other GPU
-        item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
+        # proofs go to batch Sandboxes in one call as in the barrier schedule; no other GPU. The
+        # simulator sees that call as one "batch" lasting its verification (t.batch_s, verification.py:
+        # its batches side by side); the billed lines price its Sandboxes from the same count
+        item = IterationWork(**common, proofs_per_batch=max(1, work.proofs), batch_s=t.batch_s)
         schedule = Schedule("one call (LoRA)", gpus=1, lean_workers=max(1, m.verify_max_containers * v.workers),
-                            barrier=True, proofs_per_header=0, loop_gpu=False,
-                            sandboxes=m.verify_max_containers if work.proofs else 0)
+                            barrier=True, proofs_per_header=0, loop_gpu=False, sandboxes=1 if work.proofs else 0)
     elif not es_pipelined(config):
-        # today's: every member at once (in waves of max_containers), then fresh Sandboxes of
-        # verify_batch_size proofs, each lasting the header, its proofs and its kernel stage
-        item = IterationWork(**common, proofs_per_batch=max(1, t.proofs_per_batch), batch_s=t.batch_s)
+        # today's: every member at once (in waves of max_containers), then every proof in one call
+        # to batch Sandboxes (verification.py), seen by the simulator as one "batch" of t.batch_s
+        item = IterationWork(**common, proofs_per_batch=max(1, work.proofs), batch_s=t.batch_s)
         schedule = Schedule("barrier", gpus=es_generating_gpus(config), lean_workers=max(1, m.verify_max_containers
                             * v.workers), barrier=True, proofs_per_header=0, loop_gpu=True,
-                            sandboxes=m.verify_max_containers if work.proofs else 0)
+                            sandboxes=1 if work.proofs else 0)
     else:
         # every generating GPU, the loop's (GPU 0) and each member container's, evaluates its share
         # one member after another (es_members_per_gpu at once), after applying the last update: a

@@ -1,6 +1,7 @@
 """The kernel stage behind a backend (`second_stage`): each fast-path pass goes to the checker at
-once when no batch is running, else with the others that queued meanwhile (batches grow only
-while the checker is busy); every other verdict goes straight through."""
+once when a batch slot is free (`stage.batches_at_once` of them: 1 locally, the call's verification
+batches on Modal), else with the others that queued meanwhile (batches grow only while every slot
+is busy); every other verdict goes straight through."""
 
 from __future__ import annotations
 
@@ -14,16 +15,17 @@ from prover_cli.verify.kernel.pins import effective_kernel_workers
 from prover_cli.verify.kernel.stage import KernelStage, kernel_verdict
 from prover_cli.verify.text.rules import Verdict
 
-
 if TYPE_CHECKING:
     from prover_cli.config import VerifyConfig
 
 
 class second_stage:
     """The stage behind a backend, for one batch: `submit` each fast-path verdict as it comes
-    (anything but a pass goes straight to `on_result`; a pass goes to the checker at once when no
-    batch is running, else it waits for the running one and goes with the others that queued
-    meanwhile, up to the stage's `batch_size`: batches grow only while the checker is busy);
+    (anything but a pass goes straight to `on_result`; a pass goes to the checker at once when fewer
+    than `stage.batches_at_once` batches are running, else it waits for a running one to end and goes
+    with the others that queued meanwhile, up to the stage's `batch_size`: batches grow only while
+    every slot is busy; several batches run beside each other, each proof's verdict its own, so the
+    verdicts are those of one batch at a time, and a batch that fails fails only its own proofs);
     each kernel verdict is reported the moment its batch is known, from the thread that computed
     it, and every call of `on_result` holds one lock, so they never overlap. A failure of the stage
     itself (its command cannot start) is raised in the caller's thread at its next `submit` or at
@@ -45,10 +47,13 @@ class second_stage:
         self.lock = threading.Lock()
         self.stopped = False
         self.failure: BaseException | None = None
+        at_once = int(getattr(stage, "batches_at_once", 1))   # a stand-in stage may not say: 1
+        self.slots = max(1, at_once) if stage.batch_size > 1 else effective_kernel_workers(stage.config)
 
     def __enter__(self) -> "second_stage":
-        # one batch at a time when batches are large (each already runs effective_kernel_workers `lean -o`)
-        workers = effective_kernel_workers(self.stage.config) if self.stage.batch_size == 1 else 1
+        # batches_at_once batches at a time when batches are large (their steps share the stage's
+        # effective_kernel_workers slots); one proof per batch (SafeVerify): effective_kernel_workers at a time
+        workers = effective_kernel_workers(self.stage.config) if self.stage.batch_size == 1 else self.slots
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check")
         return self
 
@@ -70,9 +75,9 @@ class second_stage:
         job = KernelJob(candidate.header, candidate.statement, candidate.target, candidate.body)
         with self.lock:
             self.buffer.append((job, key, record, verdict, on_result))
-            # a full batch goes at once; so does any pass when no batch is running (a pass is never
-            # held back waiting for others: batches grow only while the checker is busy)
-            ready = len(self.buffer) >= self.stage.batch_size or not self.pending
+            # a full batch goes at once; so does any pass when a batch slot is free (a pass is never
+            # held back waiting for others: batches grow only while every slot is busy)
+            ready = len(self.buffer) >= self.stage.batch_size or len(self.pending) < self.slots
         if ready:
             self._flush()
 
@@ -96,7 +101,7 @@ class second_stage:
             except BaseException as exc:   # BackendError (the stage cannot run), or the callback's own
                 if self.failure is None:
                     self.failure = exc
-            more = bool(self.buffer) and not self.pending and self.failure is None
+            more = bool(self.buffer) and len(self.pending) < self.slots and self.failure is None
         if more:   # what queued while this batch ran
             try:
                 self._flush()

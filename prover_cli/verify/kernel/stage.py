@@ -63,7 +63,6 @@ from prover_cli.verify.kernel.safeverify_reader import read_checker
 from prover_cli.verify.text.rules import Verdict
 from prover_cli.verify.text.statement import BadRecord
 
-
 if TYPE_CHECKING:
     from prover_cli.config import VerifyConfig
 
@@ -96,6 +95,14 @@ class KernelStage:
         self.checker_command = checker_command(verify_config, self.pin)
         self.timeout_s = float(verify_config.kernel_check_timeout_s)
         self.batch_size = int(verify_config.kernel_batch_size) if self.pin.dialect == "batch" else 1
+        # checker batches `second_stage` may run at once (batching.py): 1 here; a runner that places
+        # every step in a Sandbox of its own says how many its place was sized for (on_modal/sandbox.py,
+        # `SandboxRunner.batches_at_once`: the call's verification batches)
+        self.batches_at_once = max(1, int(getattr(self.runner, "batches_at_once", 1)))
+        # every step of the stage, whichever batch it belongs to, holds one of effective_kernel_workers slots: the
+        # processes (on Modal, Sandboxes) at once stay within verify.kernel_check_workers however many
+        # batches run beside each other
+        self._steps = threading.BoundedSemaphore(effective_kernel_workers(verify_config))
         self.header_imports = 0    # header imports the checker processes reported, in all
         self.checker_runs = 0      # checker processes started
         self._targets: dict[tuple[str, str], bytes | str] = {}   # (header, statement) -> olean, or why not
@@ -141,11 +148,15 @@ class KernelStage:
             kill_all()
 
     def _map(self, fn: Any, items: list) -> list:
+        def in_a_slot(item: Any) -> Any:
+            with self._steps:
+                return fn(item)
+
         workers = min(effective_kernel_workers(self.config), len(items))
         if workers <= 1:
-            return [fn(item) for item in items]
+            return [in_a_slot(item) for item in items]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernel-check") as pool:
-            return list(pool.map(fn, items))
+            return list(pool.map(in_a_slot, items))
 
     @staticmethod
     def _guarded(fn: Any) -> Any:

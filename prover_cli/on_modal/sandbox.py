@@ -516,9 +516,12 @@ def _signal_of(code: int | None) -> int | None:
 # `[modal]` keys onto the pool (docs/modal.md): the proofs make ceil(proofs / modal.verify_batch_size)
 # batches, at most modal.verify_max_containers at once, each worth verify.workers REPL processes,
 # so the pool gets verify.workers x batches processes (and the kernel stage as many steps at a
-# time per batch as before), each in a Sandbox of one REPL's share of modal.verify_cpus and
-# modal.verify_memory_gb, recycled after the proofs one REPL of a batch would have checked, so
-# the Sandbox's timeout (header + those proofs at their timeout) bounds every process.
+# time per batch as before, and one checker batch at a time per batch: `batches` side by side),
+# each in a Sandbox of one REPL's share of modal.verify_cpus and modal.verify_memory_gb, recycled
+# after the proofs one REPL of a batch would have checked, so the Sandbox's timeout (header +
+# those proofs at their timeout) bounds every process, and ended after its last proof of the call
+# (a REPL's Sandbox idling while the others and the kernel stage finish would be billed). The plan
+# counts exactly this, event by event (on_modal/plan/verification.py).
 
 def _check_image_versions(verify_config: VerifyConfig) -> None:
     """Fail closed if the config names other Lean versions than the image has."""

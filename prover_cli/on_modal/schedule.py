@@ -62,7 +62,7 @@ class IterationWork:
                                   # (the update moved it), a replay when its other engines catch up
     kernel_latency_s: float = 0.0   # warm workers: a proof's verdict comes this long after its fast path
     proofs_per_batch: int = 0    # batches: proofs per fresh Sandbox
-    batch_s: float = 0.0         # batches: one Sandbox's lifetime (header, proofs, kernel stage)
+    batch_s: float = 0.0         # batches: one batch's wall time (the plan: a whole verification call, verification.py)
 
 
 @dataclass(frozen=True)

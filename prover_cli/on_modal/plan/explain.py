@@ -64,7 +64,8 @@ def roles_rows(config: Config, command: str, rows: list[list[Any]]) -> list[list
                                     "generating GPU (the loop's and each member container's), its header imported "
                                     "once per iteration, checking each member's proofs as they arrive",
         "train_grpo": "TRL GRPOTrainer: generates, scores, takes the optimizer step",
-        "verify Sandbox": "Lean: one Sandbox per batch of proofs (no network, no Volumes), REPLs over stdin/stdout",
+        "verify Sandbox": "Lean: one Sandbox per REPL, verify.workers per batch of proofs (no network, no Volumes), "
+                          "the REPL over stdin/stdout, ended after its last proof",
         "kernel Sandbox": "the kernel stage: per fast-path pass `lean -o`, per checker batch one checker process, "
                           "each in a fresh Sandbox given only files (no network, no Volumes)",
         "download_model": "base weights into the models Volume, once per run (not per step)",

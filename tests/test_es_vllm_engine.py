@@ -19,6 +19,7 @@ No vLLM here: these fakes are not vLLM results.
 """
 
 import ast
+import shutil
 import subprocess
 import sys
 import types
@@ -34,7 +35,7 @@ from prover_cli.errors import BackendError
 from prover_cli.es.noise.full import fp32
 from prover_cli.es.weights import NamedWeights
 from prover_cli.policy.samplers.vllm_sampler import VLLMWeights
-from test_es_weights import FakeLLM, FakeWorker
+from test_es_weights import FakeLLM, FakeWorker, Fused, Reference
 
 
 class TiedReference(torch.nn.Module):
@@ -288,3 +289,109 @@ def test_every_script_a_user_runs_works_under_a_main_guard():
                  and not ast.unparse(node.value).startswith("sys.path.")]
         guarded = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body)
         assert guarded and not loose, f"{script.relative_to(REPO)}: calls at module level {loose} or no __main__ guard"
+
+
+# -- a finished run resumed on the engine: final/ checked against the workers' weights ----------
+
+class EngineOnTransformers:
+    """The loop's vLLM sampler (VLLMSampler: its `es_weights`, `save_pretrained`) over a stand-in
+    engine: the tiny model's transformers model as the worker's engine model (`load_weights` by
+    checkpoint name, as vLLM's returns the names it loaded), FakeLLM's collective_rpc, and
+    transformers sampling the live (perturbed) weights. A stand-in, not vLLM."""
+
+    @staticmethod
+    def sampler(config, checkpoint_dir):
+        from prover_cli.policy.samplers.transformers_sampler import TransformersSampler
+        from prover_cli.policy.samplers.vllm_sampler import VLLMSampler
+
+        local = TransformersSampler(config.model, config.generate, model_path=checkpoint_dir)
+        model = local.model
+
+        def load_weights(weights):
+            params, loaded = dict(model.named_parameters()), set()
+            with torch.no_grad():
+                for name, tensor in weights:
+                    if name in params:
+                        params[name].copy_(tensor)
+                        loaded.add(name)
+            return loaded
+
+        model.load_weights = load_weights
+        sampler = VLLMSampler.__new__(VLLMSampler)
+        sampler.llm, sampler.tokenizer, sampler._vllm = FakeLLM([FakeWorker(model, torch.float32)]), local.tokenizer, None
+        sampler.model_path, sampler.revision, sampler._es_weights = checkpoint_dir, None, None
+        sampler.generate = local.generate   # the live weights: what the worker last wrote
+        return sampler
+
+
+class Logged:
+    def __init__(self):
+        self.lines = []
+
+    def task(self, description, total=None, unit="it"):
+        from prover_cli.progress import NULL_REPORTER
+
+        return NULL_REPORTER.task(description, total, unit)
+
+    def log(self, message):
+        self.lines.append(message)
+
+
+@pytest.mark.slow
+def test_a_finished_run_resumed_on_the_engine_keeps_a_final_that_holds_its_weights_and_rewrites_one_that_does_not(
+        tmp_path_factory, tmp_path):
+    """The bug: resuming a finished run on vLLM asked the engine's weights for `.base`, which only
+    the workers hold (AttributeError). Now `weights.holds(final/)` asks every worker (es_holds)."""
+    from prover_cli.es.population import LocalPopulation
+    from prover_cli.es.train import train_es
+    from prover_cli.policy.built_models import resolve_model_path
+    from test_es_train import make_config
+
+    config = make_config(tmp_path / "run", tmp_path_factory.getbasetemp() / "tiny-model-cache", iterations=2)
+    checkpoint = resolve_model_path(config.model.name, config.model.cache_dir, config.model.tiny_seed)
+
+    class OnTheEngine(LocalPopulation):
+        def load_sampler(self):
+            self.sampler = EngineOnTransformers.sampler(self.config, checkpoint)
+            self.weights = self.sampler.es_weights()
+            return self.sampler
+
+    first = train_es(config, population=OnTheEngine(config))
+    final = config.run_dir / "final" / "model.safetensors"
+    written, stat = final.read_bytes(), final.stat()
+    assert first["iterations"] == 2 and first["resumed_from"] == 0
+
+    log = Logged()
+    again = train_es(config, resume=True, population=OnTheEngine(config), reporter=log)
+    assert (again["resumed_from"], again["fingerprint"]) == (2, first["fingerprint"])
+    assert (final.stat().st_ino, final.stat().st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)   # kept, untouched
+    assert not [line for line in log.lines if "final" in line]
+
+    shutil.copyfile(Path(checkpoint) / "model.safetensors", final)   # the base: final/ from before the run's end
+    assert final.read_bytes() != written
+    log = Logged()
+    train_es(config, resume=True, population=OnTheEngine(config), reporter=log)
+    assert final.read_bytes() == written   # rewritten from the ledger's weights
+    assert [line for line in log.lines if "did not hold the weights of ledger.json" in line]
+
+
+def test_engine_weights_hold_a_directory_only_when_every_worker_holds_it(tmp_path):
+    reference = Reference()
+    save_file({k: v.detach().clone() for k, v in reference.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    workers = [FakeWorker(Fused(), torch.float32), FakeWorker(Fused(), torch.float32)]
+    workers[1].rank = 1
+    engine = VLLMWeights(FakeLLM(workers), str(tmp_path))
+    (tmp_path / "final").mkdir()   # a model directory but for its weights: config and tokenizer files
+    (tmp_path / "final" / "config.json").write_text('{"model_type": "qwen2"}')
+    (tmp_path / "final" / "tokenizer.json").write_text("{}")
+    engine.save(tmp_path / "final" / "model.safetensors")   # rank 0 writes it
+    assert engine.holds(tmp_path / "final") is True
+    assert [w.es_holds(str(tmp_path / "final")) for w in workers] == [True, True]
+    assert engine.holds(tmp_path / "missing") is False
+    engine.update([(1, fp32(0.01))])   # the engine moved on: final/ now holds the previous weights
+    assert engine.holds(tmp_path / "final") is False
+    engine.save(tmp_path / "final" / "model.safetensors")
+    assert engine.holds(tmp_path / "final") is True
+    workers[1]._prover_es.base["out.bias"].add_(1.0)   # one worker's weights differ: no answer is safe
+    with pytest.raises(BackendError, match="workers disagree"):
+        engine.holds(tmp_path / "final")

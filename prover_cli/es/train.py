@@ -66,7 +66,6 @@ from prover_cli.es.signal import SignalMonitor
 from prover_cli.es.update import apply_rewards
 from prover_cli.es.weights import ESWeights
 from prover_cli.fsio.jsonl import fsync_directory
-from prover_cli.policy.model_dir import holds_weights
 from prover_cli.progress import NULL_REPORTER, Reporter
 from prover_cli.tasks.problems import train_problems
 from prover_cli.training.heldout import HeldOutSchedule, evaluate_base
@@ -133,7 +132,7 @@ def _train(config: Config, population: LocalPopulation, resume: bool, reporter: 
 
     # Final: final/ holds theta; on a complete run it already does, unless a kill came before the last save.
     if run.complete:
-        run.settle_final(lambda d: holds_weights(d, weights.base), sampler.save_pretrained, source=ledger_path.name)
+        run.settle_final(weights.holds, sampler.save_pretrained, source=ledger_path.name)
     else:
         run.save_final(sampler.save_pretrained)
     return {

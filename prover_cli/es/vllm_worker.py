@@ -119,6 +119,10 @@ class ESWorkerExtension:
     def es_fingerprint(self) -> str:
         return self._prover_es.fingerprint()
 
+    def es_holds(self, path: str) -> bool:
+        """Whether model directory `path` holds this worker's ES master bit for bit (NamedWeights.holds)."""
+        return self._prover_es.holds(path)
+
     def es_save(self, path: str) -> None:
         if getattr(self, "rank", 0) == 0:  # every worker holds the same weights; one file
             self._prover_es.save(path)

@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from prover_cli.errors import InputError
 from prover_cli.es.noise.full import perturb_into, perturb_many, restore_many, stream_key, update_many
 from prover_cli.fsio.jsonl import write_text_atomic
-from prover_cli.policy.model_dir import dtype_name, weights_fingerprint, refuse_non_finite, save_tokenizer, set_config_dtype
+from prover_cli.policy.model_dir import (dtype_name, holds_weights, refuse_non_finite, save_tokenizer, set_config_dtype,
+                                         weights_fingerprint)
 
 Write = Callable[[Iterable[tuple[str, Any]]], None]
 
@@ -46,6 +47,7 @@ class ESWeights(Protocol):
     def restore(self) -> None: ...
     def update(self, terms: list[tuple[int, float]]) -> float: ...
     def fingerprint(self) -> str: ...
+    def holds(self, path: str | Path) -> bool: ...
     def save(self, path: str | Path) -> None: ...
     def load(self, path: str | Path) -> None: ...
 MASTER_DTYPE = "float32"  # what new runs keep; ledgers record it (docs/ledger.md)
@@ -146,6 +148,11 @@ class NamedWeights:
 
     def fingerprint(self) -> str:
         return weights_fingerprint(self.base)
+
+    def holds(self, path: str | Path) -> bool:
+        """Whether model directory `path` (a run's final/) holds the master bit for bit; False, never
+        an error, for a missing, unreadable or foreign one (model_dir.holds_weights)."""
+        return holds_weights(Path(path), self.base)
 
     # -- snapshots: the base as one safetensors file, written atomically ----------------------
     def save(self, path: str | Path) -> None:

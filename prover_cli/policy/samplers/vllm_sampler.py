@@ -202,6 +202,11 @@ class VLLMWeights:
     def fingerprint(self) -> str:
         return self._same(self.llm.collective_rpc("es_fingerprint"))
 
+    def holds(self, path: str | Path) -> bool:
+        """Whether model directory `path` holds the workers' ES master bit for bit: each worker
+        compares it with its own base (`es_holds`), and they must agree (else BackendError)."""
+        return bool(self._same(self.llm.collective_rpc("es_holds", args=(str(path),))))
+
     def save(self, path: str | Path) -> None:
         self.llm.collective_rpc("es_save", args=(str(path),))
 

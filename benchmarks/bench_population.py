@@ -83,9 +83,10 @@ def measure(shape: str, args: argparse.Namespace, cache_dir: str) -> dict:
                 population.members(1, batch)
                 best[name] = min(best[name], time.perf_counter() - started)
                 cpu[name] = min(cpu[name], time.process_time() - cpu_started)
-        return {"one_cpu_s": cpu["one"], "batched_cpu_s": cpu["batched"],"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
+        return {"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
                 "chunk": together.config.es.batched_members, "agree": agree, "compared": len(pairs),
-                "one_s": best["one"], "batched_s": best["batched"]}
+                "one_s": best["one"], "batched_s": best["batched"],
+                "one_cpu_s": cpu["one"], "batched_cpu_s": cpu["batched"]}
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -64,7 +65,11 @@ def test_an_unreachable_hub_is_named_before_any_download(nothing_cached, tmp_pat
 
 
 def test_the_probe_is_bounded_even_when_the_connection_hangs(monkeypatch):
-    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: time.sleep(30))
+    def hang(*args, **kwargs):
+        time.sleep(30)
+        return SimpleNamespace(close=lambda: None)  # the probe thread outlives the test: let it end quietly
+
+    monkeypatch.setattr(socket, "create_connection", hang)
     started = time.monotonic()
     assert "no answer within 0.2 s" in generate._unreachable("https://hub.invalid", 0.2)
     assert time.monotonic() - started < 20   # the probe's bound, not the 30 s hang (a loaded machine is slow)

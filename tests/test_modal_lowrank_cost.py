@@ -10,8 +10,8 @@ REPL Sandboxes of 2 cores and 16 GiB side by side, each importing the 60 s heade
 proofs of 5 s from one queue and ending after its last (135 s); each batch's kernel stage beside
 the others' (4 checker batches at once: SandboxRunner.batches_at_once), every pass's `lean -o` and
 every checker process a kernel Sandbox of its own; the last verdict 156 s in. Before #42 the code
-ran one checker batch at a time and kept the REPL Sandboxes up to the call's end: the same count
-then gave about 257 s of verification and 1.47 USD (docs/modal.md, *Low-rank ES*). Lean is 0.63
+ran one checker batch at a time and kept the REPL Sandboxes up to the call's end: a count of that
+at the same figures (d51d977) gave about 257 s of verification and 1.47 USD (docs/modal.md, *Low-rank ES*). Lean is 0.63
 of the 0.99, and the GPU waits for it (the update needs every reward first)."""
 
 from pathlib import Path

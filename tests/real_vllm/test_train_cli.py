@@ -48,17 +48,27 @@ def ledger_records(run_dir: Path) -> list[dict]:
     return read_ledger(run_dir / LEDGER_FILE)[1]
 
 
-def test_train_es_on_vllm_writes_the_transformers_runs_ledger_and_final_weights_and_replay_rebuilds_them(tiny_dir, tmp_path):
-    runs = {}
-    for backend in ("vllm", "transformers"):
-        runs[backend] = tmp_path / backend
-        trace = tmp_path / f"{backend}.trace"
-        process = prover("train", "es", "--config", "configs/toy.toml", *es_sets(tiny_dir, runs[backend], backend),
-                         trace=trace)
-        loaders = vllm_loaders(trace)
-        # vLLM loaded the model in a process it spawned (its engine worker), on the vLLM run only
-        assert (loaders != [] and process.pid not in loaders) if backend == "vllm" else loaders == []
-    vllm_run, tf_run = runs["vllm"], runs["transformers"]
+def train_es(model: Path, run_dir: Path, backend: str, *more: str) -> None:
+    trace = run_dir.with_name(f"{run_dir.name}.trace")
+    process = prover("train", "es", "--config", "configs/toy.toml", *es_sets(model, run_dir, backend), *more, trace=trace)
+    loaders = vllm_loaders(trace)
+    trace.unlink(missing_ok=True)
+    # vLLM loaded the model in a process it spawned (its engine worker), on the vLLM run only
+    assert (loaders != [] and process.pid not in loaders) if backend == "vllm" else loaders == []
+
+
+@pytest.fixture(scope="module")
+def vllm_es_run(tiny_dir, tmp_path_factory) -> Path:
+    """One finished `prover train es` run on vLLM, shared by the tests below (an engine start each)."""
+    run_dir = tmp_path_factory.mktemp("es") / "vllm"
+    train_es(tiny_dir, run_dir, "vllm")
+    return run_dir
+
+
+def test_train_es_on_vllm_writes_the_transformers_runs_ledger_and_final_weights_and_replay_rebuilds_them(
+        tiny_dir, tmp_path, vllm_es_run):
+    vllm_run, tf_run = vllm_es_run, tmp_path / "transformers"
+    train_es(tiny_dir, tf_run, "transformers")
     got, want = ledger_records(vllm_run), ledger_records(tf_run)
     assert len(got) == 2 and got == want   # every member's rewards, the update and the fingerprints
     assert len({r for record in got for r in record["rewards"]}) > 1   # a graded signal moved the weights
@@ -74,6 +84,29 @@ def test_train_es_on_vllm_writes_the_transformers_runs_ledger_and_final_weights_
 
     prover("replay-seeds", str(vllm_run / LEDGER_FILE), "--out", str(tmp_path / "replayed"))
     assert (tmp_path / "replayed" / "model.safetensors").read_bytes() == (vllm_run / "final" / "model.safetensors").read_bytes()
+
+
+def test_a_finished_vllm_run_resumed_keeps_a_final_that_holds_its_weights_and_rewrites_a_damaged_one(
+        tiny_dir, tmp_path, vllm_es_run):
+    """`--resume` of a finished run asks vLLM's workers whether final/ holds their weights
+    (VLLMWeights.holds, es_holds): it once asked the engine's weights for `.base`, which only the
+    workers hold, and crashed. A final/ that holds them is left untouched; one that does not
+    (here the base's weights, as a kill before the final save leaves an extended run's) is rewritten."""
+    import shutil
+
+    run_dir = tmp_path / "vllm"
+    shutil.copytree(vllm_es_run, run_dir)   # the shared run stays as it was
+    final = run_dir / "final" / "model.safetensors"
+    written, before = final.read_bytes(), final.stat()
+    ledger = (run_dir / "ledger.json").read_bytes()
+    train_es(tiny_dir, run_dir, "vllm", "--resume")
+    assert (final.stat().st_ino, final.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)   # kept
+    assert (run_dir / "ledger.json").read_bytes() == ledger   # a complete run changes nothing
+    shutil.copyfile(tiny_dir / "model.safetensors", final)
+    assert final.read_bytes() != written
+    train_es(tiny_dir, run_dir, "vllm", "--resume")
+    assert final.read_bytes() == written   # rewritten from the workers' weights, rebuilt from the ledger
+    assert (run_dir / "ledger.json").read_bytes() == ledger
 
 
 def test_train_grpo_with_colocated_vllm_runs_steps_and_evaluates_on_the_engine(tiny_dir, tmp_path):

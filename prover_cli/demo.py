@@ -94,8 +94,9 @@ def noise_line(config: Config) -> str:
     samples = es.problems_per_iteration * es.samples_per_problem
     return (f"ES at this budget: its progress lines will end NOISE and a warning will follow. Every member is "
             f"scored greedily on the same {samples} problems, and a perturbation's effect measured on {samples} "
-            f"problems is mostly which {samples} were drawn (the probe measured it: configs/demo.toml). Expected "
-            "here, not a fault: the run still trains, and the held-out lines at the end say what it learned.")
+            f"problems is still partly which {samples} were drawn: the run's signal share (measured in "
+            "configs/demo.toml) is above noise but below the 0.5 at which the update would be mostly signal. "
+            "Expected here, not a fault: the run still trains, and the held-out lines at the end say what it learned.")
 
 
 def base_heldout(config: Config, reporter: Reporter | None = None) -> dict[str, Any]:

@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from prover_cli.policy import rollout
 from prover_cli import streams
 from prover_cli.errors import ConfigError
+from prover_cli.es.noise import lowrank
 from prover_cli.es.noise.full import fp32, perturb_many, stream_key
 from prover_cli.es.update import member_noise
+from prover_cli.policy.samplers import SamplingParams
 
 if TYPE_CHECKING:
     from prover_cli.config import ESConfig, GenerateConfig
@@ -120,8 +122,6 @@ class BatchedMembers:
             if rank is None:
                 perturb_many([(master, stream_key(seed, name), out[name][m]) for name, master in base.items()], scale32)
                 continue
-            from prover_cli.es.noise import lowrank
-
             for name, master in base.items():
                 out[name][m].copy_(master.to(torch.float32) + lowrank.member_noise(seed, name, master, rank).mul_(scale32))
         return out
@@ -130,8 +130,6 @@ class BatchedMembers:
         """{linear weight name: (B [k, in, r], Aᵀ [k, r, out], c [k, 1, 1])}: member m's weight is
         W + c_m A_m B_mᵀ with c_m = scale_m / √r (es/noise/lowrank.py), in the weight's dtype."""
         import torch
-
-        from prover_cli.es.noise import lowrank
 
         out = {}
         for name in sorted(self.linear_weights):
@@ -192,8 +190,6 @@ class BatchedMembers:
         """Each of `members`' completions of `batch`, problem-major, as `member_completions` returns
         them one member at a time (up to ties, module docstring): one `generate` call for all.
         `es`, `generate`: the config's sections; `family`: model.family."""
-        from prover_cli.policy.samplers import SamplingParams
-
         params = SamplingParams(n=es.samples_per_problem, temperature=es.member_temperature, top_p=generate.top_p,
                                 max_tokens=generate.max_tokens, seed=streams.es_sampling_seed(run_seed, iteration))
         scales = []

@@ -22,7 +22,10 @@ from prover_cli.es.ledger import LEDGER_FILE, read_ledger, record_rewards
 from prover_cli.es.replay import _load_latest_snapshot
 from prover_cli.es.population import load_es_sampler, member_completions
 from prover_cli.es.update import apply_rewards
+from prover_cli.progress import NULL_REPORTER
 from prover_cli.tasks import get_task
+from prover_cli.tasks.problems import heldout_problems
+from prover_cli.training.heldout import evaluate_heldout
 
 if TYPE_CHECKING:
     from prover_cli.config import Config
@@ -75,10 +78,6 @@ def heldout_at(config: Config, iteration: int, record: dict[str, Any], *, report
     """`evaluate_heldout` of theta_iteration, rebuilt here from the base (or the newest snapshot),
     the ledger and `record` (the loop's record of `iteration`): the same problems, sampling and
     numbers as the loop's own evaluation of its live weights (es/train.py)."""
-    from prover_cli.training.heldout import evaluate_heldout
-    from prover_cli.tasks.problems import heldout_problems
-    from prover_cli.progress import NULL_REPORTER
-
     evaluator = MemberEvaluator(config)
     evaluator.catch_up(iteration + 1, pending=record)
     return evaluate_heldout(evaluator.sampler, config, heldout_problems(config), task=evaluator.task,

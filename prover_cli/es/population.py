@@ -16,13 +16,23 @@ are problem-major, and every member's samples of an iteration are scored in one 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prover_cli.policy import rollout
 from prover_cli import streams
+from prover_cli.errors import ConfigError
+from prover_cli.es.batched import BatchedMembers, check_batched, chunks
 from prover_cli.es.noise.full import fp32
 from prover_cli.es.update import member_noise, perturb_member
+from prover_cli.es.vllm_lora import ENGINE_RANKS, LoRAMembers, engine_kwargs
+from prover_cli.policy import rollout, samplers  # samplers.load_sampler through its module: tests replace it
+from prover_cli.policy.samplers import SamplingParams
+from prover_cli.policy.samplers.vllm_sampler import ES_WORKER_EXTENSION
 from prover_cli.progress import Reporter
+from prover_cli.tasks import get_task
+from prover_cli.training.heldout import evaluate_heldout
+
+if TYPE_CHECKING:
+    from prover_cli.config import Config, ESConfig, GenerateConfig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,14 +50,12 @@ def pick_problems(problems: list[dict[str, Any]], run_seed: int, iteration: int,
 # (prover_cli/policy/rollout.py), so a Lean verifier pool works on every member's proofs at once.
 # ---------------------------------------------------------------------------------------------
 
-def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Any,
+def member_completions(sampler: Any, weights: Any, task: Any, batch: list[dict[str, Any]], config: Config,
                        iteration: int, member: int, *, sigma: float | None = None,
                        seed: int | None = None) -> list[str]:
     """One member's samples, problem-major: perturb, generate, restore. Also run by remote workers.
 
     `sigma` and `seed` replace es.sigma and the iteration's sampling seed (the probe, es/probe.py)."""
-    from prover_cli.policy.samplers import SamplingParams
-
     es, gen = config.es, config.generate
     if seed is None:
         seed = streams.es_sampling_seed(config.run.seed, iteration)  # shared by every member
@@ -83,12 +91,8 @@ class LocalPopulation:
     the loop. `heldout` here evaluates the live weights, which are theta_iteration once the loop has
     applied the iteration's update."""
 
-    def __init__(self, config: Any):
-        from prover_cli.tasks import get_task
-
+    def __init__(self, config: Config):
         if config.es.batched_members:
-            from prover_cli.es.batched import check_batched
-
             check_batched(config.es, config.generate)  # before anything loads
         check_noise(config.es, config.generate)
         self.config = config
@@ -106,16 +110,12 @@ class LocalPopulation:
     def members(self, iteration: int, batch: list[dict[str, Any]]) -> list[Any]:
         es = self.config.es
         if lora_members(self.config):  # every member a LoRA adapter, one engine call (es/vllm_lora.py)
-            from prover_cli.es.vllm_lora import LoRAMembers
-
             if self._lora is None:
                 self._lora = LoRAMembers(self.sampler)
             c = self.config
             return self._lora.completions(self.task, batch, iteration, range(es.population), es=es,
                                           generate=c.generate, run_seed=c.run.seed, family=c.model.family)
         if es.batched_members:  # es.batched_members members per `generate` call (es/batched.py)
-            from prover_cli.es.batched import BatchedMembers, chunks
-
             if self._batched is None:
                 self._batched = BatchedMembers(self.sampler, self.weights)
             c = self.config
@@ -134,8 +134,6 @@ class LocalPopulation:
     def heldout(self, iteration: int, record: dict[str, Any], problems: list[dict[str, Any]],
                 reporter: Reporter) -> dict[str, Any]:
         """The held-out evaluation (heldout.py) of theta_iteration: here, the live weights."""
-        from prover_cli.training.heldout import evaluate_heldout
-
         return evaluate_heldout(self.sampler, self.config, problems, task=self.task, reporter=reporter)
 
     def close(self) -> None:
@@ -144,7 +142,7 @@ class LocalPopulation:
             self._lora.close()
 
 
-def score_members(per_member: list[Any], task: Any, batch: list[dict[str, Any]], config: Any, iteration: int,
+def score_members(per_member: list[Any], task: Any, batch: list[dict[str, Any]], config: Config, iteration: int,
                   reporter: Reporter) -> tuple[list[float], list[float], list[str]]:
     """`LocalPopulation.evaluate` of what `members` returned: every unscored sample scored in one task
     call (member-major), or every member's rewards as scored elsewhere, checked (never both)."""
@@ -178,10 +176,8 @@ def _checked_rewards(task: Any, rewards: Any, expected: int, iteration: int) -> 
     return rewards
 
 
-def check_noise(es: Any, generate: Any) -> None:
+def check_noise(es: ESConfig, generate: GenerateConfig) -> None:
     """ConfigError unless `es.noise` can run on `generate.backend` (run start, before the model loads)."""
-    from prover_cli.errors import ConfigError
-
     if es.noise == "lowrank" and generate.backend != "transformers":
         raise ConfigError(f"es.noise = \"lowrank\" runs on the transformers sampler only, and generate.backend = "
                           f"{generate.backend!r}: it also perturbs the embedding, the head, the norms and the biases "
@@ -189,8 +185,6 @@ def check_noise(es: Any, generate: Any) -> None:
                           hint="set es.noise = \"lora\" (low-rank noise on the attention and MLP projections only, "
                                "one LoRA adapter per member), or generate.backend = \"transformers\"")
     if es.noise == "lora" and generate.backend == "vllm":
-        from prover_cli.es.vllm_lora import ENGINE_RANKS
-
         if es.rank > ENGINE_RANKS[-1]:
             raise ConfigError(f"es.rank = {es.rank}: vLLM's LoRA takes ranks up to {ENGINE_RANKS[-1]} "
                               "(vllm/config/lora.py at 0.31.0)", hint=f"set es.rank <= {ENGINE_RANKS[-1]}")
@@ -200,23 +194,17 @@ def check_noise(es: Any, generate: Any) -> None:
                           hint="set es.batched_members = 0 (on vLLM the whole population is already one engine call)")
 
 
-def lora_members(config: Any) -> bool:
+def lora_members(config: Config) -> bool:
     """Whether an iteration's members run as LoRA adapters in one vLLM engine call (es/vllm_lora.py)."""
     return config.es.noise == "lora" and config.generate.backend == "vllm"
 
 
-def load_es_sampler(config: Any) -> Any:
+def load_es_sampler(config: Config) -> Any:
     """The sampler of `generate.backend` for ES: vLLM gets the worker extension that perturbs in place,
     and with `es.noise = "lora"` its LoRA slots (es/vllm_lora.py engine_kwargs)."""
-    from prover_cli.policy.samplers import load_sampler
-
     if config.generate.backend == "vllm":
-        from prover_cli.policy.samplers.vllm_sampler import ES_WORKER_EXTENSION
-
         extra: dict[str, Any] = {}
         if config.es.noise == "lora":
-            from prover_cli.es.vllm_lora import engine_kwargs
-
             extra["engine_kwargs"] = engine_kwargs(config.es)
-        return load_sampler(config.model, config.generate, worker_extension_cls=ES_WORKER_EXTENSION, **extra)
-    return load_sampler(config.model, config.generate)
+        return samplers.load_sampler(config.model, config.generate, worker_extension_cls=ES_WORKER_EXTENSION, **extra)
+    return samplers.load_sampler(config.model, config.generate)

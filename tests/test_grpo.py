@@ -317,7 +317,7 @@ def test_cli_passes_resume_to_the_library_and_to_modal(monkeypatch):
     from prover_cli import backends
 
     calls = []
-    monkeypatch.setattr(backends, "resolve", lambda name: lambda config, **kwargs: calls.append(("local", kwargs))
+    monkeypatch.setattr(backends, "resolve_function", lambda name: lambda config, **kwargs: calls.append(("local", kwargs))
                         or {"ok": True})
     monkeypatch.setattr(backends, "MODAL_RUNNER", lambda name, config, kwargs: calls.append((name, kwargs))
                         or {"ok": True})

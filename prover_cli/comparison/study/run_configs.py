@@ -26,13 +26,19 @@ def tuned_overrides(study: Study, method: str) -> list[str]:
 def run_config(study: Study, arm: Arm, size: int, seed: int) -> Config:
     """The resolved config of one run: the arm's base config, the study's and arm's overrides, the tuned
     setting of its method, then the keys the study sets (seed, directory, training-set size, the problems file)."""
-    sets = [*arm.overrides, *tuned_overrides(study, arm.method), f"run.seed={seed}", f"data.train_size={size}",
-            f"data.problems={json.dumps(str(study.dir / 'problems.jsonl'))}",
-            f"run.dir={json.dumps(str(run_dir(study, arm.name, size, seed)))}"]
+    return _load(study, arm, [*arm.overrides, *tuned_overrides(study, arm.method)], seed, size,
+                 study.dir / "problems.jsonl", run_dir(study, arm.name, size, seed), where=f"arms.{arm.name}")
+
+
+def _load(study: Study, arm: Arm, overrides: list[str], seed: int, size: int, problems: Path, directory: Path,
+          where: str) -> Config:
+    """`arm.config` with `overrides`, then the keys the study sets; a config error names the study key `where`."""
+    sets = [*overrides, f"run.seed={seed}", f"data.train_size={size}", f"data.problems={json.dumps(str(problems))}",
+            f"run.dir={json.dumps(str(directory))}"]
     try:
         return load_config(arm.config, sets)
     except ConfigError as exc:
-        raise ConfigError(f"{study.path}: arms.{arm.name}: {exc}", hint=exc.hint) from None
+        raise ConfigError(f"{study.path}: {where}: {exc}", hint=exc.hint) from None
 
 
 def run_dir(study: Study, arm: str, size: int, seed: int) -> Path:
@@ -49,14 +55,8 @@ def tune_config(study: Study, method: str, index: int, seed: int) -> Config:
     assert study.tune is not None
     arm = tune_arm(study, method)
     directory = study.dir / "tune" / "runs" / method / f"k{index}" / f"seed{seed}"
-    sets = [*arm.overrides, *study.tune.settings[method][index], *study.tune.overrides, f"run.seed={seed}",
-            f"data.train_size={study.tune.train_size}",
-            f"data.problems={json.dumps(str(study.dir / 'tune' / 'problems.jsonl'))}",
-            f"run.dir={json.dumps(str(directory))}"]
-    try:
-        return load_config(arm.config, sets)
-    except ConfigError as exc:
-        raise ConfigError(f"{study.path}: tune.{method}[{index}]: {exc}", hint=exc.hint) from None
+    return _load(study, arm, [*arm.overrides, *study.tune.settings[method][index], *study.tune.overrides], seed,
+                 study.tune.train_size, study.dir / "tune" / "problems.jsonl", directory, where=f"tune.{method}[{index}]")
 
 
 def samples_of(config: Config, method: str) -> int:

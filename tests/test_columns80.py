@@ -157,7 +157,7 @@ def test_study_plan(printed, backend, tmp_path, monkeypatch):
     runs = next(rows for _, columns, rows in printed if "run dir" in columns)
     if len(runs) > out_module.RECORD_BLOCKS_UP_TO:   # many rows too wide for 80 columns: a paragraph each
         assert sum(line.startswith("- ") for line in stderr.splitlines()) >= len(runs)
-    assert "runs/study-demo/runs/grpo/n128/seed2" in stderr   # a run directory, whole
+    assert "runs/study-demo/runs/grpo-null/n256/seed2" in stderr   # a run directory, whole
 
 
 def test_report(printed, tmp_path, monkeypatch):

@@ -105,7 +105,7 @@ def test_the_demo_study_ships_and_resolves_by_name(tmp_path, monkeypatch):
     assert [c.a for c in study.primary] == ["es"] and study.primary[0].test == "non-inferiority"
     plan = plan_study(study)
     assert plan["runs_total"] == 24 and plan["tune_runs_total"] == 6
-    assert {r["samples"] for r in plan["runs"]} == {640}  # matched budgets, tuning runs too
+    assert {r["samples"] for r in plan["runs"]} == {20480}  # matched budgets, tuning runs too: 5 x 16 x 256 = 80 x 256
     with pytest.raises(ConfigError, match="study file not found"):
         resolve_study("no-such-study")
 

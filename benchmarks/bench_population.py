@@ -23,6 +23,17 @@ the whole model per member, batched computes x Wᵀ + c (x B) Aᵀ (es/batched.p
 Batched runs `--chunk` members per `generate` call (default: the whole population). Before timing,
 each shape checks that the two modes' completions are the same (greedy: they may differ only where
 a float tie flips a token, es/batched.py) and prints the agreement.
+
+The forward floor (`--floor`, on by default; a second table): what no batching of members can take
+away. With full-rank noise every member's weights differ, so each member's rows need their own
+forward passes; batching can only remove what lies outside them (generate's per-step bookkeeping,
+the perturb and restore) and make each pass wider. The floor times the bare model forward those
+rows need, the prompts' prefill and greedy decode steps through the KV cache until every row of the
+call has ended (at most `generate.max_tokens`), nothing else, on the live weights, once at one member at a time's rows per call (the sampler's
+`generate.batch_size`) and once at the batched call's rows (chunk x problems, every row on one
+weight: cheaper than the batched path's stacked per-member weights). So one at a time's CPU-seconds
+divided by the wide floor's bounds from above the speedup any batching of full-rank members could
+reach on this machine at this shape.
 """
 
 from __future__ import annotations
@@ -83,10 +94,62 @@ def measure(shape: str, args: argparse.Namespace, cache_dir: str) -> dict:
                 population.members(1, batch)
                 best[name] = min(best[name], time.perf_counter() - started)
                 cpu[name] = min(cpu[name], time.process_time() - cpu_started)
-        return {"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
-                "chunk": together.config.es.batched_members, "agree": agree, "compared": len(pairs),
-                "one_s": best["one"], "batched_s": best["batched"],
-                "one_cpu_s": cpu["one"], "batched_cpu_s": cpu["batched"]}
+        result = {"shape": shape, "population": es.population, "problems": len(batch), "samples": samples,
+                  "chunk": together.config.es.batched_members, "agree": agree, "compared": len(pairs),
+                  "one_s": best["one"], "batched_s": best["batched"],
+                  "one_cpu_s": cpu["one"], "batched_cpu_s": cpu["batched"]}
+        if args.floor:
+            from prover_cli.policy import rollout
+
+            prompts = rollout.prompts(one.task, batch, one.sampler.tokenizer, one.config.model.family)
+            steps = one.config.generate.max_tokens
+            narrow, wide = one.sampler.batch_size, result["chunk"] * len(prompts)
+            result["narrow_rows"], result["wide_rows"], result["steps"] = narrow, wide, steps
+            result["floor_narrow_cpu_s"] = es.population * forward_floor(one.sampler, prompts, narrow, steps, args.repeats)
+            chunks_per_population = -(-es.population // result["chunk"])
+            result["floor_wide_cpu_s"] = chunks_per_population * forward_floor(
+                one.sampler, prompts * result["chunk"], wide, steps, args.repeats)
+        return result
+
+
+def forward_floor(sampler, prompts: list[str], rows_per_call: int, steps: int, repeats: int) -> float:
+    """CPU-seconds (best of `repeats`) of the bare forward passes `prompts` need in calls of
+    `rows_per_call` rows: `greedy_forward` on each call's left-padded rows, on the sampler's live
+    model (theta: a member's rows end about where theta's do)."""
+    import torch
+
+    eos = torch.tensor(sampler._eos_ids())
+    calls = [sampler.tokenizer(prompts[start:start + rows_per_call], return_tensors="pt", padding=True,
+                               add_special_tokens=False) for start in range(0, len(prompts), rows_per_call)]
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first pass warms up
+        started = time.process_time()
+        for encoded in calls:
+            greedy_forward(sampler.model, encoded["input_ids"], encoded["attention_mask"], eos, steps)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def greedy_forward(model, ids, mask, eos, steps: int):
+    """The forward passes of greedy decoding and nothing else: the prefill of the left-padded `ids`,
+    then one decode step at a time through the KV cache until every row has ended (a token in
+    `eos`) or `steps` tokens are out, as `generate` stops. Returns the tokens, [rows, decoded]."""
+    import torch
+
+    with torch.no_grad():
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+        tokens, ended = [token], torch.isin(token[:, 0], eos)
+        while len(tokens) < steps and not bool(ended.all()):
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = model(input_ids=token, attention_mask=mask, position_ids=positions, cache=cache,
+                        use_cache=True)
+            cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(token)
+            ended |= torch.isin(token[:, 0], eos)
+    return torch.cat(tokens, dim=1)
 
 
 def main() -> None:
@@ -98,6 +161,8 @@ def main() -> None:
     parser.add_argument("--noise", choices=("full", "lowrank"), default="full", help="es.noise (default full)")
     parser.add_argument("--rank", type=int, default=1, help="es.rank with --noise lowrank (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the bare forward floor (module docstring)")
     parser.add_argument("--cache-dir", default=str(REPO / ".prover-cache"), help="where the demo's base is built")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -113,14 +178,27 @@ def main() -> None:
           "batched (samples/s) | ratio | one at a time (samples/CPU-s) | batched (samples/CPU-s) | ratio (CPU) | "
           "completions equal |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    results = []
     for shape in shapes:
         r = measure(shape, args, args.cache_dir)
+        results.append(r)
         note = "" if shape == "demo" or r["problems"] == 200 else " (scaled from 200)"
         print(f"| {shape} | {r['population']} x {r['problems']}{note} = {r['samples']} | {r['chunk']} | "
               f"{r['samples'] / r['one_s']:.0f} | {r['samples'] / r['batched_s']:.0f} | "
               f"{r['one_s'] / r['batched_s']:.2f}x | {r['samples'] / r['one_cpu_s']:.0f} | "
               f"{r['samples'] / r['batched_cpu_s']:.0f} | {r['one_cpu_s'] / r['batched_cpu_s']:.2f}x | "
               f"{r['agree']}/{r['compared']} |", flush=True)
+
+    if args.floor:
+        print("\nThe forward floor (CPU-seconds of the bare forward passes alone; module docstring):")
+        print("| shape | one at a time (CPU-s) | floor at its rows per call (CPU-s) | share of one at a time | "
+              "batched (CPU-s) | floor at the batched call's rows (CPU-s) | ceiling of any batching (CPU) |")
+        print("|---|---|---|---|---|---|---|")
+        for r in results:
+            print(f"| {r['shape']} | {r['one_cpu_s']:.2f} | {r['floor_narrow_cpu_s']:.2f} ({r['narrow_rows']} rows, "
+                  f"{r['steps']} steps) | {r['floor_narrow_cpu_s'] / r['one_cpu_s']:.0%} | {r['batched_cpu_s']:.2f} | "
+                  f"{r['floor_wide_cpu_s']:.2f} ({r['wide_rows']} rows) | "
+                  f"{r['one_cpu_s'] / r['floor_wide_cpu_s']:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,17 @@ def test_check_answer(expr, numbers, target, ok):
     assert check_answer(expr, numbers, target) is ok
 
 
+def test_a_malformed_answer_is_wrong_and_prints_no_warning():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert check_answer("7 + 1or 8", [7, 1, 8], 8) is False   # parsed, with a SyntaxWarning unfiltered
+        assert check_answer("1else", [1], 1) is False            # a SyntaxWarning, then a SyntaxError
+        assert check_answer("(3 + 5) * 7", [3, 5, 7], 56) is True
+    assert [str(w.message) for w in seen] == []
+
+
 def test_extract_takes_last_answer():
     assert extract_answer("<answer>1+1</answer> no, <answer> 2 * 3 </answer>") == "2 * 3"
     assert extract_answer("no tags here") is None

@@ -195,7 +195,7 @@ def main() -> None:
               "batched (CPU-s) | floor at the batched call's rows (CPU-s) | ceiling of any batching (CPU) |")
         print("|---|---|---|---|---|---|---|")
         for r in results:
-            print(f"| {r['shape']} | {r['one_cpu_s']:.2f} | {r['floor_narrow_cpu_s']:.2f} ({r['narrow_rows']} rows, "
+            print(f"| {r['shape']} | {r['one_cpu_s']:.2f} | {r['floor_narrow_cpu_s']:.2f} ({r['narrow_rows']} rows, up to "
                   f"{r['steps']} steps) | {r['floor_narrow_cpu_s'] / r['one_cpu_s']:.0%} | {r['batched_cpu_s']:.2f} | "
                   f"{r['floor_wide_cpu_s']:.2f} ({r['wide_rows']} rows) | "
                   f"{r['one_cpu_s'] / r['floor_wide_cpu_s']:.2f}x |", flush=True)

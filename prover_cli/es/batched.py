@@ -6,8 +6,12 @@
 
 One member at a time (es/population.py, `member_completions`) writes theta + sign * sigma * eps
 into the live model, generates that member's `problems x samples` rows, and restores theta: for a
-small model on a CPU most of that time is the per-step overhead of `generate`, paid once per
-member. Here k members generate together, k x `problems x samples` rows in one `generate` call:
+small model on a CPU with few rows per member, most of that time is the per-step overhead of
+`generate`, paid once per member (at 8 rows a member, batching gave 3x). With hundreds of rows a
+member, as the demo's 256, one member at a time is already ~90 % bare forward passes, which
+full-rank members cannot share, and batching gains little on a CPU (benchmarks/results/
+bench-population-42.md, the forward floor). Here k members generate together, k x
+`problems x samples` rows in one `generate` call:
 
 - Each member's weights are built exactly as `NamedWeights.perturb` builds them (the same fused
   `perturb_many` of the same fp32 master, stream key and fp32 scale), into one stacked tensor per

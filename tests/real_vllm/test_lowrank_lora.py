@@ -122,3 +122,20 @@ def test_train_es_lora_on_vllm_trains_and_replay_seeds_rebuilds_final_bit_exactl
     assert process.returncode == 0, process.stderr[-4000:]
     assert (out / "model.safetensors").read_bytes() == (tmp_path / "vllm" / "final" / "model.safetensors").read_bytes()
     assert json.loads((tmp_path / "vllm" / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 3
+
+
+def test_the_population_benchmark_runs_on_the_real_engine(tmp_path):
+    """benchmarks/bench_population_vllm.py at a tiny shape, as a subprocess (it starts its own
+    engine with the harness's settings): it runs, prints its one row, and the whole population in
+    one engine call gave the completions that one member per call gave (greedy; held to 7 in 8, as
+    above). Its speed is printed, never asserted."""
+    import re
+
+    process = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_population_vllm.py"), "--population", "2",
+                              "--problems", "4", "--max-tokens", "8", "--repeats", "1"],
+                             capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert process.returncode == 0, process.stderr[-3000:]
+    row = re.search(r"^\| 2 x 4 = 8 \| (\d+) \| (\d+) \| ([\d.]+)x \| (\d+)/8 \|$", process.stdout, re.M)
+    assert row, process.stdout
+    print("\n" + process.stdout.strip().splitlines()[-1])
+    assert int(row.group(1)) > 0 and int(row.group(2)) > 0 and int(row.group(4)) >= 8 * 7 // 8

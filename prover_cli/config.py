@@ -40,6 +40,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from prover_cli.errors import ConfigError
+from prover_cli.fsio.jsonl import read_whole
 from prover_cli.tasks import BUILTIN as BUILTIN_TASKS
 from prover_cli.tasks import check_task, generates_problems, renamed_key, task_names, task_options
 from prover_cli.training.tracking import parse_report_to  # stdlib only: no tracker is imported here
@@ -546,7 +547,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
     """A TOML file as a dict; a BOM is skipped, and a bad byte or syntax error names the file and line."""
     try:
-        data = Path(path).read_bytes()
+        data = read_whole(path)  # a FIFO too, and a stop signal still ends the wait
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} not found") from None
     except IsADirectoryError:

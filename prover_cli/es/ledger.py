@@ -38,7 +38,7 @@ from prover_cli import __version__
 from prover_cli.config import check_key
 from prover_cli.errors import ConfigError, InputError
 from prover_cli.es.noise.full import NOISE_NAME, NOISE_VERSION
-from prover_cli.fsio.jsonl import write_text_atomic
+from prover_cli.fsio.jsonl import read_whole, write_text_atomic
 from prover_cli.policy.built_models import BUILT_NAMES
 from prover_cli.tasks import reward_range
 
@@ -213,7 +213,7 @@ def read_ledger(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_whole(path)  # a FIFO too, and a stop signal still ends the wait
         if raw.startswith(codecs.BOM_UTF8):  # a UTF-8 byte order mark, as some editors write (TOML, JSONL: the same)
             raw = raw[len(codecs.BOM_UTF8):]
         data = json.loads(raw.decode("utf-8"))

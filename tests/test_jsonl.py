@@ -195,11 +195,24 @@ def test_read_utf8_names_the_line_of_a_bad_byte(tmp_path):
     assert read_utf8(path) == '[{"id": "a"}]'
 
 
+def write_slowly(fifo, data: bytes, step: int):
+    """A started thread that writes `data` into `fifo`, `step` bytes at a time, unbuffered."""
+    import threading
+
+    def write():
+        with open(fifo, "wb", buffering=0) as handle:
+            for start in range(0, len(data), step):
+                handle.write(data[start:start + step])
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    return writer
+
+
 def test_a_jsonl_read_from_a_pipe_gives_what_the_same_file_gives(tmp_path):
     """Pipes and FIFOs are read through `_StreamLines` (reads a signal can always stop): the same
     records, bad lines and line numbers as the regular file, with the writer sending a few bytes
     at a time and a line over io.max_line_bytes among them."""
-    import threading
 
     from prover_cli.fsio.jsonl import read_jsonl
 
@@ -209,13 +222,7 @@ def test_a_jsonl_read_from_a_pipe_gives_what_the_same_file_gives(tmp_path):
     fifo = tmp_path / "p.fifo"
     os.mkfifo(fifo)
 
-    def write_slowly():
-        with open(fifo, "wb", buffering=0) as handle:
-            for start in range(0, len(data), 7):
-                handle.write(data[start:start + 7])
-
-    writer = threading.Thread(target=write_slowly)
-    writer.start()
+    writer = write_slowly(fifo, data, 7)
     from_pipe = list(read_jsonl(fifo, max_line_bytes=100))
     writer.join()
     from_file = list(read_jsonl(regular, max_line_bytes=100))
@@ -228,7 +235,6 @@ def test_read_whole_reads_a_fifo_as_the_file_through_stoppable_reads(tmp_path, m
     gives, read through `_StreamLines` (poll-bounded: a stop signal always ends the wait; a
     `replay-seeds` blocked on a FIFO missed its SIGHUP about one run in 25 with `Path.read_bytes`);
     a regular file is read as before, and a missing file raises FileNotFoundError as before."""
-    import threading
 
     from prover_cli.fsio import jsonl
 
@@ -240,13 +246,7 @@ def test_read_whole_reads_a_fifo_as_the_file_through_stoppable_reads(tmp_path, m
     real = jsonl._StreamLines
     monkeypatch.setattr(jsonl, "_StreamLines", lambda handle: streams.append(handle) or real(handle))
 
-    def write_slowly():
-        with open(fifo, "wb", buffering=0) as handle:
-            for start in range(0, len(data), 4099):
-                handle.write(data[start:start + 4099])
-
-    writer = threading.Thread(target=write_slowly)
-    writer.start()
+    writer = write_slowly(fifo, data, 4099)
     assert jsonl.read_whole(fifo) == data
     writer.join()
     assert len(streams) == 1

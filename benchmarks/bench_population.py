@@ -28,12 +28,12 @@ The forward floor (`--floor`, on by default; a second table): what no batching o
 away. With full-rank noise every member's weights differ, so each member's rows need their own
 forward passes; batching can only remove what lies outside them (generate's per-step bookkeeping,
 the perturb and restore) and make each pass wider. The floor times the bare model forward those
-rows need, the prompts' prefill and greedy decode steps through the KV cache until every row of the
-call has ended (at most `generate.max_tokens`), nothing else, on the live weights, once at one member at a time's rows per call (the sampler's
-`generate.batch_size`) and once at the batched call's rows (chunk x problems, every row on one
-weight: cheaper than the batched path's stacked per-member weights). So one at a time's CPU-seconds
-divided by the wide floor's bounds from above the speedup any batching of full-rank members could
-reach on this machine at this shape.
+rows need, nothing else: the prompts' prefill, then greedy decode steps through the KV cache until
+every row of the call has ended (at most `generate.max_tokens`), on the live weights. It is timed
+once at one member at a time's rows per call (the sampler's `generate.batch_size`) and once at the
+batched call's rows (chunk x problems, every row on one weight: cheaper than the batched path's
+stacked per-member weights). One at a time's CPU-seconds over the wide floor's bound from above
+the speedup any batching of full-rank members could reach on this machine at this shape.
 """
 
 from __future__ import annotations

@@ -63,9 +63,9 @@ def load(args: argparse.Namespace, workdir: Path):
 
     from prover_cli.es.population import load_es_sampler, pick_problems
     from prover_cli.es.vllm_lora import LoRAMembers
+    from prover_cli.fsio.jsonl import write_jsonl_atomic
     from prover_cli.policy.tiny_model import VLLM_CPU_HEADS, build_tiny_model
     from prover_cli.tasks import get_task
-    from prover_cli.fsio.jsonl import write_jsonl_atomic
     from prover_cli.tasks.problems import train_problems
     from prover_cli.tasks.toy import generate_problems
 
